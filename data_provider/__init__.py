@@ -1,0 +1,1 @@
+"""Arrival patterns and sensor payloads, shared by the simulator and the live provider."""

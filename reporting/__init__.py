@@ -1,0 +1,1 @@
+"""Turns event-log folders into the paper's comparison tables (reads only event logs)."""

@@ -1,0 +1,85 @@
+"""The `testbed` command.
+
+    testbed experiment [OVERRIDES...]   run an experiment (Hydra: key=value overrides, -m for sweeps)
+    testbed patterns plot [PNG] [MINUTES] plot every configured arrival pattern (the paper's Fig. 7)
+    testbed summary RUNS_DIR             the summary table of the runs below a folder
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from testbed.config import CONF_DIR, ConfigError, register, to_typed, validate
+
+USAGE = __doc__ or ""
+
+
+def _experiment(cfg: DictConfig) -> None:
+    from reporting.summary import SummaryError, format_summary, summarise
+    from testbed.experiment import run_experiment
+
+    try:
+        typed = validate(to_typed(cfg))
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    runs = run_experiment(typed)
+    if typed.summary and runs:
+        root = Path(typed.out) / typed.pattern.name
+        try:
+            table = summarise(root)
+        except SummaryError as exc:
+            print(f"summary: {exc}", file=sys.stderr)
+            sys.exit(1)
+        print(format_summary(table))
+        table.to_csv(root / "summary.csv", index=False)
+
+
+def experiment(argv: List[str]) -> int:
+    register()
+    main = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_experiment)
+    sys.argv = ["testbed experiment", *argv]
+    main()
+    return 0
+
+
+def patterns(argv: List[str]) -> int:
+    from data_provider.patterns import PatternConfig, make_pattern, plot_patterns
+    from testbed.rng import stream
+
+    if not argv or argv[0] != "plot":
+        print("usage: testbed patterns plot [PNG] [MINUTES]", file=sys.stderr)
+        return 2
+    out = Path(argv[1]) if len(argv) > 1 else Path("patterns.png")
+    minutes = float(argv[2]) if len(argv) > 2 else 120.0
+    built = []
+    for path in sorted((CONF_DIR / "pattern").glob("*.yaml")):
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PatternConfig), OmegaConf.load(path)))
+        built.append(make_pattern(cfg, stream(1 + cfg.seed_offset, "pattern")))
+    print(plot_patterns(built, minutes * 60.0, out))
+    return 0
+
+
+def summary(argv: List[str]) -> int:
+    from reporting.summary import main as summary_main
+
+    return summary_main(argv)
+
+
+COMMANDS = {"experiment": experiment, "patterns": patterns, "summary": summary}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in COMMANDS:
+        print(USAGE, file=sys.stderr)
+        return 2
+    return COMMANDS[args[0]](args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

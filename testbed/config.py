@@ -1,0 +1,296 @@
+"""Typed experiment configuration (Hydra structured configs).
+
+The dataclasses below are the schema of `experiments/conf/`: Hydra merges the YAML groups into
+them, so an unknown key or a value of the wrong type fails at composition, naming the key.
+`validate()` adds the semantic checks a type cannot express, again naming the key.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from data_provider.patterns import PatternConfig
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "experiments" / "conf"
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message starts with the offending key."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+class PolicyName(str, Enum):
+    matrix = "matrix"  # the paper's matrix: threshold + BTU policy under each of matrix_btu_minutes
+    threshold = "threshold"
+    btu = "btu"
+
+
+class UtilityVariant(str, Enum):
+    paper = "paper"  # 1 + W1*instances + W2*queueLoad - W3*delay - W4*scalings, delay=(d/slo)(1+P)
+    preprint = "preprint"  # W1*instances - W2*delay - W3*scalings + W4*queueLoad, delay=(d/slo)P
+
+
+class Measurement(str, Enum):
+    milliseconds = "milliseconds"
+    seconds_truncated = "seconds_truncated"  # VISP: upstream send time truncated to whole seconds
+
+
+class Sampling(str, Enum):
+    every_nth = "every_nth"
+    probabilistic = "probabilistic"  # VISP: each item with probability 1/sample_every
+
+
+class BackendName(str, Enum):
+    sim = "sim"
+
+
+@dataclass
+class PolicyConfig:
+    name: PolicyName = PolicyName.matrix
+    matrix_btu_minutes: List[int] = field(default_factory=lambda: [10, 30, 60])
+    # threshold baseline (§9)
+    up_threshold: int = 50  # queue > this: start one instance
+    up2_threshold: int = 250  # queue > this: start two
+    down_threshold: int = 1  # queue < this and n >= 2: stop one
+    # BTU policy (§4-§8, §10)
+    scaling_threshold: int = 50
+    samples: int = 5  # N durations in the regression
+    cache_factor: float = 0.01  # CF
+    queue_load: float = 100.0  # QL
+    w1: float = 1.0
+    w2: float = 1.0
+    w3: float = 1.0
+    w4: float = 1.0
+    utility_variant: UtilityVariant = UtilityVariant.paper
+    release_window_fraction: float = 0.05  # of the BTU
+    release_window_min_s: float = 0.0  # VISP: 40 s; the reasoning interval is always a lower bound
+    removal_cap: float = 0.2  # share of a type's instances a release may remove
+
+
+@dataclass
+class ServiceConfig:
+    """Simulated service model of one operator type (estimated; see visp-reference-behaviour.md)."""
+
+    mean_ms: float = 20.0
+    cv: float = 0.3  # coefficient of variation of the (gamma-distributed) service time
+    parallel: int = 1  # items in service at once per instance
+    cpu_cores: float = 0.1  # cores a busy slot uses (host CPU contention model)
+
+
+@dataclass
+class OperatorConfig:
+    slo_ms: float = 1000.0
+    cpu_shares: int = 100
+    memory_mb: int = 512
+    image_mb: int = 68
+    stateful: bool = False
+    ratio_in: int = 1  # in:out, e.g. 50:1 for O2; outputs go to each downstream operator in turn
+    ratio_out: int = 1
+    downstream: List[str] = field(default_factory=list)
+    service: ServiceConfig = field(default_factory=ServiceConfig)
+
+
+@dataclass
+class SourceConfig:
+    items_per_tick: int = 1  # per active machine
+    downstream: List[str] = field(default_factory=list)
+
+
+@dataclass
+class TopologyConfig:
+    name: str = "oee"
+    tick_ms: float = 480.0
+    sources: Dict[str, SourceConfig] = field(default_factory=dict)
+    operators: Dict[str, OperatorConfig] = field(default_factory=dict)
+    compliance_excluded: List[str] = field(default_factory=lambda: ["O2", "O6"])
+
+
+@dataclass
+class BillingConfig:
+    btu_minutes: int = 60
+    price_per_10_minutes: float = 1.0
+    penalty_per_item: float = 0.0001
+    rebill_minutes: List[int] = field(default_factory=lambda: [10, 30, 60])
+
+
+@dataclass
+class InfrastructureConfig:
+    host_cpu_shares: int = 4096
+    host_memory_mb: int = 7168
+    max_hosts: int = 64
+    lease_delay_s: List[float] = field(default_factory=lambda: [30.0, 60.0])  # uniform range
+    container_start_s: List[float] = field(default_factory=lambda: [5.0, 10.0])
+    pull_mb_per_s: float = 25.0  # image pull bandwidth where the image is not cached
+
+
+@dataclass
+class BackendConfig:
+    name: BackendName = BackendName.sim
+    step_ms: float = 480.0  # simulation step; one tick by default
+    hop_latency_ms: float = 5.0  # broker hop from the upstream send to the queue
+    cpu_contention: bool = False  # slow service when busy slots need more cores than the host has
+    exact: bool = False  # per-item reference model instead of the cohort model (slow; validation)
+
+
+@dataclass
+class RuntimeConfig:
+    monitoring_s: float = 15.0
+    reasoning_s: float = 60.0
+    sample_every: int = 10
+    sampling: Sampling = Sampling.every_nth
+    measurement: Measurement = Measurement.milliseconds
+    initial_instances: int = 1
+
+
+@dataclass
+class ExperimentConfig:
+    pattern: PatternConfig = field(default_factory=PatternConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    billing: BillingConfig = field(default_factory=BillingConfig)
+    infrastructure: InfrastructureConfig = field(default_factory=InfrastructureConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    profile: str = "paper"
+    experiment: str = "btu_provisioning"  # names the evaluation in every run's manifest
+    reps: int = 3
+    seed: int = 1
+    out: str = "runs"
+    duration_min: float = 120.0
+    workers: int = 0  # parallel runs; 0 = one per core
+    summary: bool = True  # print the summary table at the end
+
+
+def register() -> None:
+    """Make the schema known to Hydra (config.yaml lists `schema` first in its defaults)."""
+    ConfigStore.instance().store(name="schema", node=ExperimentConfig)
+
+
+def to_typed(cfg: DictConfig | ExperimentConfig) -> ExperimentConfig:
+    if isinstance(cfg, ExperimentConfig):
+        return cfg
+    obj = OmegaConf.to_object(cfg)
+    assert isinstance(obj, ExperimentConfig)
+    return obj
+
+
+def to_plain(cfg: ExperimentConfig) -> Dict[str, Any]:
+    """The resolved config as plain JSON-able data (for manifests)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)  # type: ignore[return-value]
+
+
+def _positive(key: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(key, f"must be > 0, got {value}")
+
+
+def _range(key: str, values: List[float]) -> None:
+    if len(values) != 2 or values[0] < 0 or values[1] < values[0]:
+        raise ConfigError(key, f"must be [low, high] with 0 <= low <= high, got {list(values)}")
+
+
+def validate(cfg: ExperimentConfig) -> ExperimentConfig:
+    """Semantic checks that types cannot express. Raises ConfigError naming the key."""
+    from data_provider.patterns import validate_pattern
+
+    try:
+        validate_pattern(cfg.pattern)
+    except ValueError as exc:
+        raise ConfigError(f"pattern.{getattr(exc, 'key', 'levels')}", str(exc)) from exc
+    _positive("reps", cfg.reps)
+    _positive("duration_min", cfg.duration_min)
+    if cfg.workers < 0:
+        raise ConfigError("workers", f"must be >= 0, got {cfg.workers}")
+    _positive("billing.btu_minutes", cfg.billing.btu_minutes)
+    for i, m in enumerate(cfg.policy.matrix_btu_minutes):
+        _positive(f"policy.matrix_btu_minutes[{i}]", m)
+    for i, m in enumerate(cfg.billing.rebill_minutes):
+        _positive(f"billing.rebill_minutes[{i}]", m)
+    if cfg.billing.penalty_per_item < 0:
+        raise ConfigError("billing.penalty_per_item", "must be >= 0")
+    p = cfg.policy
+    if not p.up_threshold < p.up2_threshold:
+        raise ConfigError("policy.up2_threshold", f"must exceed policy.up_threshold ({p.up_threshold})")
+    _positive("policy.samples", p.samples)
+    if not 0 < p.removal_cap <= 1:
+        raise ConfigError("policy.removal_cap", f"must be in (0, 1], got {p.removal_cap}")
+    if not 0 <= p.release_window_fraction < 1:
+        raise ConfigError("policy.release_window_fraction", "must be in [0, 1)")
+    infra = cfg.infrastructure
+    _positive("infrastructure.host_cpu_shares", infra.host_cpu_shares)
+    _positive("infrastructure.host_memory_mb", infra.host_memory_mb)
+    _positive("infrastructure.max_hosts", infra.max_hosts)
+    _positive("infrastructure.pull_mb_per_s", infra.pull_mb_per_s)
+    _range("infrastructure.lease_delay_s", infra.lease_delay_s)
+    _range("infrastructure.container_start_s", infra.container_start_s)
+    _positive("backend.step_ms", cfg.backend.step_ms)
+    if cfg.backend.hop_latency_ms < 0:
+        raise ConfigError("backend.hop_latency_ms", "must be >= 0")
+    rt = cfg.runtime
+    _positive("runtime.monitoring_s", rt.monitoring_s)
+    _positive("runtime.reasoning_s", rt.reasoning_s)
+    _positive("runtime.sample_every", rt.sample_every)
+    _positive("runtime.initial_instances", rt.initial_instances)
+    _validate_topology(cfg.topology, infra)
+    return cfg
+
+
+def _validate_topology(topo: TopologyConfig, infra: InfrastructureConfig) -> None:
+    if not topo.operators:
+        raise ConfigError("topology.operators", "no operators defined")
+    if not topo.sources:
+        raise ConfigError("topology.sources", "no sources defined")
+    _positive("topology.tick_ms", topo.tick_ms)
+    names = set(topo.operators)
+    for s, src in topo.sources.items():
+        for d in src.downstream:
+            if d not in names:
+                raise ConfigError(f"topology.sources.{s}.downstream", f"unknown operator {d!r}")
+    for o, op in topo.operators.items():
+        key = f"topology.operators.{o}"
+        for d in op.downstream:
+            if d not in names:
+                raise ConfigError(f"{key}.downstream", f"unknown operator {d!r}")
+        _positive(f"{key}.slo_ms", op.slo_ms)
+        _positive(f"{key}.cpu_shares", op.cpu_shares)
+        _positive(f"{key}.memory_mb", op.memory_mb)
+        _positive(f"{key}.ratio_in", op.ratio_in)
+        if op.ratio_out < 0:
+            raise ConfigError(f"{key}.ratio_out", "must be >= 0")
+        if op.ratio_out > 0 and not op.downstream:
+            raise ConfigError(f"{key}.downstream", "an operator with outputs needs a downstream operator")
+        if op.cpu_shares > infra.host_cpu_shares or op.memory_mb > infra.host_memory_mb:
+            raise ConfigError(key, "does not fit on an empty host (infrastructure.host_*)")
+        _positive(f"{key}.service.mean_ms", op.service.mean_ms)
+        _positive(f"{key}.service.parallel", op.service.parallel)
+        if op.service.cv < 0:
+            raise ConfigError(f"{key}.service.cv", "must be >= 0")
+    for o in topo.compliance_excluded:
+        if o not in names:
+            raise ConfigError("topology.compliance_excluded", f"unknown operator {o!r}")
+    _check_acyclic(topo)
+
+
+def _check_acyclic(topo: TopologyConfig) -> None:
+    state: Dict[str, int] = {}
+
+    def visit(o: str) -> None:
+        if state.get(o) == 1:
+            raise ConfigError(f"topology.operators.{o}.downstream", "the topology has a cycle")
+        if state.get(o) == 2:
+            return
+        state[o] = 1
+        for d in topo.operators[o].downstream:
+            visit(d)
+        state[o] = 2
+
+    for o in topo.operators:
+        visit(o)

@@ -1,0 +1,158 @@
+"""Domain types shared by policies and backends: the immutable snapshot a policy sees and the
+actions it returns (ARCHITECTURE.md, principle 1; spec §3)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping, Optional, Tuple, Union
+
+
+@dataclass(frozen=True)
+class OperatorType:
+    """Static description of one operator type (spec §2)."""
+
+    name: str
+    slo_ms: float
+    cpu: int  # CPU shares, 1024 = one core
+    memory: int  # MB reserved
+    image_mb: int
+    stateful: bool = False
+
+
+@dataclass(frozen=True)
+class OperatorView:
+    """What a policy knows about one operator type at one moment (spec §3)."""
+
+    type: OperatorType
+    n: int  # instances, including those still starting
+    queue: int  # items waiting: ready + unacknowledged
+    durations: Tuple[float, ...] = ()  # last N measured durations in ms, oldest first
+    scalings: int = 0  # scale-ups and scale-downs executed for this type so far
+
+    @property
+    def name(self) -> str:
+        return self.type.name
+
+    @property
+    def duration(self) -> Optional[float]:
+        """The current duration d: the newest measurement, None before any."""
+        return self.durations[-1] if self.durations else None
+
+
+class InstanceState(str, Enum):
+    starting = "starting"
+    running = "running"
+    draining = "draining"  # stopping: finishes what it holds, takes nothing new
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    id: str
+    operator: str
+    host: str
+    state: InstanceState
+    started_at: float  # when it was requested (s)
+
+
+@dataclass(frozen=True)
+class HostView:
+    id: str
+    cpu: int  # total shares
+    memory: int  # total MB
+    cpu_free: int  # total minus the reservations of its (non-draining) instances
+    memory_free: int
+    leased_at: float
+    btu_end: float  # when its paid time ends (s)
+    images: frozenset[str]  # operator types whose image is cached (or being pulled)
+    ready: bool  # booted; a host that is not ready can already receive placements
+    cost: float  # price per BTU
+    releasing: bool = False  # a release was decided; it goes once its instances have stopped
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Immutable view of the whole system at time t (seconds since the run started)."""
+
+    t: float
+    operators: Mapping[str, OperatorView]  # in topological order
+    hosts: Tuple[HostView, ...]
+    instances: Tuple[InstanceView, ...]
+    btu_s: float
+    reasoning_s: float
+    penalty: float  # per delayed item
+    input_rate: float  # items per second entering the topology
+    max_hosts: int
+    host_cpu: int  # the host type leased on demand
+    host_memory: int
+
+    def host(self, host_id: str) -> HostView:
+        for h in self.hosts:
+            if h.id == host_id:
+                return h
+        raise KeyError(host_id)
+
+    def instances_on(self, host_id: str) -> Tuple[InstanceView, ...]:
+        return tuple(i for i in self.instances if i.host == host_id and i.state != InstanceState.draining)
+
+    def instances_of(self, operator: str) -> Tuple[InstanceView, ...]:
+        return tuple(i for i in self.instances if i.operator == operator and i.state != InstanceState.draining)
+
+
+# Actions. Host ids starting with NEW_HOST_PREFIX refer to a host leased earlier in the same list;
+# the executor binds them to the id it gives the new host.
+NEW_HOST_PREFIX = "new:"
+
+
+@dataclass(frozen=True)
+class ScaleUp:
+    operator: str
+    host: str
+    reason: str
+    kind: str = field(default="scale_up", init=False)
+
+
+@dataclass(frozen=True)
+class ScaleDown:
+    operator: str
+    instance: str
+    host: str
+    reason: str
+    kind: str = field(default="scale_down", init=False)
+
+
+@dataclass(frozen=True)
+class Migrate:
+    """Start a copy of `instance` on `target`, then drain the old one once the copy runs."""
+
+    operator: str
+    instance: str
+    host: str
+    target: str
+    reason: str
+    kind: str = field(default="migrate", init=False)
+
+
+@dataclass(frozen=True)
+class LeaseHost:
+    host: str  # a NEW_HOST_PREFIX reference
+    reason: str
+    kind: str = field(default="lease", init=False)
+
+
+@dataclass(frozen=True)
+class ProlongHost:
+    host: str
+    reason: str
+    kind: str = field(default="prolong", init=False)
+
+
+@dataclass(frozen=True)
+class ReleaseHost:
+    """Release once the host's instances have stopped, at the latest at its BTU end."""
+
+    host: str
+    reason: str
+    kind: str = field(default="release", init=False)
+
+
+Action = Union[ScaleUp, ScaleDown, Migrate, LeaseHost, ProlongHost, ReleaseHost]

@@ -1,0 +1,222 @@
+"""The BTU-based provisioning policy (spec §4-§8): scale up on SLO threats, scale down only when a
+host's paid time runs out, then either release the host (moving what must stay) or prolong it."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from testbed.config import PolicyConfig, UtilityVariant
+from testbed.model import (
+    Action,
+    LeaseHost,
+    NEW_HOST_PREFIX,
+    Migrate,
+    OperatorType,
+    ProlongHost,
+    ReleaseHost,
+    ScaleDown,
+    ScaleUp,
+    Snapshot,
+)
+from testbed.policies.planning import Plan, PlanHost
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """Algorithm 1's verdict and the numbers behind it."""
+
+    up: bool
+    duration: Optional[float]
+    predicted: Optional[float]
+    queue: int
+    reason: str
+
+
+def upscaling_trigger(durations: Sequence[float], slo: float, queue: int, scaling_threshold: int) -> Trigger:
+    """Algorithm 1: the current duration or its linear trend exceeds the SLO, and enough is queued."""
+    if not durations:
+        return Trigger(False, None, None, queue, "no duration measured yet")
+    d = durations[-1]
+    up = d > slo
+    predicted = None
+    n = len(durations)
+    if n >= 2:
+        # Ordinary least squares d_i ~ alpha + beta * i, i = 1..N, extrapolated to N + 1.
+        mean_i = (n + 1) / 2
+        mean_d = sum(durations) / n
+        beta = sum((i - mean_i) * (di - mean_d) for i, di in enumerate(durations, start=1)) / sum(
+            (i - mean_i) ** 2 for i in range(1, n + 1)
+        )
+        predicted = mean_d + beta * (n + 1 - mean_i)
+        up = up or predicted > slo
+    trend = "" if predicted is None else f", predicted {predicted:.0f} ms"
+    reason = f"d {d:.0f} ms{trend} vs slo {slo:.0f} ms, queue {queue} vs {scaling_threshold}"
+    return Trigger(up and queue > scaling_threshold, d, predicted, queue, reason)
+
+
+def host_suitability(host: PlanHost, op: OperatorType, cache_factor: float) -> float:
+    """Algorithm 2: lower is better, -1 when the instance does not fit."""
+    f = min(host.cpu_free / op.cpu, host.memory_free / op.memory)
+    if f < 1:
+        return -1.0
+    diff = abs((host.cpu_free - op.cpu) / host.cpu - (host.memory_free - op.memory) / host.memory)
+    s = diff / f
+    return s * cache_factor if op.name in host.images else s
+
+
+def downscale_utility(
+    name: str, plan: Plan, queue: int, duration: Optional[float], penalty: float, cfg: PolicyConfig
+) -> float:
+    """Algorithm 3: how suitable the type is for losing an instance; higher is better, < 0 never."""
+    n = plan.n[name]
+    if n < 2:
+        return -1.0
+    counts = plan.n.values()
+    lo, hi = min(counts), max(counts)
+    instances = (n - lo) / (hi - lo) if hi > lo else 0.0
+    ratio = (duration or 0.0) / plan.types[name].slo_ms
+    total_scalings = sum(plan.scalings.values())
+    scalings = plan.scalings[name] / total_scalings if total_scalings else 0.0
+    queue_load = cfg.queue_load if queue < 1 else 0.0
+    if cfg.utility_variant == UtilityVariant.preprint:
+        delay = ratio * penalty
+        return cfg.w1 * instances - cfg.w2 * delay - cfg.w3 * scalings + cfg.w4 * queue_load
+    delay = ratio * (1 + penalty)
+    return 1 + cfg.w1 * instances + cfg.w2 * queue_load - cfg.w3 * delay - cfg.w4 * scalings
+
+
+def release_window(cfg: PolicyConfig, btu_s: float, reasoning_s: float) -> float:
+    """Hosts are examined when this little paid time remains (Decision: never below one cycle)."""
+    return max(cfg.release_window_fraction * btu_s, cfg.release_window_min_s, reasoning_s)
+
+
+class BtuPolicy:
+    name = "btu"
+
+    def __init__(self, cfg: PolicyConfig):
+        self.cfg = cfg
+
+    def decide(self, snapshot: Snapshot) -> List[Action]:
+        plan = Plan(snapshot)
+        actions: List[Action] = []
+        window = release_window(self.cfg, snapshot.btu_s, snapshot.reasoning_s)
+        for host in sorted(snapshot.hosts, key=lambda h: (h.btu_end, h.id)):
+            if not host.releasing and host.btu_end - snapshot.t <= window:
+                plan, host_actions = self._release_or_prolong(snapshot, plan, host.id, window)
+                actions += host_actions
+        for view in snapshot.operators.values():
+            trigger = upscaling_trigger(
+                view.durations[-self.cfg.samples :], view.type.slo_ms, view.queue, self.cfg.scaling_threshold
+            )
+            if trigger.up:
+                actions += self._upscale(snapshot, plan, view.name, trigger.reason)
+        return actions
+
+    # -- the upscaling procedure (§5) --------------------------------------------------------
+    def _upscale(self, snapshot: Snapshot, plan: Plan, name: str, reason: str) -> List[Action]:
+        host, actions = self._place_without_lease(snapshot, plan, name)
+        if host is None:
+            if not plan.can_lease():
+                return actions
+            host = plan.lease()
+            actions.append(LeaseHost(host, f"no host has room for {name}: {reason}"))
+        plan.place(name, host)
+        actions.append(ScaleUp(name, host, reason))
+        return actions
+
+    def _place_without_lease(self, snapshot: Snapshot, plan: Plan, name: str) -> Tuple[Optional[str], List[Action]]:
+        """Steps 1-2: the best-suited host, making room by scaling other types down if that helps."""
+        op = plan.types[name]
+        actions: List[Action] = []
+        for _ in range(sum(plan.n.values()) + 1):  # every round removes an instance
+            best = self._best_host(plan, op)
+            if best is not None:
+                return best, actions
+            victim = self._room_by_scaling_down(snapshot, plan, op)
+            if victim is None:
+                return None, actions
+            host_id, instance, victim_op, utility = victim
+            plan.remove(host_id, instance)
+            actions.append(ScaleDown(victim_op, instance, host_id, f"make room for {name} (utility {utility:.3f})"))
+        return None, actions
+
+    def _best_host(self, plan: Plan, op: OperatorType) -> Optional[str]:
+        scored = [(host_suitability(h, op, self.cfg.cache_factor), k, h.id) for k, h in enumerate(plan.candidate_hosts())]
+        fitting = [s for s in scored if s[0] >= 0]
+        return min(fitting)[2] if fitting else None
+
+    def _utilities(self, snapshot: Snapshot, plan: Plan, names) -> Dict[str, float]:
+        ops = snapshot.operators
+        return {
+            n: downscale_utility(n, plan, ops[n].queue, ops[n].duration, snapshot.penalty, self.cfg) for n in sorted(names)
+        }
+
+    def _room_by_scaling_down(
+        self, snapshot: Snapshot, plan: Plan, op: OperatorType
+    ) -> Optional[Tuple[str, str, str, float]]:
+        """Simulate removing instances of positive-utility types (highest first) on each host; if op
+        then fits somewhere, return the first instance to remove on the host needing fewest removals."""
+        utilities = self._utilities(snapshot, plan, [t for t in plan.types if t != op.name])
+        positive = {t: u for t, u in utilities.items() if u > 0}
+        best: Optional[Tuple[int, int, str, List[Tuple[str, str]]]] = None
+        for k, host in enumerate(plan.candidate_hosts()):
+            victims = sorted(
+                (-positive[t], plan.order[iid], iid, t)
+                for iid, t in host.instances
+                if t in positive and not iid.startswith(NEW_HOST_PREFIX)  # not one started this cycle
+            )
+            cpu, memory, left, removed = host.cpu_free, host.memory_free, dict(plan.n), []
+            for _, _, iid, t in victims:
+                if cpu >= op.cpu and memory >= op.memory:
+                    break
+                if left[t] < 2:
+                    continue
+                left[t] -= 1
+                cpu += plan.types[t].cpu
+                memory += plan.types[t].memory
+                removed.append((iid, t))
+            if removed and cpu >= op.cpu and memory >= op.memory and (best is None or (len(removed), k) < best[:2]):
+                best = (len(removed), k, host.id, removed)
+        if best is None:
+            return None
+        iid, t = best[3][0]
+        return best[2], iid, t, positive[t]
+
+    # -- host release at the end of its BTU (§8) ---------------------------------------------
+    def _release_or_prolong(
+        self, snapshot: Snapshot, plan: Plan, host_id: str, window: float
+    ) -> Tuple[Plan, List[Action]]:
+        """Returns the plan to continue with (the simulated one if the host goes) and the actions."""
+        remaining = plan.hosts[host_id].btu_end - snapshot.t
+        trial = plan.copy()
+        host = trial.hosts[host_id]
+        host.excluded = True
+        on_host = list(host.instances)
+        utilities = self._utilities(snapshot, trial, {t for _, t in on_host})
+        removals: List[Tuple[str, str]] = []
+        migrations: List[Tuple[str, str]] = []
+        for t in sorted(utilities):
+            mine = [(iid, op) for iid, op in on_host if op == t]
+            cap = max(1, math.floor(self.cfg.removal_cap * trial.n[t])) if utilities[t] > 0 else 0
+            removals += mine[:cap]
+            migrations += mine[cap:]
+        head = f"BTU ends in {remaining:.0f} s (window {window:.0f} s); utilities " + ", ".join(
+            f"{t} {u:.3f}" for t, u in utilities.items()
+        )
+        actions: List[Action] = []
+        for iid, t in removals:
+            trial.remove(host_id, iid)
+            actions.append(ScaleDown(t, iid, host_id, f"{head}; removed with the host (≤ {self.cfg.removal_cap:.0%} of {t})"))
+        moves: List[str] = []
+        for iid, t in migrations:
+            target, freeing = self._place_without_lease(snapshot, trial, t)
+            if target is None:
+                return plan, [ProlongHost(host_id, f"{head}; no room to migrate {t} ({iid}) without a new host")]
+            actions += freeing
+            trial.move(host_id, iid, target)
+            moves.append(f"{t}→{target}")
+            actions.append(Migrate(t, iid, host_id, target, f"{head}; migrated before release"))
+        plan_text = f"remove {len(removals)}, migrate {len(migrations)}" + (f" ({', '.join(moves)})" if moves else "")
+        actions.append(ReleaseHost(host_id, f"{head}; plan: {plan_text}"))
+        return trial, actions

@@ -1,0 +1,257 @@
+"""Simulated hosts and containers: executes a policy's actions with the delays of a cloud (VM lease,
+image pull, container start) and keeps the BTU accounting of every lease."""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from testbed.billing import paid_btus
+from testbed.config import InfrastructureConfig, ServiceConfig
+from testbed.model import (
+    NEW_HOST_PREFIX,
+    Action,
+    HostView,
+    InstanceState,
+    InstanceView,
+    LeaseHost,
+    Migrate,
+    ProlongHost,
+    ReleaseHost,
+    ScaleDown,
+    ScaleUp,
+)
+from testbed.topology import Topology
+
+
+@dataclass
+class SimInstance:
+    id: str
+    operator: str
+    host: str
+    requested_at: float
+    ready_at: float
+    state: InstanceState = InstanceState.starting
+    replaces: Optional[str] = None  # migration: the old copy, stopped once this one runs
+    replaced: bool = False  # a migration source: still serving, no longer counted or reserved
+
+
+@dataclass
+class SimHost:
+    id: str
+    cpu: int
+    memory: int
+    leased_at: float
+    ready_at: float
+    btu_end: float
+    images: Dict[str, float] = field(default_factory=dict)  # operator -> when its image is there
+    instances: List[str] = field(default_factory=list)
+    releasing: bool = False
+    released_at: Optional[float] = None
+    prolongations: int = 0
+
+
+@dataclass(frozen=True)
+class ActionRecord:
+    t_s: float
+    action: str
+    operator: Optional[str]
+    instance: Optional[str]
+    host: Optional[str]
+    target_host: Optional[str]
+    reason: str
+
+
+class SimCluster:
+    def __init__(self, topology: Topology, infra: InfrastructureConfig, services: Dict[str, ServiceConfig],
+                 btu_s: float, price_per_btu: float, rng: np.random.Generator):
+        self.topology = topology
+        self.infra = infra
+        self.services = services
+        self.btu_s = btu_s
+        self.price = price_per_btu
+        self.rng = rng
+        self.hosts: Dict[str, SimHost] = {}
+        self.retired: List[SimHost] = []
+        self.instances: Dict[str, SimInstance] = {}
+        self.scalings: Dict[str, int] = {o: 0 for o in topology.operators}
+        self.records: List[ActionRecord] = []
+        self.version = 0  # bumped whenever serving capacity changes
+        self._events: List[Tuple[float, int, str, str]] = []  # (time, seq, kind, id)
+        self._seq = 0
+        self._host_seq = 0
+        self._instance_seq = 0
+
+    # -- time ------------------------------------------------------------------------------
+    def process_events(self, t: float) -> None:
+        while self._events and self._events[0][0] <= t:
+            when, _, kind, ident = heapq.heappop(self._events)
+            if kind == "ready":
+                self._instance_ready(when, ident)
+            elif kind == "release_deadline":
+                self._release_deadline(when, ident)
+
+    def _at(self, when: float, kind: str, ident: str) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (when, self._seq, kind, ident))
+
+    def _instance_ready(self, t: float, ident: str) -> None:
+        inst = self.instances.get(ident)
+        if inst is None or inst.state != InstanceState.starting:
+            return
+        inst.state = InstanceState.running
+        self.version += 1
+        if inst.replaces and inst.replaces in self.instances:
+            self._stop(t, inst.replaces)
+
+    def _release_deadline(self, t: float, host_id: str) -> None:
+        host = self.hosts.get(host_id)
+        if host is None:
+            return
+        for ident in list(host.instances):  # copies not yet replaced stop at the paid time's end
+            self._stop(t, ident)
+        self._release(t, host)
+
+    # -- actions ---------------------------------------------------------------------------
+    def apply(self, t: float, actions: Sequence[Action], immediate: bool = False) -> None:
+        """Execute actions in order. `immediate` deploys without delays (the initial deployment)."""
+        bound: Dict[str, str] = {}
+
+        def resolve(ref: str) -> str:
+            return bound[ref] if ref.startswith(NEW_HOST_PREFIX) else ref
+
+        for a in actions:
+            if isinstance(a, LeaseHost):
+                host = self._lease(t, immediate)
+                bound[a.host] = host.id
+                self._record(t, a, None, None, host.id, None)
+            elif isinstance(a, ScaleUp):
+                inst = self._start(t, a.operator, resolve(a.host), immediate)
+                self.scalings[a.operator] += 1
+                self._record(t, a, a.operator, inst.id, inst.host, None)
+            elif isinstance(a, ScaleDown):
+                self._stop(t, a.instance)
+                self.scalings[a.operator] += 1
+                self._record(t, a, a.operator, a.instance, a.host, None)
+            elif isinstance(a, Migrate):
+                old = self.instances[a.instance]
+                old.replaced = True
+                new = self._start(t, a.operator, resolve(a.target), immediate)
+                new.replaces = old.id
+                self._record(t, a, a.operator, a.instance, a.host, new.host)
+            elif isinstance(a, ProlongHost):
+                host = self.hosts[a.host]
+                host.btu_end += self.btu_s
+                host.prolongations += 1
+                self._record(t, a, None, None, host.id, None)
+            elif isinstance(a, ReleaseHost):
+                host = self.hosts[resolve(a.host)]
+                host.releasing = True
+                self._record(t, a, None, None, host.id, None)
+                if not host.instances:
+                    self._release(t, host)
+                else:
+                    self._at(max(t, host.btu_end), "release_deadline", host.id)
+            else:  # pragma: no cover - the Action union is closed
+                raise TypeError(f"unknown action {a!r}")
+
+    def _record(self, t: float, a: Action, operator, instance, host, target) -> None:
+        self.records.append(ActionRecord(t, a.kind, operator, instance, host, target, a.reason))
+
+    def _uniform(self, bounds: Sequence[float]) -> float:
+        return float(self.rng.uniform(bounds[0], bounds[1]))
+
+    def _lease(self, t: float, immediate: bool) -> SimHost:
+        self._host_seq += 1
+        ready = t if immediate else t + self._uniform(self.infra.lease_delay_s)
+        host = SimHost(f"vm{self._host_seq}", self.infra.host_cpu_shares, self.infra.host_memory_mb, t, ready, t + self.btu_s)
+        self.hosts[host.id] = host
+        return host
+
+    def _start(self, t: float, operator: str, host_id: str, immediate: bool) -> SimInstance:
+        host = self.hosts[host_id]
+        self._instance_seq += 1
+        ident = f"{operator}-{self._instance_seq}"
+        if immediate:
+            ready = t
+            host.images.setdefault(operator, t)
+        else:
+            begin = max(t, host.ready_at)
+            if operator not in host.images:
+                host.images[operator] = begin + self.topology.types[operator].image_mb / self.infra.pull_mb_per_s
+            ready = max(begin, host.images[operator]) + self._uniform(self.infra.container_start_s)
+        inst = SimInstance(ident, operator, host.id, t, ready)
+        self.instances[ident] = inst
+        host.instances.append(ident)
+        if immediate:
+            inst.state = InstanceState.running
+            self.version += 1
+        else:
+            self._at(ready, "ready", ident)
+        return inst
+
+    def _stop(self, t: float, ident: str) -> None:
+        """Graceful stop: in the fluid model the items an instance holds are already accounted."""
+        inst = self.instances.pop(ident)
+        host = self.hosts[inst.host]
+        host.instances.remove(ident)
+        self.version += 1
+        if host.releasing and not host.instances:
+            self._release(t, host)
+
+    def _release(self, t: float, host: SimHost) -> None:
+        if host.released_at is None:
+            host.released_at = t
+            del self.hosts[host.id]
+            self.retired.append(host)
+
+    # -- views -----------------------------------------------------------------------------
+    def serving(self) -> Dict[str, List[SimInstance]]:
+        """Instances processing items, per operator type (migration sources until replaced)."""
+        out: Dict[str, List[SimInstance]] = {o: [] for o in self.topology.operators}
+        for inst in self.instances.values():
+            if inst.state == InstanceState.running:
+                out[inst.operator].append(inst)
+        return out
+
+    def counted(self, operator: str) -> int:
+        return sum(1 for i in self.instances.values() if i.operator == operator and not i.replaced)
+
+    def host_views(self, t: float) -> Tuple[HostView, ...]:
+        views = []
+        types = self.topology.types
+        for h in self.hosts.values():
+            members = [self.instances[i] for i in h.instances if not self.instances[i].replaced]
+            views.append(HostView(
+                id=h.id, cpu=h.cpu, memory=h.memory,
+                cpu_free=h.cpu - sum(types[i.operator].cpu for i in members),
+                memory_free=h.memory - sum(types[i.operator].memory for i in members),
+                leased_at=h.leased_at, btu_end=h.btu_end, images=frozenset(h.images), ready=h.ready_at <= t,
+                cost=self.price, releasing=h.releasing,
+            ))
+        return tuple(views)
+
+    def instance_views(self) -> Tuple[InstanceView, ...]:
+        return tuple(
+            InstanceView(i.id, i.operator, i.host, InstanceState.draining if i.replaced else i.state, i.requested_at)
+            for i in self.instances.values()
+        )
+
+    def leases(self, end_s: float) -> Dict[str, list]:
+        """The `leases` table. Paid BTUs include prolongations paid in advance of the run's end."""
+        cols: Dict[str, list] = {k: [] for k in ("host", "start_s", "end_s", "btu_s", "paid_btus", "prolongations", "released")}
+        for h in sorted(self.retired + list(self.hosts.values()), key=lambda h: (h.leased_at, h.id)):
+            end = h.released_at if h.released_at is not None else end_s
+            paid = paid_btus(h.leased_at, end, self.btu_s)
+            if h.released_at is None:
+                paid = max(paid, 1 + h.prolongations)
+            cols["host"].append(h.id)
+            cols["start_s"].append(h.leased_at)
+            cols["end_s"].append(end)
+            cols["btu_s"].append(self.btu_s)
+            cols["paid_btus"].append(paid)
+            cols["prolongations"].append(h.prolongations)
+            cols["released"].append(h.released_at is not None)
+        return cols

@@ -1,0 +1,96 @@
+"""The exact per-item reference model: every item queued, every slot with its own random service
+times. Too slow for experiments (~100× the cohort model); it validates `testbed.sim.network`."""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import Deque, Dict, List, Sequence
+
+from testbed.sim.recorder import SampleRecorder
+from testbed.topology import Topology
+
+
+class _ExactQueue:
+    def __init__(self, name: str, index: int, selectivity: float):
+        self.name = name
+        self.index = index
+        self.items: Deque[float] = deque()  # send times, FIFO
+        self.free: List[float] = []  # heap of slot free times
+        self.selectivity = selectivity
+        self.owed = 0.0
+        self.outputs: List["_ExactQueue"] = []
+        self.processed = 0
+
+
+class ExactNetwork:
+    def __init__(self, topology: Topology, hop_s: float, recorder: SampleRecorder):
+        self.hop_s = hop_s
+        self.recorder = recorder
+        self.queues: Dict[str, _ExactQueue] = {
+            o: _ExactQueue(o, k, topology.selectivity[o]) for k, o in enumerate(topology.operators)
+        }
+        for o, q in self.queues.items():
+            q.outputs = [self.queues[d] for d in topology.downstream[o]]
+        self._order = [self.queues[o] for o in topology.operators]
+
+    def send(self, operator: str, t: float, count: int) -> None:
+        self.queues[operator].items.extend([t] * count)
+
+    def depth(self, operator: str) -> int:
+        return len(self.queues[operator].items)
+
+    def processed(self, operator: str) -> int:
+        return self.queues[operator].processed
+
+    def advance(self, t0: float, t1: float, slots: Dict[str, int], service_s: Dict[str, float],
+                instances: Dict[str, Sequence[str]]) -> None:
+        for q in self._order:
+            self._set_slots(q, slots[q.name], t0)
+            if q.free:
+                self._serve(q, t1, service_s[q.name], instances[q.name])
+
+    @staticmethod
+    def _set_slots(q: _ExactQueue, slots: int, t: float) -> None:
+        free = sorted(q.free)
+        if slots > len(free):
+            free = [t] * (slots - len(free)) + free
+        else:
+            del free[slots:]  # the busiest slots go; their items still finish
+        heapq.heapify(free)
+        q.free = free
+
+    def _serve(self, q: _ExactQueue, t1: float, s: float, instances: Sequence[str]) -> None:
+        hop, rec, items, free = self.hop_s, self.recorder, q.items, q.free
+        while items:
+            send = items[0]
+            start = max(free[0], send + hop)
+            if start >= t1:
+                break
+            items.popleft()
+            finish = start + rec.service(q.index, s)
+            heapq.heapreplace(free, finish)
+            if rec.take(q.index, 1):
+                rec.record_finished(q.index, instances, send, finish)
+            q.processed += 1
+            if q.outputs:
+                total = q.owed + q.selectivity
+                out = int(total)
+                q.owed = total - out
+                for d in q.outputs:
+                    # Items reach a queue in the order they were sent (finish times interleave).
+                    self._insert(d, finish, out)
+
+    @staticmethod
+    def _insert(q: _ExactQueue, send: float, count: int) -> None:
+        if count == 0:
+            return
+        items = q.items
+        if not items or items[-1] <= send:
+            items.extend([send] * count)
+            return
+        # Rare: a slot finished earlier than items already forwarded; keep the queue in send order.
+        pos = len(items)
+        while pos > 0 and items[pos - 1] > send:
+            pos -= 1
+        for _ in range(count):
+            items.insert(pos, send)

@@ -1,0 +1,191 @@
+"""The simulated testbed: a time-stepped run of provider, queues, operators and cloud that asks the
+policy for actions every reasoning cycle and produces the event-log tables of one run."""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Deque, Dict, List, Optional
+
+from data_provider.patterns import Pattern
+from testbed.billing import price_per_btu
+from testbed.config import ExperimentConfig
+from testbed.model import OperatorView, Snapshot
+from testbed.policies.base import Policy, initial_deployment
+from testbed.rng import stream
+from testbed.sim.cluster import SimCluster
+from testbed.sim.exact import ExactNetwork
+from testbed.sim.network import CohortNetwork
+from testbed.sim.recorder import SampleRecorder
+from testbed.topology import Topology
+
+_EPS = 1e-9
+
+
+@dataclass
+class SimulationResult:
+    tables: Dict[str, Dict[str, list]]
+    duration_s: float
+
+
+class Simulation:
+    def __init__(self, cfg: ExperimentConfig, policy: Policy, pattern: Pattern, seed: int, btu_minutes: int):
+        self.cfg = cfg
+        self.policy = policy
+        self.pattern = pattern
+        self.topology = Topology.from_config(cfg.topology)
+        self.duration_s = cfg.duration_min * 60.0
+        self.btu_s = btu_minutes * 60.0
+        ops = self.topology.operators
+        services = {o: self.topology.configs[o].service for o in ops}
+        self.services = services
+        self.recorder = SampleRecorder(
+            ops, [services[o].cv for o in ops], cfg.runtime.sample_every, cfg.runtime.sampling,
+            cfg.runtime.measurement, seed,
+        )
+        network_cls = ExactNetwork if cfg.backend.exact else CohortNetwork
+        self.network = network_cls(self.topology, cfg.backend.hop_latency_ms / 1000.0, self.recorder)
+        self.cluster = SimCluster(
+            self.topology, cfg.infrastructure, services, self.btu_s,
+            price_per_btu(btu_minutes, cfg.billing.price_per_10_minutes), stream(seed, "cloud"),
+        )
+        self.durations: Dict[str, Deque[float]] = {o: deque(maxlen=cfg.policy.samples) for o in ops}
+        self.service_s = {o: services[o].mean_ms / 1000.0 for o in ops}
+        self._emitted_since_monitor = 0
+        self._processed_at_monitor = {o: 0 for o in ops}
+        self.tables: Dict[str, Dict[str, list]] = {
+            "load": {k: [] for k in ("t_s", "machines", "source", "items", "lateness_ms")},
+            "processed": {k: [] for k in ("t_s", "operator", "items")},
+            "queues": {k: [] for k in ("t_s", "operator", "depth")},
+            "instances": {k: [] for k in ("t_s", "operator", "instances", "starting", "hosts")},
+            "hosts": {k: [] for k in ("t_s", "leased", "ready")},
+        }
+        self._input_rate = 0.0
+
+    # -- main loop -------------------------------------------------------------------------
+    def run(self) -> SimulationResult:
+        rt = self.cfg.runtime
+        dt = self.cfg.backend.step_ms / 1000.0
+        tick = self.topology.tick_s
+        steps = math.ceil(self.duration_s / dt - _EPS)
+        self.cluster.apply(0.0, initial_deployment(self._snapshot(0.0), rt.initial_instances), immediate=True)
+        next_tick, next_monitor, next_reasoning = 0.0, rt.monitoring_s, rt.reasoning_s
+        version, slots, instances = -1, {}, {}
+        for step in range(steps):
+            t0, t1 = step * dt, min((step + 1) * dt, self.duration_s)
+            self.cluster.process_events(t0)
+            while next_tick < t1 - _EPS:
+                self._emit(next_tick)
+                next_tick += tick
+            if self.cluster.version != version:
+                version = self.cluster.version
+                slots, instances = self._capacity()
+            self.network.advance(t0, t1, slots, self.service_s, instances)
+            if t1 >= next_monitor - _EPS:
+                self._monitor(t1)
+                next_monitor += rt.monitoring_s
+            if t1 >= next_reasoning - _EPS and t1 < self.duration_s - _EPS:
+                self.cluster.apply(t1, self.policy.decide(self._snapshot(t1)))
+                next_reasoning += rt.reasoning_s
+        return SimulationResult(self._finish_tables(), self.duration_s)
+
+    def _emit(self, t: float) -> None:
+        machines = self.pattern.machines_at(t)
+        load = self.tables["load"]
+        for src in self.topology.sources:
+            items = machines * src.items_per_tick
+            for d in src.downstream:
+                self.network.send(d, t, items)
+            self._emitted_since_monitor += items
+            load["t_s"].append(t)
+            load["machines"].append(machines)
+            load["source"].append(src.name)
+            load["items"].append(items)
+            load["lateness_ms"].append(0.0)
+
+    def _capacity(self):
+        serving = self.cluster.serving()
+        slots = {o: len(serving[o]) * self.services[o].parallel for o in serving}
+        instances = {o: [i.id for i in serving[o]] for o in serving}
+        if self.cfg.backend.cpu_contention:
+            self.service_s = self._contended_service_times(serving)
+        return slots, instances
+
+    def _contended_service_times(self, serving) -> Dict[str, float]:
+        """Busy slots needing more cores than a host has slow every instance on it alike."""
+        demand: Dict[str, float] = {}
+        for o, members in serving.items():
+            svc = self.services[o]
+            for inst in members:
+                demand[inst.host] = demand.get(inst.host, 0.0) + svc.parallel * svc.cpu_cores
+        cores = self.cfg.infrastructure.host_cpu_shares / 1024.0
+        out = {}
+        for o, members in serving.items():
+            base = self.services[o].mean_ms / 1000.0
+            factors = [max(1.0, demand[i.host] / cores) for i in members]
+            out[o] = base * (sum(factors) / len(factors) if factors else 1.0)
+        return out
+
+    # -- monitoring and snapshots ----------------------------------------------------------
+    def _monitor(self, t: float) -> None:
+        tables, net, cluster = self.tables, self.network, self.cluster
+        for o, mean in zip(self.topology.operators, self.recorder.interval_means()):
+            if mean is not None:
+                self.durations[o].append(mean)
+        serving = cluster.serving()
+        starting: Dict[str, int] = {o: 0 for o in self.topology.operators}
+        for inst in cluster.instances.values():
+            if inst.state.value == "starting":
+                starting[inst.operator] += 1
+        for o in self.topology.operators:
+            processed = net.processed(o)
+            tables["processed"]["t_s"].append(t)
+            tables["processed"]["operator"].append(o)
+            tables["processed"]["items"].append(processed - self._processed_at_monitor[o])
+            self._processed_at_monitor[o] = processed
+            tables["queues"]["t_s"].append(t)
+            tables["queues"]["operator"].append(o)
+            tables["queues"]["depth"].append(net.depth(o))
+            ins = tables["instances"]
+            ins["t_s"].append(t)
+            ins["operator"].append(o)
+            ins["instances"].append(len(serving[o]))
+            ins["starting"].append(starting[o])
+            ins["hosts"].append(len({i.host for i in serving[o]}))
+        tables["hosts"]["t_s"].append(t)
+        tables["hosts"]["leased"].append(len(cluster.hosts))
+        tables["hosts"]["ready"].append(sum(1 for h in cluster.hosts.values() if h.ready_at <= t))
+        self._input_rate = self._emitted_since_monitor / self.cfg.runtime.monitoring_s
+        self._emitted_since_monitor = 0
+
+    def _snapshot(self, t: float) -> Snapshot:
+        cluster = self.cluster
+        operators = {
+            o: OperatorView(
+                type=self.topology.types[o], n=cluster.counted(o), queue=self.network.depth(o),
+                durations=tuple(self.durations[o]), scalings=cluster.scalings[o],
+            )
+            for o in self.topology.operators
+        }
+        infra = self.cfg.infrastructure
+        return Snapshot(
+            t=t, operators=operators, hosts=cluster.host_views(t), instances=cluster.instance_views(),
+            btu_s=self.btu_s, reasoning_s=self.cfg.runtime.reasoning_s,
+            penalty=self.cfg.billing.penalty_per_item, input_rate=self._input_rate,
+            max_hosts=infra.max_hosts, host_cpu=infra.host_cpu_shares, host_memory=infra.host_memory_mb,
+        )
+
+    def _finish_tables(self) -> Dict[str, Dict[str, list]]:
+        rec = self.recorder
+        tables = dict(self.tables)
+        tables["samples"] = {"t_s": rec.t, "operator": rec.operator, "instance": rec.instance, "duration_ms": rec.duration_ms}
+        actions: Dict[str, List[Optional[object]]] = {
+            k: [] for k in ("t_s", "action", "operator", "instance", "host", "target_host", "reason", "policy")
+        }
+        for r in self.cluster.records:
+            for k in ("t_s", "action", "operator", "instance", "host", "target_host", "reason"):
+                actions[k].append(getattr(r, k))
+            actions["policy"].append(self.policy.name)
+        tables["actions"] = actions
+        tables["leases"] = self.cluster.leases(self.duration_s)
+        return tables

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from testbed.billing import paid_btus, price_per_btu
+from testbed.policies.btu import release_window_s
 from testbed.eventlog import EventLog, EventLogError, Manifest, find_runs, read_manifest
 
 # compliance levels: a sample complies at a level when duration_ms <= factor * slo_ms
@@ -123,7 +124,7 @@ def _release_window_s(cfg: Dict[str, Any], btu_s: float, where: Path) -> float:
     fraction = float(_get(cfg, "policy.release_window_fraction", where, _DEFAULT_RELEASE_FRACTION))
     reasoning_s = float(_get(cfg, "runtime.reasoning_s", where, _DEFAULT_REASONING_S))
     minimum_s = float(_get(cfg, "policy.release_window_min_s", where, 0.0))
-    return max(fraction * btu_s, reasoning_s, minimum_s)
+    return release_window_s(fraction, minimum_s, btu_s, reasoning_s)
 
 
 def _lease_btus(lease: pd.Series, btu_s: float, where: Path) -> int:

@@ -199,12 +199,12 @@ def _range(key: str, values: List[float]) -> None:
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     """Semantic checks that types cannot express. Raises ConfigError naming the key."""
-    from data_provider.patterns import validate_pattern
+    from data_provider.patterns import PatternError, validate_pattern
 
     try:
         validate_pattern(cfg.pattern)
-    except ValueError as exc:
-        raise ConfigError(f"pattern.{getattr(exc, 'key', 'levels')}", str(exc)) from exc
+    except PatternError as exc:
+        raise ConfigError(f"pattern.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from exc
     _positive("reps", cfg.reps)
     _positive("duration_min", cfg.duration_min)
     if cfg.workers < 0:

@@ -86,9 +86,14 @@ def downscale_utility(
     return 1 + cfg.w1 * instances + cfg.w2 * queue_load - cfg.w3 * delay - cfg.w4 * scalings
 
 
+def release_window_s(fraction: float, minimum_s: float, btu_s: float, reasoning_s: float) -> float:
+    """Hosts are examined when this little paid time remains (Decision: never below one cycle, so
+    a 60 s cycle cannot skip the 30 s window of a 10-minute BTU)."""
+    return max(fraction * btu_s, minimum_s, reasoning_s)
+
+
 def release_window(cfg: PolicyConfig, btu_s: float, reasoning_s: float) -> float:
-    """Hosts are examined when this little paid time remains (Decision: never below one cycle)."""
-    return max(cfg.release_window_fraction * btu_s, cfg.release_window_min_s, reasoning_s)
+    return release_window_s(cfg.release_window_fraction, cfg.release_window_min_s, btu_s, reasoning_s)
 
 
 class BtuPolicy:
@@ -101,10 +106,14 @@ class BtuPolicy:
         plan = Plan(snapshot)
         actions: List[Action] = []
         window = release_window(self.cfg, snapshot.btu_s, snapshot.reasoning_s)
-        for host in sorted(snapshot.hosts, key=lambda h: (h.btu_end, h.id)):
-            if not host.releasing and host.btu_end - snapshot.t <= window:
-                plan, host_actions = self._release_or_prolong(snapshot, plan, host.id, window)
-                actions += host_actions
+        due = [
+            h.id for h in sorted(snapshot.hosts, key=lambda h: (h.btu_end, h.id))
+            if not h.releasing and h.btu_end - snapshot.t <= window
+        ]
+        for k, host_id in enumerate(due):
+            # Hosts decided later in this cycle may go too: they are no migration target yet.
+            plan, host_actions = self._release_or_prolong(snapshot, plan, host_id, window, due[k + 1 :])
+            actions += host_actions
         for view in snapshot.operators.values():
             trigger = upscaling_trigger(
                 view.durations[-self.cfg.samples :], view.type.slo_ms, view.queue, self.cfg.scaling_threshold
@@ -185,11 +194,13 @@ class BtuPolicy:
 
     # -- host release at the end of its BTU (§8) ---------------------------------------------
     def _release_or_prolong(
-        self, snapshot: Snapshot, plan: Plan, host_id: str, window: float
+        self, snapshot: Snapshot, plan: Plan, host_id: str, window: float, undecided: Sequence[str]
     ) -> Tuple[Plan, List[Action]]:
         """Returns the plan to continue with (the simulated one if the host goes) and the actions."""
         remaining = plan.hosts[host_id].btu_end - snapshot.t
         trial = plan.copy()
+        for other in undecided:
+            trial.hosts[other].excluded = True
         host = trial.hosts[host_id]
         host.excluded = True
         on_host = list(host.instances)
@@ -219,4 +230,6 @@ class BtuPolicy:
             actions.append(Migrate(t, iid, host_id, target, f"{head}; migrated before release"))
         plan_text = f"remove {len(removals)}, migrate {len(migrations)}" + (f" ({', '.join(moves)})" if moves else "")
         actions.append(ReleaseHost(host_id, f"{head}; plan: {plan_text}"))
+        for other in undecided:
+            trial.hosts[other].excluded = False
         return trial, actions

@@ -10,7 +10,7 @@ from typing import Deque, Dict, List, Optional
 from data_provider.patterns import Pattern
 from testbed.billing import price_per_btu
 from testbed.config import ExperimentConfig
-from testbed.model import OperatorView, Snapshot
+from testbed.model import InstanceState, OperatorView, Snapshot
 from testbed.policies.base import Policy, initial_deployment
 from testbed.rng import stream
 from testbed.sim.cluster import SimCluster
@@ -135,7 +135,7 @@ class Simulation:
         serving = cluster.serving()
         starting: Dict[str, int] = {o: 0 for o in self.topology.operators}
         for inst in cluster.instances.values():
-            if inst.state.value == "starting":
+            if inst.state == InstanceState.starting:
                 starting[inst.operator] += 1
         for o in self.topology.operators:
             processed = net.processed(o)

@@ -304,3 +304,22 @@ def test_decide_is_pure():
     assert first == second
     assert len(first) > 3
     assert snap == before
+
+
+# -- two hosts at their BTU end in the same cycle ------------------------------------------------
+
+
+def test_instances_migrated_in_this_cycle_are_not_moved_again():
+    w = World(t=T, btu_s=600.0)
+    w.op("M", cpu=512, memory=1024)  # n = 1 -> U_M = -1: migrate
+    w.host("hA", "M", btu_end=T + 40.0)  # examined first
+    # hB: empty, M's image cached: s = 0.017857/7 * 0.01 = 0.0000255 -> the target chosen for m1,
+    # although hB's own BTU ends within the window too
+    w.host("hB", btu_end=T + 50.0, images=["M"])
+    w.host("h2")  # empty, no image: s = 0.002551
+    snap = w.snapshot()
+    actions = BtuPolicy(CFG).decide(snap)
+    known = {i.id for i in snap.instances}
+    referenced = [a.instance for a in actions if isinstance(a, (Migrate, ScaleDown))]
+    assert set(referenced) <= known, actions
+    assert len(referenced) == len(set(referenced)), actions  # one decision per instance

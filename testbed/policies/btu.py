@@ -135,20 +135,21 @@ class BtuPolicy:
         return actions
 
     def _place_without_lease(self, snapshot: Snapshot, plan: Plan, name: str) -> Tuple[Optional[str], List[Action]]:
-        """Steps 1-2: the best-suited host, making room by scaling other types down if that helps."""
+        """Steps 1-2: the best-suited host, else room made by scaling other types down. The removals
+        are simulated first and then carried out together, so nothing is reconfigured in vain."""
         op = plan.types[name]
+        best = self._best_host(plan, op)
+        if best is not None:
+            return best, []
+        room = self._room_by_scaling_down(snapshot, plan, op)
+        if room is None:
+            return None, []
+        host_id, victims = room
         actions: List[Action] = []
-        for _ in range(sum(plan.n.values()) + 1):  # every round removes an instance
-            best = self._best_host(plan, op)
-            if best is not None:
-                return best, actions
-            victim = self._room_by_scaling_down(snapshot, plan, op)
-            if victim is None:
-                return None, actions
-            host_id, instance, victim_op, utility = victim
+        for instance, victim_op, utility in victims:
             plan.remove(host_id, instance)
             actions.append(ScaleDown(victim_op, instance, host_id, f"make room for {name} (utility {utility:.3f})"))
-        return None, actions
+        return self._best_host(plan, op), actions
 
     def _best_host(self, plan: Plan, op: OperatorType) -> Optional[str]:
         scored = [(host_suitability(h, op, self.cfg.cache_factor), k, h.id) for k, h in enumerate(plan.candidate_hosts())]
@@ -163,12 +164,12 @@ class BtuPolicy:
 
     def _room_by_scaling_down(
         self, snapshot: Snapshot, plan: Plan, op: OperatorType
-    ) -> Optional[Tuple[str, str, str, float]]:
+    ) -> Optional[Tuple[str, List[Tuple[str, str, float]]]]:
         """Simulate removing instances of positive-utility types (highest first) on each host; if op
-        then fits somewhere, return the first instance to remove on the host needing fewest removals."""
+        then fits somewhere, return the host needing the fewest removals and those removals."""
         utilities = self._utilities(snapshot, plan, [t for t in plan.types if t != op.name])
         positive = {t: u for t, u in utilities.items() if u > 0}
-        best: Optional[Tuple[int, int, str, List[Tuple[str, str]]]] = None
+        best: Optional[Tuple[int, int, str, List[Tuple[str, str, float]]]] = None
         for k, host in enumerate(plan.candidate_hosts()):
             victims = sorted(
                 (-positive[t], plan.order[iid], iid, t)
@@ -179,18 +180,15 @@ class BtuPolicy:
             for _, _, iid, t in victims:
                 if cpu >= op.cpu and memory >= op.memory:
                     break
-                if left[t] < 2:
+                if left[t] < 2:  # every type keeps an instance
                     continue
                 left[t] -= 1
                 cpu += plan.types[t].cpu
                 memory += plan.types[t].memory
-                removed.append((iid, t))
+                removed.append((iid, t, positive[t]))
             if removed and cpu >= op.cpu and memory >= op.memory and (best is None or (len(removed), k) < best[:2]):
                 best = (len(removed), k, host.id, removed)
-        if best is None:
-            return None
-        iid, t = best[3][0]
-        return best[2], iid, t, positive[t]
+        return None if best is None else (best[2], best[3])
 
     # -- host release at the end of its BTU (§8) ---------------------------------------------
     def _release_or_prolong(

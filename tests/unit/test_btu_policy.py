@@ -137,6 +137,58 @@ def test_upscale_at_max_hosts_does_nothing():
     assert decide(_no_room_world(max_hosts=1)) == []
 
 
+@pytest.mark.parametrize("d_b, scaled_down", [(2000.0, False), (1990.0, True)])
+def test_upscale_scales_down_only_positive_utility_types(d_b, scaled_down):
+    w = World(t=T)
+    w.op("X", cpu=1024, memory=2048, queue=100, durations=(1500.0,))
+    w.op("B", cpu=512, memory=1024, queue=10, durations=(d_b,))
+    w.op("C", cpu=1024, memory=2048)  # n = 1 -> -1
+    # h1 free: 4096 - 1024 - 2*512 - 1024 = 1024 / 7168 - 2048 - 2*1024 - 2048 = 1024: X does not fit;
+    # without one B: 1536 / 2048, X fits.
+    w.host("h1", "X", "B", "B", "C")
+    # n: X 1, B 2, C 1 -> instances_B = 1; scalings all 0.
+    # d_B 2000: U_B = 1 + 1 + 0 - 2.0 * 1.0001 - 0 = -0.0002 -> not a candidate: lease
+    # d_B 1990: U_B = 1 + 1 + 0 - 1.99 * 1.0001 - 0 = 0.009801 -> scale one B down
+    actions = decide(w)
+    if scaled_down:
+        assert kinds(actions) == ["scale_down", "scale_up"]
+        assert (actions[0].operator, actions[0].host, actions[1].host) == ("B", "h1", "h1")
+        assert "0.010" in actions[0].reason
+    else:
+        assert kinds(actions) == ["lease", "scale_up"]
+
+
+def test_room_making_does_not_stop_half_way():
+    w = World(t=T)
+    w.op("X", cpu=1024, memory=2048, queue=100, durations=(1500.0,))
+    w.op("A", cpu=512, memory=256, queue=10, durations=(1500.0,))
+    w.op("C", cpu=1536, memory=2048)  # n = 1 -> -1
+    # h1 free: CPU 4096 - 1024 - 3*512 - 1536 = 0, memory 7168 - 2048 - 3*256 - 2048 = 2304.
+    # X needs 1024 CPU: two A must go (n 3 -> 1, allowed).
+    # First simulation: n X 1, A 3, C 1 -> instances_A = 1; scalings all 0;
+    #   U_A = 1 + 1 + 0 - 1.5 * 1.0001 - 0 = 0.49985 > 0 -> two removals make room: yes.
+    # After one removal: n A 2 (max 2, min 1) -> instances 1; scalings A 1 of 1 -> 1;
+    #   U_A = 1 + 1 - 1.50015 - 1 = -0.50015 -> the second simulation fails.
+    w.host("h1", "X", "A", "A", "A", "C")
+    actions = decide(w)
+    # Either room is made on h1 (two ScaleDowns, ScaleUp on h1) or nothing is reconfigured (lease).
+    assert kinds(actions) in (["scale_down", "scale_down", "scale_up"], ["lease", "scale_up"]), actions
+
+
+def test_placements_earlier_in_the_cycle_are_seen_by_later_ones():
+    w = World(t=T)
+    w.op("X", cpu=512, memory=1024, queue=100, durations=(1500.0,))
+    w.op("Y", cpu=512, memory=1024, queue=100, durations=(1500.0,))
+    w.op("F", cpu=3584, memory=6144)
+    w.host("h1", "F")  # free 512 / 1024: room for exactly one of X, Y
+    # X (first in topological order) takes h1; for Y no host fits and no type has a positive
+    # utility (X: n 0 + 1 = 1, F: n 1, Y itself excluded) -> a new host.
+    actions = decide(w)
+    assert [(a.kind, getattr(a, "operator", None)) for a in actions] == [
+        ("scale_up", "X"), ("lease", None), ("scale_up", "Y")]
+    assert actions[0].host == "h1" and actions[2].host == actions[1].host
+
+
 # -- host release procedure (§8) ----------------------------------------------------------------
 
 
@@ -310,16 +362,35 @@ def test_decide_is_pure():
 
 
 def test_instances_migrated_in_this_cycle_are_not_moved_again():
+    """Regression: a host released later in the same cycle is no migration target, so no action
+    names the plan's placeholder ids (new:instanceN) and no instance is moved twice."""
     w = World(t=T, btu_s=600.0)
     w.op("M", cpu=512, memory=1024)  # n = 1 -> U_M = -1: migrate
     w.host("hA", "M", btu_end=T + 40.0)  # examined first
-    # hB: empty, M's image cached: s = 0.017857/7 * 0.01 = 0.0000255 -> the target chosen for m1,
-    # although hB's own BTU ends within the window too
+    # hB: empty, M's image cached: s = 0.017857/7 * 0.01 = 0.0000255 would be the best target, but
+    # hB's own BTU ends within the window too (50 s <= 60 s)
     w.host("hB", btu_end=T + 50.0, images=["M"])
-    w.host("h2")  # empty, no image: s = 0.002551
+    w.host("h2")  # empty, no image: f = 7, diff = 0.017857, s = 0.002551
     snap = w.snapshot()
     actions = BtuPolicy(CFG).decide(snap)
     known = {i.id for i in snap.instances}
     referenced = [a.instance for a in actions if isinstance(a, (Migrate, ScaleDown))]
     assert set(referenced) <= known, actions
     assert len(referenced) == len(set(referenced)), actions  # one decision per instance
+    assert [(a.kind, a.host, getattr(a, "target", None)) for a in actions] == [
+        ("migrate", "hA", "h2"), ("release", "hA", None), ("release", "hB", None)]
+
+
+def test_host_due_later_becomes_a_target_again_when_prolonged():
+    """hA cannot go (its only possible target hB is due too): hA is prolonged; then hB, examined
+    next, may move its instance to hA, which stays."""
+    w = World(t=T, btu_s=600.0)
+    w.op("M", cpu=512, memory=1024)  # n = 1 -> -1: migrate
+    w.op("N", cpu=512, memory=1024)  # n = 1 -> -1: migrate
+    w.op("C", cpu=4096, memory=7168)
+    w.host("hA", "M", btu_end=T + 40.0)
+    w.host("hB", "N", btu_end=T + 50.0)
+    w.host("h2", "C")  # full
+    actions = decide(w)
+    assert [(a.kind, a.host, getattr(a, "target", None)) for a in actions] == [
+        ("prolong", "hA", None), ("migrate", "hB", "hA"), ("release", "hB", None)]

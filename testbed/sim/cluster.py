@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from testbed.billing import paid_btus
-from testbed.config import InfrastructureConfig, ServiceConfig
+from testbed.config import InfrastructureConfig
 from testbed.model import (
     NEW_HOST_PREFIX,
     Action,
@@ -65,11 +65,10 @@ class ActionRecord:
 
 
 class SimCluster:
-    def __init__(self, topology: Topology, infra: InfrastructureConfig, services: Dict[str, ServiceConfig],
-                 btu_s: float, price_per_btu: float, rng: np.random.Generator):
+    def __init__(self, topology: Topology, infra: InfrastructureConfig, btu_s: float, price_per_btu: float,
+                 rng: np.random.Generator):
         self.topology = topology
         self.infra = infra
-        self.services = services
         self.btu_s = btu_s
         self.price = price_per_btu
         self.rng = rng

@@ -46,7 +46,7 @@ class Simulation:
         network_cls = ExactNetwork if cfg.backend.exact else CohortNetwork
         self.network = network_cls(self.topology, cfg.backend.hop_latency_ms / 1000.0, self.recorder)
         self.cluster = SimCluster(
-            self.topology, cfg.infrastructure, services, self.btu_s,
+            self.topology, cfg.infrastructure, self.btu_s,
             price_per_btu(btu_minutes, cfg.billing.price_per_10_minutes), stream(seed, "cloud"),
         )
         self.durations: Dict[str, Deque[float]] = {o: deque(maxlen=cfg.policy.samples) for o in ops}

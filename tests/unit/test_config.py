@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException
-from omegaconf.errors import ConfigKeyError, ValidationError
+from omegaconf.errors import ValidationError
 
 from testbed.config import ConfigError, PolicyName
 from testbed.experiment import plan_runs

@@ -27,7 +27,11 @@ def _experiment(cfg: DictConfig) -> None:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
-    runs = run_experiment(typed)
+    try:
+        runs = run_experiment(typed)
+    except KeyboardInterrupt:
+        print("interrupted: the runs in progress are marked incomplete", file=sys.stderr)
+        sys.exit(130)
     if typed.summary and runs:
         root = Path(typed.out) / typed.pattern.name
         try:

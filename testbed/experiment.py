@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import copy
+import multiprocessing
 import os
+import signal
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List
@@ -109,12 +110,33 @@ def _execute_packed(args) -> Path:
     return execute(*args)
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _worker_init() -> None:
+    # Pool.terminate() sends SIGTERM: turn it into an interrupt so the run is marked incomplete.
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
 def run_experiment(cfg: ExperimentConfig) -> List[Path]:
-    """All runs of the config; in parallel over `workers` processes (0 = one per core)."""
+    """All runs of the config; in parallel over `workers` processes (0 = one per core). On Ctrl-C
+    or SIGTERM, running runs are marked incomplete and queued ones never start."""
     specs = plan_runs(cfg)
     workers = min(cfg.workers or os.cpu_count() or 1, len(specs))
     print(f"{len(specs)} run(s) of pattern {cfg.pattern.name} into {cfg.out}/ with {workers} worker(s)", file=sys.stderr)
-    if workers <= 1:
-        return [execute(cfg, s) for s in specs]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_execute_packed, [(cfg, s) for s in specs]))
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        if workers <= 1:
+            return [execute(cfg, s) for s in specs]
+        pool = multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init)
+        try:
+            return list(pool.imap(_execute_packed, [(cfg, s) for s in specs]))
+        except BaseException:
+            pool.terminate()
+            raise
+        finally:
+            pool.close()
+            pool.join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
+
+from testbed.eventlog import read_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,6 +43,25 @@ def test_multirun_sweeps_one_policy(tmp_path):
                    "duration_min=5", f"out={out}", "summary=false", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (out / "stepwise").iterdir()) == ["btu-10", "btu-30"]
+
+
+def test_terminated_experiment_marks_running_runs_incomplete(tmp_path):
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed.cli", "experiment", f"out={out}", "workers=2"], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    deadline = time.monotonic() + 120
+    while not list(out.glob("stepwise/*/*/manifest.json")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "incomplete" in stderr
+    statuses = [read_manifest(m.parent).status for m in out.glob("stepwise/*/*/manifest.json")]
+    assert "incomplete" in statuses and "running" not in statuses
+    assert len(statuses) < 12  # queued runs never started
 
 
 def test_patterns_plot_writes_a_png(tmp_path):

@@ -8,9 +8,13 @@ start time has a closed form per slot (the maximum of two lines):
 
     S(k, r) = max(free_k + r·s, a0 + k·delta + r·max(c·delta, s))
 
-so a whole cohort is served in O(c) arithmetic, and every sampled item's waiting time is exact.
-Service variability enters each sampled item's own service time. `testbed.sim.exact` is the per-item
-reference model that validates this one (tests/unit/test_cohort_vs_exact.py).
+so a whole cohort is served in O(c) arithmetic, and with a deterministic service time every item's
+start is exactly the per-item FIFO schedule. Service variability enters each sampled item's own
+service time (not the queue's progress). Approximation: the outputs of one step leave evenly spread
+between its first and last finish, so the burst structure of a wide upstream (many slots finishing
+together) is smoothed; an operator behind one waits less than in the exact model.
+`testbed.sim.exact` is the per-item reference model that validates this one
+(tests/unit/test_cohort_vs_exact.py).
 """
 from __future__ import annotations
 

@@ -12,6 +12,10 @@ BACKEND ?=
 SEED    ?=
 OUT     ?=
 ARGS    ?=
+# `make report`: the runs folder to report (default: the pattern's folder) and report overrides,
+# e.g. REPORT_ARGS="spark.master=spark://host:7077 out=/tmp/report"
+RUNS        ?= $(or $(OUT),runs)/$(PATTERN)
+REPORT_ARGS ?=
 
 # Make variables -> Hydra overrides (only those given).
 OVERRIDES := pattern=$(PATTERN) \
@@ -23,7 +27,7 @@ OVERRIDES := pattern=$(PATTERN) \
 	$(if $(OUT),out=$(OUT)) \
 	$(ARGS)
 
-.PHONY: setup experiment test test-unit bench patterns clean
+.PHONY: setup experiment report test test-unit bench patterns clean infra-up infra-down images
 
 setup: $(STAMP)
 
@@ -35,6 +39,10 @@ $(STAMP): pyproject.toml
 
 experiment: $(STAMP)
 	$(BIN)/testbed experiment $(OVERRIDES)
+	$(BIN)/testbed report $(or $(OUT),runs)/$(PATTERN) $(REPORT_ARGS)
+
+report: $(STAMP)
+	$(BIN)/testbed report $(RUNS) $(REPORT_ARGS)
 
 patterns: $(STAMP)
 	$(BIN)/testbed patterns plot $(or $(OUT),runs)/patterns.png
@@ -47,6 +55,26 @@ test-unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py
+	$(BIN)/python benchmarks/bench_report.py
+	bash infra/services.sh start >/dev/null
+	$(BIN)/python benchmarks/bench_provider.py
+
+# Container images. IMAGE_BASE: the official python slim image where it is present (or pullable:
+# `make images IMAGE_BASE=python:3.11-slim`), else a Debian base made by infra/base-image.sh.
+IMAGE_BASE ?= $(shell docker image inspect python:3.11-slim >/dev/null 2>&1 && echo python:3.11-slim || echo testbed-base:bookworm)
+
+images:
+	bash infra/docker.sh start
+	$(if $(filter testbed-base:%,$(IMAGE_BASE)),bash infra/base-image.sh $(IMAGE_BASE))
+	docker build -q -f data_provider/Dockerfile --build-arg BASE=$(IMAGE_BASE) -t testbed-provider:latest .
+
+# Local services of the live testbed (RabbitMQ with management, Redis, tesseract): install + start / stop
+infra-up:
+	bash infra/services.sh install
+	bash infra/services.sh start
+
+infra-down:
+	bash infra/services.sh stop
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

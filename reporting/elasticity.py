@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
+from reporting.spark_tables import materialise
+
 ELASTICITY_METRICS: Tuple[str, ...] = (
     "elasticity_under_accuracy_pct",
     "elasticity_over_accuracy_pct",
@@ -35,12 +37,6 @@ DEMAND_SUPPLY_METRICS: Tuple[str, ...] = ("mean_demand_instances", "mean_supply_
 
 # rate / capacity just above an integer must not ask for another instance because of float noise
 _CEIL_EPSILON = 1e-9
-
-
-def per_operator_metric(metric: str, operator: str) -> str:
-    """'elasticity_under_accuracy_pct', 'O1' -> 'elasticity_under_accuracy_O1_pct'."""
-    stem, _, unit = metric.rpartition("_")
-    return f"{stem}_{operator}_{unit}"
 
 
 def demand_supply(tables, ops):
@@ -86,12 +82,12 @@ def elasticity_metrics(tables, ops):
         F.when(first, None).otherwise(dt).alias("dt_after_first"),
         (d * dt).alias("d_dt"), (s * dt).alias("s_dt"),
     )
-    sums = terms.groupBy("run_id", "operator").agg(
+    sums = materialise(terms.groupBy("run_id", "operator").agg(
         F.sum("dt").alias("T"), F.sum("under_acc").alias("ua"), F.sum("over_acc").alias("oa"),
         F.sum("under_time").alias("ut"), F.sum("over_time").alias("ot"),
         F.sum("unstable").alias("un"), F.sum("dt_after_first").alias("T2"),
         F.sum("d_dt").alias("dd"), F.sum("s_dt").alias("ss"),
-    )
+    ))
 
     def pct(num: str, den: str):
         return F.lit(100.0) * F.try_divide(F.col(num), F.col(den))

@@ -19,20 +19,22 @@ Spark's missing values are nulls (never NaN), so averages and counts skip them l
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Sequence, Tuple
 
 import pandas as pd
 
 from reporting.elasticity import DEMAND_SUPPLY_METRICS, ELASTICITY_METRICS, elasticity_metrics
 from reporting.run_catalog import ReportError, RunCatalog
-from reporting.spark_tables import RunTables
+from reporting.spark_tables import RunTables, materialise
 from reporting.summary import BTU_DEPENDENT_METRICS, BTU_INDEPENDENT_METRICS, COLUMNS, LEVELS, METRICS
 from testbed.eventlog import ACTIONS
 
 _ACTION_COUNTS = {"vm_leases": "lease", "vm_prolongations": "prolong", "vm_releases": "release",
                   "scale_ups": "scale_up", "scale_downs": "scale_down", "migrations": "migrate"}
-# reporting.billing.paid_btus: a lease ending this little after a BTU boundary pays no further BTU
+# testbed.billing.paid_btus: a lease ending this little after a BTU boundary pays no further BTU
 _BILLING_EPSILON_S = 1e-6
 # math.isclose's default: the lease's own BTU and the billing BTU are "the same"
 _ISCLOSE_REL = 1e-9
@@ -43,10 +45,6 @@ PER_RUN_COLUMNS = ["pattern", "approach", "config", "rep", "btu_minutes", "metri
 
 def compliance_metric(level: str, operator: str) -> str:
     return f"{level}_compliance_{operator}_pct"
-
-
-def time_to_adapt_metric(operator: str) -> str:
-    return f"time_to_adapt_{operator}_s"
 
 
 def metric_rank(metric: str) -> Tuple[int, int, str]:
@@ -65,6 +63,18 @@ def metric_rank(metric: str) -> Tuple[int, int, str]:
 class SparkMetrics:
     per_run: pd.DataFrame  # PER_RUN_COLUMNS: one value per run, BTU length (if any) and metric
     summary: pd.DataFrame  # reporting.summary.COLUMNS: mean, sd, n over repetitions
+    timings: Dict[str, float] = field(default_factory=dict)  # seconds per step (benchmark figures)
+
+
+class _Stopwatch:
+    def __init__(self) -> None:
+        self.timings: Dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = self.timings.get(name, 0.0) + now - self._last
+        self._last = now
 
 
 # ---- run parameters as small Spark tables --------------------------------------------------------
@@ -81,7 +91,7 @@ def _run_frames(spark, catalog: RunCatalog):
             T.StructField("penalty_per_item", T.DoubleType(), False),
         ]))
     ops = spark.createDataFrame(
-        [(r.run_id, o.operator, o.slo_ms, o.excluded, None if o.capacity_per_s != o.capacity_per_s else o.capacity_per_s)
+        [(r.run_id, o.operator, o.slo_ms, o.excluded, None if math.isnan(o.capacity_per_s) else o.capacity_per_s)
          for r in catalog.complete for o in r.operators()],
         T.StructType([
             T.StructField("run_id", T.IntegerType(), False), T.StructField("operator", T.StringType(), False),
@@ -99,31 +109,52 @@ def _run_frames(spark, catalog: RunCatalog):
 
 # ---- the metrics ---------------------------------------------------------------------------------
 
-def _compliance(tables: RunTables, ops, catalog: RunCatalog):
-    """(per-run headline/all shares, per-operator long rows); fails on samples of operators without an SLO."""
+def _samples_metrics(tables: RunTables, ops, catalog: RunCatalog):
+    """Compliance and time to adapt in one pass over the samples (the largest table): a window per
+    (run, operator) in time order finds the violation episodes, and the aggregation that follows
+    reuses the window's partitioning, so the samples are scanned and shuffled once.
+
+    Returns (per-run shares and time to adapt, per-operator long rows). Fails on samples of
+    operators without an SLO."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    samples = tables["samples"].join(F.broadcast(ops.select("run_id", "operator", "slo_ms", "excluded")),
-                                     ["run_id", "operator"], "left")
+    s = tables["samples"].join(F.broadcast(ops.select("run_id", "operator", "slo_ms", "excluded")),
+                               ["run_id", "operator"], "left")
     ok = {level: F.col("duration_ms") <= F.lit(factor) * F.col("slo_ms") for level, factor in LEVELS}
-    per_op = samples.groupBy("run_id", "operator").agg(
+    # _row (position in the file) breaks ties in t_s as the pandas stable sort does
+    w = Window.partitionBy("run_id", "operator").orderBy("t_s", "_row")
+    s = s.select("run_id", "operator", "t_s", "_row", "slo_ms", "excluded",
+                 *[cond.alias(f"ok_{level}") for level, cond in ok.items()])
+    s = s.withColumn("prev_ok", F.lag("ok_realtime").over(w))
+    # An episode starts at a real-time violation right after a compliant sample. The last start at
+    # or before a compliant sample that follows a violation is the start of the episode it ends;
+    # leading violations have no compliant sample before them, hence no start.
+    s = s.withColumn("start_t", F.when(~F.col("ok_realtime") & F.col("prev_ok"), F.col("t_s")))
+    s = s.withColumn("open_start", F.last("start_t", ignorenulls=True).over(
+        w.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
+    ends = F.col("ok_realtime") & ~F.col("prev_ok") & F.col("open_start").isNotNull()
+    s = s.withColumn("episode_s", F.when(ends, F.col("t_s") - F.col("open_start")))
+    per_op = materialise(s.groupBy("run_id", "operator").agg(
         F.count(F.lit(1)).alias("n"),
-        *[F.sum(F.when(cond, 1).otherwise(0)).alias(f"ok_{level}") for level, cond in ok.items()],
+        *[F.sum(F.col(f"ok_{level}").cast("int")).alias(f"ok_{level}") for level, _ in LEVELS],
         F.first("excluded", ignorenulls=True).alias("excluded"),
         F.max(F.col("slo_ms").isNull().cast("int")).alias("no_slo"),
-    ).cache()
+        F.sum("episode_s").alias("episode_sum"), F.count("episode_s").alias("episodes"),
+    ))
     unknown = per_op.where(F.col("no_slo") == 1).select("run_id", "operator").orderBy("run_id", "operator").collect()
     if unknown:
         by_id = {r.run_id: r.run_dir for r in catalog.complete}
-        run_dir = by_id[unknown[0]["run_id"]]
-        ops_of_run = sorted(u["operator"] for u in unknown if u["run_id"] == unknown[0]["run_id"])
-        raise ReportError(f"{run_dir}: samples of operators without an SLO in the config: {ops_of_run}")
+        first = unknown[0]["run_id"]
+        ops_of_run = sorted(u["operator"] for u in unknown if u["run_id"] == first)
+        raise ReportError(f"{by_id[first]}: samples of operators without an SLO in the config: {ops_of_run}")
 
     def share(ok_col, n_col):
         return F.try_divide(ok_col.cast("double"), n_col.cast("double"))
 
     headline = ~F.col("excluded")
-    agg = [F.sum(F.when(headline, F.col("n"))).alias("n_head"), F.sum("n").alias("n_all")]
+    agg = [F.sum(F.when(headline, F.col("n"))).alias("n_head"), F.sum("n").alias("n_all"),
+           F.sum("episode_sum").alias("episode_sum"), F.sum("episodes").alias("episodes")]
     for level, _ in LEVELS:
         agg.append(F.sum(F.when(headline, F.col(f"ok_{level}"))).alias(f"ok_head_{level}"))
         agg.append(F.sum(f"ok_{level}").alias(f"ok_all_{level}"))
@@ -132,39 +163,20 @@ def _compliance(tables: RunTables, ops, catalog: RunCatalog):
         "run_id",
         *[share(F.col(f"ok_head_{level}"), F.col("n_head")).alias(f"share_{level}") for level, _ in LEVELS],
         *[share(F.col(f"ok_all_{level}"), F.col("n_all")).alias(f"share_all_{level}") for level, _ in LEVELS],
+        # mean over all episodes of all operators; null without any episode
+        F.try_divide(F.col("episode_sum"), F.col("episodes").cast("double")).alias("time_to_adapt_s"),
     )
     per_op_long = per_op.select(
         "run_id",
-        F.explode(F.array(*[
-            F.struct(F.concat(F.lit(f"{level}_compliance_"), F.col("operator"), F.lit("_pct")).alias("metric"),
-                     (F.lit(100.0) * share(F.col(f"ok_{level}"), F.col("n"))).alias("value"))
-            for level, _ in LEVELS])).alias("m"),
+        F.explode(F.array(
+            *[F.struct(F.concat(F.lit(f"{level}_compliance_"), F.col("operator"), F.lit("_pct")).alias("metric"),
+                       (F.lit(100.0) * share(F.col(f"ok_{level}"), F.col("n"))).alias("value"))
+              for level, _ in LEVELS],
+            F.struct(F.concat(F.lit("time_to_adapt_"), F.col("operator"), F.lit("_s")).alias("metric"),
+                     F.try_divide(F.col("episode_sum"), F.col("episodes").cast("double")).alias("value")),
+        )).alias("m"),
     ).select("run_id", "m.metric", "m.value")
     return per_run, per_op_long
-
-
-def _time_to_adapt(tables: RunTables, ops):
-    """(per-run mean episode length, per-operator long rows)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    s = tables["samples"].join(F.broadcast(ops.select("run_id", "operator", "slo_ms")), ["run_id", "operator"])
-    # _row (position in the file) breaks ties in t_s as the pandas stable sort does
-    w = Window.partitionBy("run_id", "operator").orderBy("t_s", "_row")
-    s = s.select("run_id", "operator", "t_s", "_row", (F.col("duration_ms") <= F.col("slo_ms")).alias("ok"))
-    s = s.withColumn("prev_ok", F.lag("ok").over(w))
-    # an episode starts at a violation right after a compliant sample; the last start before a
-    # compliant sample that follows a violation is the start of the episode it ends (leading
-    # violations have no compliant sample before them, so no start)
-    s = s.withColumn("start_t", F.when(~F.col("ok") & F.col("prev_ok"), F.col("t_s")))
-    s = s.withColumn("open_start", F.last("start_t", ignorenulls=True).over(
-        w.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
-    episodes = s.where(F.col("ok") & ~F.col("prev_ok") & F.col("open_start").isNotNull()).select(
-        "run_id", "operator", (F.col("t_s") - F.col("open_start")).alias("length_s")).cache()
-    per_run = episodes.groupBy("run_id").agg(F.avg("length_s").alias("time_to_adapt_s"))
-    per_op = episodes.groupBy("run_id", "operator").agg(F.avg("length_s").alias("value")).select(
-        "run_id", F.concat(F.lit("time_to_adapt_"), F.col("operator"), F.lit("_s")).alias("metric"), "value")
-    return per_run, per_op
 
 
 def _costs(tables: RunTables, billing, catalog: RunCatalog):
@@ -172,11 +184,6 @@ def _costs(tables: RunTables, billing, catalog: RunCatalog):
     from pyspark.sql import functions as F
 
     leases = tables["leases"]
-    bad = leases.where(F.col("end_s") < F.col("start_s")).select("run_id", "host", "start_s", "end_s").limit(1).collect()
-    if bad:
-        run_dir = {r.run_id: r.run_dir for r in catalog.complete}[bad[0]["run_id"]]
-        raise ReportError(f"{run_dir}: lease of host {bad[0]['host']!r}: lease ends before it starts: "
-                          f"{bad[0]['start_s']} > {bad[0]['end_s']}")
     bill_s = F.col("bill_minutes") * F.lit(60.0)
     same_btu = F.abs(F.col("btu_s") - bill_s) <= F.lit(_ISCLOSE_REL) * F.greatest(F.abs(F.col("btu_s")), F.abs(bill_s))
     rebilled = F.greatest(F.lit(1), F.ceil((F.col("end_s") - F.col("start_s") - F.lit(_BILLING_EPSILON_S)) / bill_s))
@@ -184,12 +191,23 @@ def _costs(tables: RunTables, billing, catalog: RunCatalog):
     billed = leases.join(F.broadcast(billing), "run_id").withColumn("btus", btus)
     unused = F.col("start_s") + F.col("btus") * bill_s - F.col("end_s")
     early = (F.col("released") & (unused > F.col("release_window_s"))).cast("int")
-    per_bill = billed.groupBy("run_id", "bill_minutes").agg(F.sum("btus").alias("paid_btus_l"), F.sum(early).alias("early"))
-    return billing.join(per_bill, ["run_id", "bill_minutes"], "left").select(
+    backwards = F.col("end_s") < F.col("start_s")
+    per_bill = billed.groupBy("run_id", "bill_minutes").agg(
+        F.sum("btus").alias("paid_btus_l"), F.sum(early).alias("early"),
+        # a lease ending before it starts cannot be billed: found here, reported below
+        F.first(F.when(backwards, F.concat_ws(" ", F.col("host"), F.col("start_s"), F.col("end_s"))),
+                ignorenulls=True).alias("backwards"))
+    costs = materialise(billing.join(per_bill, ["run_id", "bill_minutes"], "left").select(
         "run_id", "bill_minutes", "price_per_btu",
         F.coalesce(F.col("paid_btus_l"), F.lit(0)).alias("paid_btus_l"),
-        F.coalesce(F.col("early"), F.lit(0)).alias("early"),
-    )
+        F.coalesce(F.col("early"), F.lit(0)).alias("early"), "backwards",
+    ))
+    bad = costs.where(F.col("backwards").isNotNull()).orderBy("run_id").limit(1).collect()
+    if bad:
+        run_dir = {r.run_id: r.run_dir for r in catalog.complete}[bad[0]["run_id"]]
+        host, start, end = bad[0]["backwards"].rsplit(" ", 2)
+        raise ReportError(f"{run_dir}: lease of host {host!r}: lease ends before it starts: {start} > {end}")
+    return costs
 
 
 def _mean_resources(tables: RunTables):
@@ -205,17 +223,24 @@ def compute_metrics(spark, catalog: RunCatalog, tables: RunTables | None = None)
     """All metrics of the catalog's complete runs: per run, then mean/sd/n per configuration."""
     from pyspark.sql import functions as F
 
+    watch = _Stopwatch()
     tables = tables or RunTables(spark, catalog)
     runs, ops, billing = _run_frames(spark, catalog)
-    shares, compliance_per_op = _compliance(tables, ops, catalog)
-    tta_run, tta_per_op = _time_to_adapt(tables, ops)
+    watch.lap("run parameters")
+    shares, samples_per_op = _samples_metrics(tables, ops, catalog)
+    watch.lap("compliance and time to adapt")
+    # used once, in the per-run table below: computed when that is materialised
     items = tables["processed"].groupBy("run_id").agg(F.sum("items").alias("items"))
     actions = tables["actions"].groupBy("run_id").pivot("action", list(ACTIONS)).count()
+    resources = _mean_resources(tables)
     elasticity_run, elasticity_per_op = elasticity_metrics(tables, ops)
+    watch.lap("elasticity")
 
     wide = (runs.join(shares, "run_id", "left").join(items, "run_id", "left").join(actions, "run_id", "left")
-            .join(tta_run, "run_id", "left").join(_mean_resources(tables), "run_id", "left")
-            .withColumn("items", F.coalesce(F.col("items"), F.lit(0)))).cache()
+            .join(resources, "run_id", "left")
+            .withColumn("items", F.coalesce(F.col("items"), F.lit(0))))
+    wide = materialise(wide)
+    watch.lap("items, actions, resources (per-run table)")
 
     # BTU-independent metrics, as doubles, in summary's definitions (same operation order, so the
     # floating-point results are the same as pandas')
@@ -241,12 +266,13 @@ def compute_metrics(spark, catalog: RunCatalog, tables: RunTables | None = None)
     independent_long = (
         run_level.unpivot(["run_id"], list(independent), "metric", "value")
         .unionByName(elasticity_run.select("run_id", "metric", F.col("value").cast("double")))
-        .unionByName(compliance_per_op)
-        .unionByName(tta_per_op)
+        .unionByName(samples_per_op)
         .unionByName(elasticity_per_op.select("run_id", "metric", "value"))
     )
 
-    costs = _costs(tables, billing, catalog).join(wide.select("run_id", *[penalty[level].alias(f"pen_{level}") for level, _ in LEVELS]), "run_id")
+    costs = _costs(tables, billing, catalog)
+    watch.lap("costs")
+    costs = costs.join(wide.select("run_id", *[penalty[level].alias(f"pen_{level}") for level, _ in LEVELS]), "run_id")
     resource = F.col("paid_btus_l") * F.col("price_per_btu")
     dependent = {"paid_btus": F.col("paid_btus_l").cast("double"), "resource_cost": resource}
     for level, _ in LEVELS:
@@ -264,16 +290,18 @@ def compute_metrics(spark, catalog: RunCatalog, tables: RunTables | None = None)
         .select("pattern", "approach", "config", "rep", F.col("own_btu").alias("btu_minutes"), "metric", "value")
         .unionByName(dependent_long.join(F.broadcast(runs), "run_id")
                      .select("pattern", "approach", "config", "rep", "btu_minutes", "metric", "value"))
-    ).cache()
+    )
+    per_run = materialise(per_run)
+    watch.lap("long table")
     keys = ["pattern", "approach", "config", "btu_minutes", "metric"]
     summary = per_run.groupBy(*keys).agg(
         F.avg("value").alias("mean"), F.stddev_samp("value").alias("sd"), F.count("value").alias("n"))
 
     per_run_pd = _ordered(per_run.toPandas(), ["pattern", "config", "rep"])[PER_RUN_COLUMNS]
+    watch.lap("per-run values to pandas")
     summary_pd = _ordered(summary.toPandas(), ["pattern", "config"])[COLUMNS]
-    for df in (wide, per_run):
-        df.unpersist()
-    return SparkMetrics(per_run_pd.reset_index(drop=True), summary_pd.reset_index(drop=True))
+    watch.lap("mean/sd over repetitions")
+    return SparkMetrics(per_run_pd.reset_index(drop=True), summary_pd.reset_index(drop=True), watch.timings)
 
 
 def _ordered(df: pd.DataFrame, leading: Sequence[str]) -> pd.DataFrame:
@@ -288,15 +316,3 @@ def _ordered(df: pd.DataFrame, leading: Sequence[str]) -> pd.DataFrame:
     order = df.assign(_btu=df["btu_minutes"].fillna(-1), _rank=df["metric"].map(metric_rank))
     order = order.sort_values([*leading, "_btu", "_rank"], kind="mergesort")
     return order.drop(columns=["_btu", "_rank"])
-
-
-def configurations(summary: pd.DataFrame) -> List[Tuple[str, str]]:
-    """(pattern, config) pairs present, sorted: baseline configurations first, then BTU by length."""
-    pairs = summary[["pattern", "config", "approach"]].drop_duplicates()
-    return [(p, c) for p, c, _ in sorted(pairs.itertuples(index=False, name=None),
-                                          key=lambda r: (r[0], r[2] == "btu", _btu_of(r[1]), r[1]))]
-
-
-def _btu_of(config: str) -> int:
-    tail = config.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else -1

@@ -10,11 +10,12 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import pandas as pd
 
-from reporting.summary import SummaryError, _get, _release_window_s, billing_btus, is_btu_based
+from reporting.summary import SummaryError, config_value, release_window_from_config, billing_btus, is_btu_based
+from testbed.billing import price_per_btu
 from testbed.eventlog import TABLES, EventLogError, Manifest, find_runs, read_manifest
 
 PathLike = Union[str, Path]
@@ -78,26 +79,26 @@ class RunInfo:
 
     def operators(self) -> List[OperatorParams]:
         cfg = self.manifest.resolved_config
-        ops = _get(cfg, "topology.operators", self.run_dir)
-        excluded = set(_get(cfg, "topology.compliance_excluded", self.run_dir))
+        ops = config_value(cfg, "topology.operators", self.run_dir)
+        excluded = set(config_value(cfg, "topology.compliance_excluded", self.run_dir))
         out = []
         for op in sorted(ops):
-            slo = float(_get(cfg, f"topology.operators.{op}.slo_ms", self.run_dir))
+            slo = float(config_value(cfg, f"topology.operators.{op}.slo_ms", self.run_dir))
             # hand-built or older logs may lack the service model: no capacity, no elasticity metrics
-            mean_ms = float(_get(cfg, f"topology.operators.{op}.service.mean_ms", self.run_dir, 0.0))
-            parallel = float(_get(cfg, f"topology.operators.{op}.service.parallel", self.run_dir, 1))
+            mean_ms = float(config_value(cfg, f"topology.operators.{op}.service.mean_ms", self.run_dir, 0.0))
+            parallel = float(config_value(cfg, f"topology.operators.{op}.service.parallel", self.run_dir, 1))
             capacity = parallel / (mean_ms / 1000.0) if mean_ms > 0 else float("nan")
             out.append(OperatorParams(op, slo, op in excluded, capacity))
         return out
 
     def billing(self) -> List[BillingParams]:
         cfg = self.manifest.resolved_config
-        price_10 = float(_get(cfg, "billing.price_per_10_minutes", self.run_dir))
-        return [BillingParams(m, m / 10.0 * price_10, _release_window_s(cfg, m * 60.0, self.run_dir))
+        price_10 = float(config_value(cfg, "billing.price_per_10_minutes", self.run_dir))
+        return [BillingParams(m, price_per_btu(m, price_10), release_window_from_config(cfg, m * 60.0, self.run_dir))
                 for m in billing_btus(self.manifest, self.run_dir)]
 
     def penalty_per_item(self) -> float:
-        return float(_get(self.manifest.resolved_config, "billing.penalty_per_item", self.run_dir))
+        return float(config_value(self.manifest.resolved_config, "billing.penalty_per_item", self.run_dir))
 
 
 @dataclass(frozen=True)
@@ -175,8 +176,3 @@ def load_catalog(runs_dir: PathLike) -> RunCatalog:
     for run in complete:
         _check_complete_run(run)
     return RunCatalog(root, complete, incomplete)
-
-
-def json_safe(value: Any) -> Any:
-    """Manifest values for report files (Paths as strings)."""
-    return json.loads(json.dumps(value, default=str))

@@ -17,14 +17,9 @@ class SparkStartError(RuntimeError):
     """Spark could not start (no Java, bad master URL, ...); the message says what to check."""
 
 
-def _import_pyspark():
-    # pyspark warns about pandas >= 3 on import; the report only moves small aggregates through
-    # pandas (Arrow), which works, so the warning would only be noise in every report.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        import pyspark.sql  # noqa: F401
-        from pyspark.sql import SparkSession
-    return SparkSession
+# pyspark 4.3 warns about pandas >= 3 at session start and on every toPandas; the report only
+# moves small aggregates through pandas (via Arrow), which works, so the warning is only noise.
+warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 
 def is_local(master: str) -> bool:
@@ -33,24 +28,28 @@ def is_local(master: str) -> bool:
 
 def build_session(cfg: SparkConfig):
     """Start (or join, when one runs in this process) a Spark session configured by cfg."""
-    SparkSession = _import_pyspark()
+    from pyspark.sql import SparkSession
+
     java_opts = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
     builder = (
         SparkSession.builder.master(cfg.master)
         .appName(cfg.app_name)
         .config("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
-        .config("spark.default.parallelism", str(max(cfg.shuffle_partitions, os.cpu_count() or 1)))
         .config("spark.ui.enabled", str(cfg.ui).lower())
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", cfg.driver_memory)
         .config("spark.driver.extraJavaOptions", java_opts)
+        # small aggregates reach pandas through Arrow, not row by row
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        # times are float seconds; no session time zone effects, but keep output independent of the host
-        .config("spark.sql.session.timeZone", "UTC")
     )
     if is_local(cfg.master):
-        # a host name resolving to a loopback address makes Spark warn and guess an interface
+        # A local session needs no network: bind to loopback (a host name resolving to a loopback
+        # address otherwise makes Spark warn and pick an outward interface). The JVM reads the
+        # variable when it starts, so it is set before the session starts it.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        # scans of many small Parquet files: one task per core at least
+        builder = builder.config("spark.default.parallelism", str(max(cfg.shuffle_partitions, os.cpu_count() or 1)))
     for key, value in sorted(cfg.conf.items()):
         builder = builder.config(key, value)
     try:

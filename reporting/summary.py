@@ -59,7 +59,7 @@ class SummaryError(ValueError):
     """Runs that cannot be summarised; the message names the folder, file or config key."""
 
 
-def _get(cfg: Dict[str, Any], key: str, where: Path, default: Any = ...) -> Any:
+def config_value(cfg: Dict[str, Any], key: str, where: Path, default: Any = ...) -> Any:
     node: Any = cfg
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -78,7 +78,7 @@ def billing_btus(manifest: Manifest, where: Path) -> List[int]:
     """BTU lengths (minutes) a run is billed under: its own for "btu", all rebill lengths otherwise."""
     if is_btu_based(manifest.policy):
         return [int(manifest.btu_minutes)]
-    return sorted({int(m) for m in _get(manifest.resolved_config, "billing.rebill_minutes", where)})
+    return sorted({int(m) for m in config_value(manifest.resolved_config, "billing.rebill_minutes", where)})
 
 
 # ---- one run ----------------------------------------------------------------------------------
@@ -120,10 +120,10 @@ def _time_to_adapt(samples: pd.DataFrame, slo_ms: Dict[str, float]) -> float:
     return float(np.mean(lengths)) if lengths else math.nan
 
 
-def _release_window_s(cfg: Dict[str, Any], btu_s: float, where: Path) -> float:
-    fraction = float(_get(cfg, "policy.release_window_fraction", where, _DEFAULT_RELEASE_FRACTION))
-    reasoning_s = float(_get(cfg, "runtime.reasoning_s", where, _DEFAULT_REASONING_S))
-    minimum_s = float(_get(cfg, "policy.release_window_min_s", where, 0.0))
+def release_window_from_config(cfg: Dict[str, Any], btu_s: float, where: Path) -> float:
+    fraction = float(config_value(cfg, "policy.release_window_fraction", where, _DEFAULT_RELEASE_FRACTION))
+    reasoning_s = float(config_value(cfg, "runtime.reasoning_s", where, _DEFAULT_REASONING_S))
+    minimum_s = float(config_value(cfg, "policy.release_window_min_s", where, 0.0))
     return release_window_s(fraction, minimum_s, btu_s, reasoning_s)
 
 
@@ -141,8 +141,8 @@ def _lease_btus(lease: pd.Series, btu_s: float, where: Path) -> int:
 def _cost_metrics(leases: pd.DataFrame, btu_minutes: int, penalties: Dict[str, float],
                   cfg: Dict[str, Any], where: Path) -> Dict[str, float]:
     btu_s = btu_minutes * 60.0
-    price = price_per_btu(btu_minutes, float(_get(cfg, "billing.price_per_10_minutes", where)))
-    window_s = _release_window_s(cfg, btu_s, where)
+    price = price_per_btu(btu_minutes, float(config_value(cfg, "billing.price_per_10_minutes", where)))
+    window_s = release_window_from_config(cfg, btu_s, where)
     total_btus, early = 0, 0
     for _, lease in leases.iterrows():
         btus = _lease_btus(lease, btu_s, where)
@@ -171,13 +171,13 @@ def run_metrics(run_dir: PathLike) -> Dict[str, Any]:
     samples, processed = log.read("samples"), log.read("processed")
     actions, leases = log.read("actions"), log.read("leases")
 
-    operators = _get(cfg, "topology.operators", run_dir)
-    slo_ms = {op: float(_get(cfg, f"topology.operators.{op}.slo_ms", run_dir)) for op in sorted(operators)}
+    operators = config_value(cfg, "topology.operators", run_dir)
+    slo_ms = {op: float(config_value(cfg, f"topology.operators.{op}.slo_ms", run_dir)) for op in sorted(operators)}
     unknown = sorted(set(samples["operator"]) - set(slo_ms))
     if unknown:
         raise SummaryError(f"{run_dir}: samples of operators without an SLO in the config: {unknown}")
-    excluded = set(_get(cfg, "topology.compliance_excluded", run_dir))
-    penalty_per_item = float(_get(cfg, "billing.penalty_per_item", run_dir))
+    excluded = set(config_value(cfg, "topology.compliance_excluded", run_dir))
+    penalty_per_item = float(config_value(cfg, "billing.penalty_per_item", run_dir))
 
     headline = _compliance_shares(samples[~samples["operator"].isin(excluded)], slo_ms)
     overall = _compliance_shares(samples, slo_ms)

@@ -3,6 +3,8 @@
     testbed experiment [OVERRIDES...]   run an experiment (Hydra: key=value overrides, -m for sweeps)
     testbed patterns plot [PNG] [MINUTES] plot every configured arrival pattern (the paper's Fig. 7)
     testbed summary RUNS_DIR             the summary table of the runs below a folder
+    testbed provider run [OVERRIDES...]  run the data provider (e.g. pattern=stepwise duration=10m transport=rabbitmq)
+    testbed report RUNS_DIR [key=value]  the PySpark report (tables, figures, index.html, report.md)
 """
 from __future__ import annotations
 
@@ -74,7 +76,20 @@ def summary(argv: List[str]) -> int:
     return summary_main(argv)
 
 
-COMMANDS = {"experiment": experiment, "patterns": patterns, "summary": summary}
+def report(argv: List[str]) -> int:
+    from reporting.report import main as report_main
+
+    return report_main(argv)
+
+
+def provider(argv: List[str]) -> int:
+    from data_provider.provider import main as provider_main
+
+    return provider_main(argv)
+
+
+COMMANDS = {"experiment": experiment, "patterns": patterns, "summary": summary, "report": report,
+            "provider": provider}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

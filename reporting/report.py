@@ -1,0 +1,158 @@
+"""The reporting job: event logs of a runs folder -> tables, figures, index.html and report.md.
+
+    testbed report RUNS_DIR [out=DIR] [spark.master=local[2]] [figures=false] ...
+
+Output (default RUNS_DIR/report/):
+    tables/results.csv          mean/sd/n per configuration, long format of the paper's table (+ more metrics)
+    tables/run_metrics.csv      the same metrics per run
+    tables/paper_comparison.csv paper vs measured per published value
+    tables/claims.csv           the paper's claims: holds / does not hold, on the paper's and the measured numbers
+    tables/runs.csv, tables/manifests.json   the runs covered (complete and incomplete) and their manifests
+    figures/*.png, index.html (self-contained), report.md
+
+One Spark session per report; the heavy work (all tables of all runs) happens in Spark, only small
+aggregates reach pandas for rendering.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+from reporting import figures as fig
+from reporting.figure_data import FigureData, figure_data
+from reporting.html_report import write_html
+from reporting.markdown_report import write_markdown
+from reporting.metrics_spark import SparkMetrics, compute_metrics
+from reporting.paper_comparison import check_claims, compare, load_reference
+from reporting.report_config import ReportConfig, ReportConfigError, parse_overrides
+from reporting.report_document import build_document
+from reporting.run_catalog import ReportError, RunCatalog, load_catalog
+from reporting.spark_session import SparkStartError, spark_session
+from reporting.spark_tables import RunTables
+
+PathLike = Union[str, Path]
+
+
+@dataclass
+class ReportResult:
+    out: Path
+    catalog: RunCatalog
+    metrics: SparkMetrics
+    files: Dict[str, Path] = field(default_factory=dict)
+    timings: Dict[str, float] = field(default_factory=dict)  # spark_start_s, compute_s, render_s
+    steps: Dict[str, float] = field(default_factory=dict)  # compute_s by step (seconds)
+    master: str = ""
+
+
+def _write_tables(out: Path, catalog: RunCatalog, metrics: SparkMetrics, comparison, claims) -> Dict[str, Path]:
+    folder = out / "tables"
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {
+        "results": folder / "results.csv",
+        "run_metrics": folder / "run_metrics.csv",
+        "paper_comparison": folder / "paper_comparison.csv",
+        "claims": folder / "claims.csv",
+        "runs": folder / "runs.csv",
+        "manifests": folder / "manifests.json",
+    }
+    metrics.summary.to_csv(files["results"], index=False)
+    metrics.per_run.to_csv(files["run_metrics"], index=False)
+    comparison.to_csv(files["paper_comparison"], index=False)
+    claims.to_csv(files["claims"], index=False)
+    catalog.runs_frame().to_csv(files["runs"], index=False)
+    manifests = {f"{r.pattern}/{r.config}/{r.rep}": {"status": r.manifest.status, "run_dir": str(r.run_dir),
+                                                    **{k: v for k, v in vars(r.manifest).items()}}
+                 for r in sorted([*catalog.complete, *catalog.incomplete], key=lambda r: (r.pattern, r.config, r.rep, str(r.run_dir)))}
+    files["manifests"].write_text(json.dumps(manifests, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    return files
+
+
+def _draw_figures(out: Path, data: FigureData, comparison, dpi: int) -> Dict[str, Path]:
+    folder = out / "figures"
+    drawn = {"arrival_patterns": fig.arrival_patterns(data.arrivals, folder / "arrival_patterns.png", dpi)}
+    for pattern in sorted(data.timeseries["pattern"].unique()):
+        drawn[f"timeseries_{pattern}"] = fig.timeseries(data.timeseries, pattern, folder / f"timeseries_{pattern}.png", dpi)
+    for pattern in sorted(data.durations["pattern"].unique()):
+        drawn[f"durations_{pattern}"] = fig.durations(data.durations, pattern, folder / f"durations_{pattern}.png", dpi)
+    if not comparison.empty:
+        drawn["compliance_vs_paper"] = fig.compliance_vs_paper(comparison, folder / "compliance_vs_paper.png", dpi)
+        drawn["cost_vs_paper"] = fig.cost_vs_paper(comparison, folder / "cost_vs_paper.png", dpi)
+    return drawn
+
+
+def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=None) -> ReportResult:
+    """Report the runs below runs_dir. With `spark` given, that session is used and left running
+    (tests share one); otherwise one is started from cfg.spark and stopped at the end."""
+    cfg = cfg or ReportConfig()
+    catalog = load_catalog(runs_dir)  # fails before Spark starts when there is nothing to report
+    out = Path(cfg.out) if cfg.out else Path(runs_dir) / "report"
+    timings: Dict[str, float] = {}
+    t0 = time.perf_counter()
+    with (contextlib.nullcontext(spark) if spark is not None else spark_session(cfg.spark)) as session:
+        t1 = time.perf_counter()
+        timings["spark_start_s"] = t1 - t0
+        tables = RunTables(session, catalog)
+        steps = {"run folders (file map)": time.perf_counter() - t1}
+        metrics = compute_metrics(session, catalog, tables)
+        steps.update(metrics.timings)
+        t_fig = time.perf_counter()
+        data = figure_data(session, catalog, tables) if cfg.figures else None
+        steps["figure data"] = time.perf_counter() - t_fig
+        session.catalog.clearCache()
+        master = session.sparkContext.master
+        timings["compute_s"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    reference = load_reference()
+    comparison = compare(metrics.summary, reference)
+    claims = check_claims(metrics.summary, reference)
+    files = _write_tables(out, catalog, metrics, comparison, claims)
+    drawn = _draw_figures(out, data, comparison, cfg.dpi) if data is not None else {}
+    files.update({f"figure:{k}": v for k, v in drawn.items()})
+    table_files = [p for k, p in files.items() if not k.startswith("figure:")]
+    doc = build_document(catalog, metrics.summary, comparison, claims, drawn, master, table_files)
+    files["html"] = write_html(doc, out / "index.html")
+    files["markdown"] = write_markdown(doc, out / "report.md", files["manifests"])
+    timings["render_s"] = time.perf_counter() - t2
+    return ReportResult(out, catalog, metrics, files, timings, steps, master)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`testbed report RUNS_DIR [key=value ...]`; exit 1 on unreportable runs, 2 on a bad config."""
+    args: List[str] = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help") or "=" in args[0]:
+        print("usage: testbed report RUNS_DIR [out=DIR] [figures=false] [spark.master=local[*]] "
+              "[spark.<key>=...] [spark.conf.<spark key>=...]", file=sys.stderr)
+        return 2
+    try:
+        cfg = parse_overrides(args[1:])
+    except ReportConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = run_report(args[0], cfg)
+    except (ReportError, SparkStartError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    catalog = result.catalog
+    print(f"report of {len(catalog.complete)} complete run(s) below {catalog.root}")
+    for run in catalog.incomplete:
+        print(f"not complete ({run.manifest.status}), excluded from the means: {run.run_dir}")
+    claims = result.files["claims"]
+    import pandas as pd
+
+    for row in pd.read_csv(claims).itertuples():
+        print(f"  {row.pattern:<14} {row.measured:<14} {row.text}")
+    t = result.timings
+    print(f"Spark start {t['spark_start_s']:.1f} s, computation {t['compute_s']:.1f} s, "
+          f"figures and documents {t['render_s']:.1f} s")
+    print(f"wrote {result.files['html']} and {result.files['markdown']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

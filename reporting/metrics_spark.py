@@ -30,12 +30,11 @@ from reporting.elasticity import DEMAND_SUPPLY_METRICS, ELASTICITY_METRICS, elas
 from reporting.run_catalog import ReportError, RunCatalog
 from reporting.spark_tables import RunTables, materialise
 from reporting.summary import BTU_DEPENDENT_METRICS, BTU_INDEPENDENT_METRICS, COLUMNS, LEVELS, METRICS
+from testbed.billing import BILLING_EPSILON_S  # paid_btus's tolerance, in the Spark expression
 from testbed.eventlog import ACTIONS
 
 _ACTION_COUNTS = {"vm_leases": "lease", "vm_prolongations": "prolong", "vm_releases": "release",
                   "scale_ups": "scale_up", "scale_downs": "scale_down", "migrations": "migrate"}
-# testbed.billing.paid_btus: a lease ending this little after a BTU boundary pays no further BTU
-_BILLING_EPSILON_S = 1e-6
 # math.isclose's default: the lease's own BTU and the billing BTU are "the same"
 _ISCLOSE_REL = 1e-9
 
@@ -186,7 +185,7 @@ def _costs(tables: RunTables, billing, catalog: RunCatalog):
     leases = tables["leases"]
     bill_s = F.col("bill_minutes") * F.lit(60.0)
     same_btu = F.abs(F.col("btu_s") - bill_s) <= F.lit(_ISCLOSE_REL) * F.greatest(F.abs(F.col("btu_s")), F.abs(bill_s))
-    rebilled = F.greatest(F.lit(1), F.ceil((F.col("end_s") - F.col("start_s") - F.lit(_BILLING_EPSILON_S)) / bill_s))
+    rebilled = F.greatest(F.lit(1), F.ceil((F.col("end_s") - F.col("start_s") - F.lit(BILLING_EPSILON_S)) / bill_s))
     btus = F.when(same_btu, F.col("paid_btus")).otherwise(rebilled).cast("long")
     billed = leases.join(F.broadcast(billing), "run_id").withColumn("btus", btus)
     unused = F.col("start_s") + F.col("btus") * bill_s - F.col("end_s")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 # A lease that ends within this many seconds after a BTU boundary is not charged another BTU:
 # float arithmetic on simulated times must not turn 3600.0000001 s into two BTUs.
-_EPSILON_S = 1e-6
+BILLING_EPSILON_S = 1e-6
 
 
 def price_per_btu(btu_minutes: float, price_per_10_minutes: float = 1.0) -> float:
@@ -18,7 +18,7 @@ def paid_btus(start_s: float, end_s: float, btu_s: float) -> int:
         raise ValueError(f"lease ends before it starts: {start_s} > {end_s}")
     if btu_s <= 0:
         raise ValueError(f"BTU length must be positive, got {btu_s}")
-    return max(1, math.ceil((end_s - start_s - _EPSILON_S) / btu_s))
+    return max(1, math.ceil((end_s - start_s - BILLING_EPSILON_S) / btu_s))
 
 
 def lease_cost(start_s: float, end_s: float, btu_minutes: float, price_per_10_minutes: float = 1.0) -> float:

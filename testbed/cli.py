@@ -54,8 +54,8 @@ def experiment(argv: List[str]) -> int:
 
 
 def patterns(argv: List[str]) -> int:
-    from data_provider.patterns import PatternConfig, make_pattern, plot_patterns
-    from testbed.rng import stream
+    from data_provider.patterns import PatternConfig, plot_patterns
+    from testbed.experiment import build_pattern
 
     if not argv or argv[0] != "plot":
         print("usage: testbed patterns plot [PNG] [MINUTES]", file=sys.stderr)
@@ -65,7 +65,7 @@ def patterns(argv: List[str]) -> int:
     built = []
     for path in sorted((CONF_DIR / "pattern").glob("*.yaml")):
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PatternConfig), OmegaConf.load(path)))
-        built.append(make_pattern(cfg, stream(1 + cfg.seed_offset, "pattern")))
+        built.append(build_pattern(cfg, seed=1))
     print(plot_patterns(built, minutes * 60.0, out))
     return 0
 

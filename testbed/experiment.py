@@ -12,7 +12,7 @@ from typing import List
 
 import numpy as np
 
-from data_provider.patterns import make_pattern
+from data_provider.patterns import Pattern, PatternConfig, make_pattern
 from testbed.config import BackendName, ExperimentConfig, PolicyName, to_plain
 from testbed.eventlog import (
     TABLES,
@@ -70,6 +70,12 @@ def config_for(cfg: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
     return run_cfg
 
 
+def build_pattern(pattern: PatternConfig, seed: int) -> Pattern:
+    """The pattern of an experiment: a random walk is drawn once per experiment seed, so every
+    configuration and repetition sees the same load."""
+    return make_pattern(pattern, stream(seed + pattern.seed_offset, "pattern"))
+
+
 def _clear(run_dir: Path) -> None:
     """Remove a previous run's files from the folder (only files the event log writes)."""
     for name in [*(f"{t}.parquet" for t in TABLES), "manifest.json"]:
@@ -83,7 +89,7 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
     run_cfg = config_for(cfg, spec)
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     _clear(spec.run_dir)
-    pattern_seed = cfg.seed + cfg.pattern.seed_offset  # one walk per experiment, shared by all runs
+    pattern_seed = cfg.seed + cfg.pattern.seed_offset  # see build_pattern
     write_manifest(spec.run_dir, Manifest(
         run_id=f"{spec.pattern}/{spec.config}/{spec.rep}", experiment=cfg.experiment, pattern=spec.pattern,
         config=spec.config, policy=spec.policy.value, btu_minutes=spec.btu_minutes, rep=spec.rep,
@@ -94,7 +100,7 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
     try:
         if run_cfg.backend.name != BackendName.sim:
             raise NotImplementedError(f"backend {run_cfg.backend.name.value!r} is not available")
-        pattern = make_pattern(run_cfg.pattern, stream(pattern_seed, "pattern"))
+        pattern = build_pattern(run_cfg.pattern, cfg.seed)
         result = Simulation(run_cfg, make_policy(run_cfg.policy), pattern, spec.seed, spec.btu_minutes).run()
         log = EventLog(spec.run_dir)
         for table, columns in sorted(result.tables.items()):

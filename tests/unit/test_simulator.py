@@ -6,13 +6,11 @@ from typing import List, Tuple
 import pandas as pd
 import pytest
 
-from data_provider.patterns import make_pattern
 from testbed.eventlog import TABLES, EventLog, read_manifest
-from testbed.experiment import config_for, execute, plan_runs
+from testbed.experiment import build_pattern, config_for, execute, plan_runs
 from testbed.model import Action, ReleaseHost, Snapshot
 from testbed.policies.base import make_policy
 from testbed.policies.btu import release_window
-from testbed.rng import stream
 from testbed.sim.simulator import Simulation
 from tests.conftest import compose_config
 
@@ -36,7 +34,7 @@ def simulate(*overrides: str, seed: int = 7):
     [spec] = plan_runs(cfg)
     run_cfg = config_for(cfg, spec)
     policy = Recording(make_policy(run_cfg.policy))
-    pattern = make_pattern(run_cfg.pattern, stream(cfg.seed, "pattern"))
+    pattern = build_pattern(run_cfg.pattern, cfg.seed)
     result = Simulation(run_cfg, policy, pattern, seed, spec.btu_minutes).run()
     return result, policy, run_cfg
 

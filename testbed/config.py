@@ -50,6 +50,12 @@ class Sampling(str, Enum):
 
 class BackendName(str, Enum):
     sim = "sim"
+    docker = "docker"  # the live testbed: operator containers on Docker hosts (testbed/live)
+
+
+class TransportName(str, Enum):
+    rabbitmq = "rabbitmq"
+    kafka = "kafka"
 
 
 @dataclass
@@ -132,12 +138,43 @@ class InfrastructureConfig:
 
 
 @dataclass
+class EngineConfig:
+    """One Docker engine of the live host pool; it carries up to ``max_hosts`` logical hosts."""
+
+    url: str = "unix:///var/run/docker.sock"  # or tcp://host:2375, ssh://user@host
+    max_hosts: int = 10
+
+
+@dataclass
+class LiveConfig:
+    """The live testbed (backend=docker). Host capacity, lease delay, container start and pull
+    bandwidth come from `infrastructure`, prices from `billing`."""
+
+    engines: List[EngineConfig] = field(default_factory=lambda: [EngineConfig()])
+    transport: TransportName = TransportName.rabbitmq
+    amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/%2F"
+    management_url: str = "http://127.0.0.1:15672"  # RabbitMQ management API (credentials from amqp_url)
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    image_prefix: str = "testbed-"  # operator images are <prefix><operator, lower case>:<image_tag>
+    image_tag: str = "latest"
+    network_mode: str = "host"  # containers reach the broker and Redis at the addresses above
+    prefetch: int = 5
+    parallel: int = 1  # items in process at once per instance
+    stop_timeout_s: float = 30.0  # graceful drain before a container is killed
+    emulate_pull: bool = True  # hosts sharing one engine: wait image_mb / pull_mb_per_s on first use
+    cgroup_parent: bool = False  # enforce each logical host's CPU and memory with a cgroup parent
+    work_ms: Dict[str, float] = field(default_factory=dict)  # optional emulated work per operator
+
+
+@dataclass
 class BackendConfig:
     name: BackendName = BackendName.sim
     step_ms: float = 480.0  # simulation step; one tick by default
     hop_latency_ms: float = 5.0  # broker hop from the upstream send to the queue
     cpu_contention: bool = False  # slow service when busy slots need more cores than the host has
     exact: bool = False  # per-item reference model instead of the cohort model (slow; validation)
+    live: LiveConfig = field(default_factory=LiveConfig)
 
 
 @dataclass

@@ -3,13 +3,13 @@ image pull, container start) and keeps the BTU accounting of every lease."""
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from testbed.billing import paid_btus
 from testbed.config import InfrastructureConfig
+from testbed.leasing import Host, leases_table
 from testbed.model import (
     NEW_HOST_PREFIX,
     Action,
@@ -38,19 +38,7 @@ class SimInstance:
     replaced: bool = False  # a migration source: still serving, no longer counted or reserved
 
 
-@dataclass
-class SimHost:
-    id: str
-    cpu: int
-    memory: int
-    leased_at: float
-    ready_at: float
-    btu_end: float
-    images: Dict[str, float] = field(default_factory=dict)  # operator -> when its image is there
-    instances: List[str] = field(default_factory=list)
-    releasing: bool = False
-    released_at: Optional[float] = None
-    prolongations: int = 0
+SimHost = Host  # the lease bookkeeping is shared with the live host pool (testbed/leasing.py)
 
 
 @dataclass(frozen=True)
@@ -62,6 +50,14 @@ class ActionRecord:
     host: Optional[str]
     target_host: Optional[str]
     reason: str
+
+
+def actions_table(records: Sequence[ActionRecord], policy: str) -> Dict[str, List[Optional[object]]]:
+    """The event log's `actions` table (both backends)."""
+    keys = ("t_s", "action", "operator", "instance", "host", "target_host", "reason")
+    cols: Dict[str, List[Optional[object]]] = {k: [getattr(r, k) for r in records] for k in keys}
+    cols["policy"] = [policy] * len(records)
+    return cols
 
 
 class SimCluster:
@@ -142,8 +138,7 @@ class SimCluster:
                 self._record(t, a, a.operator, a.instance, a.host, new.host)
             elif isinstance(a, ProlongHost):
                 host = self.hosts[a.host]
-                host.btu_end += self.btu_s
-                host.prolongations += 1
+                host.prolong(self.btu_s)
                 self._record(t, a, None, None, host.id, None)
             elif isinstance(a, ReleaseHost):
                 host = self.hosts[resolve(a.host)]
@@ -177,10 +172,8 @@ class SimCluster:
             ready = t
             host.images.setdefault(operator, t)
         else:
-            begin = max(t, host.ready_at)
-            if operator not in host.images:
-                host.images[operator] = begin + self.topology.types[operator].image_mb / self.infra.pull_mb_per_s
-            ready = max(begin, host.images[operator]) + self._uniform(self.infra.container_start_s)
+            pull_s = self.topology.types[operator].image_mb / self.infra.pull_mb_per_s
+            ready = host.image_ready(operator, max(t, host.ready_at), pull_s) + self._uniform(self.infra.container_start_s)
         inst = SimInstance(ident, operator, host.id, t, ready)
         self.instances[ident] = inst
         host.instances.append(ident)
@@ -201,8 +194,7 @@ class SimCluster:
             self._release(t, host)
 
     def _release(self, t: float, host: SimHost) -> None:
-        if host.released_at is None:
-            host.released_at = t
+        if host.release(t):
             del self.hosts[host.id]
             self.retired.append(host)
 
@@ -219,18 +211,11 @@ class SimCluster:
         return sum(1 for i in self.instances.values() if i.operator == operator and not i.replaced)
 
     def host_views(self, t: float) -> Tuple[HostView, ...]:
-        views = []
         types = self.topology.types
-        for h in self.hosts.values():
-            members = [self.instances[i] for i in h.instances if not self.instances[i].replaced]
-            views.append(HostView(
-                id=h.id, cpu=h.cpu, memory=h.memory,
-                cpu_free=h.cpu - sum(types[i.operator].cpu for i in members),
-                memory_free=h.memory - sum(types[i.operator].memory for i in members),
-                leased_at=h.leased_at, btu_end=h.btu_end, images=frozenset(h.images), ready=h.ready_at <= t,
-                cost=self.price, releasing=h.releasing,
-            ))
-        return tuple(views)
+        return tuple(
+            h.view(t, (types[self.instances[i].operator] for i in h.instances if not self.instances[i].replaced), self.price)
+            for h in self.hosts.values()
+        )
 
     def instance_views(self) -> Tuple[InstanceView, ...]:
         return tuple(
@@ -240,17 +225,4 @@ class SimCluster:
 
     def leases(self, end_s: float) -> Dict[str, list]:
         """The `leases` table. Paid BTUs include prolongations paid in advance of the run's end."""
-        cols: Dict[str, list] = {k: [] for k in ("host", "start_s", "end_s", "btu_s", "paid_btus", "prolongations", "released")}
-        for h in sorted(self.retired + list(self.hosts.values()), key=lambda h: (h.leased_at, h.id)):
-            end = h.released_at if h.released_at is not None else end_s
-            paid = paid_btus(h.leased_at, end, self.btu_s)
-            if h.released_at is None:
-                paid = max(paid, 1 + h.prolongations)
-            cols["host"].append(h.id)
-            cols["start_s"].append(h.leased_at)
-            cols["end_s"].append(end)
-            cols["btu_s"].append(self.btu_s)
-            cols["paid_btus"].append(paid)
-            cols["prolongations"].append(h.prolongations)
-            cols["released"].append(h.released_at is not None)
-        return cols
+        return leases_table(self.retired + list(self.hosts.values()), self.btu_s, end_s)

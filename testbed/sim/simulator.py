@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Deque, Dict, List, Optional
+from typing import Deque, Dict
 
 from data_provider.patterns import Pattern
 from testbed.billing import price_per_btu
@@ -13,7 +13,7 @@ from testbed.config import ExperimentConfig
 from testbed.model import InstanceState, OperatorView, Snapshot
 from testbed.policies.base import Policy, initial_deployment
 from testbed.rng import stream
-from testbed.sim.cluster import SimCluster
+from testbed.sim.cluster import SimCluster, actions_table
 from testbed.sim.exact import ExactNetwork
 from testbed.sim.network import CohortNetwork
 from testbed.sim.recorder import SampleRecorder
@@ -179,13 +179,6 @@ class Simulation:
         rec = self.recorder
         tables = dict(self.tables)
         tables["samples"] = {"t_s": rec.t, "operator": rec.operator, "instance": rec.instance, "duration_ms": rec.duration_ms}
-        actions: Dict[str, List[Optional[object]]] = {
-            k: [] for k in ("t_s", "action", "operator", "instance", "host", "target_host", "reason", "policy")
-        }
-        for r in self.cluster.records:
-            for k in ("t_s", "action", "operator", "instance", "host", "target_host", "reason"):
-                actions[k].append(getattr(r, k))
-            actions["policy"].append(self.policy.name)
-        tables["actions"] = actions
+        tables["actions"] = actions_table(self.cluster.records, self.policy.name)
         tables["leases"] = self.cluster.leases(self.duration_s)
         return tables

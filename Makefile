@@ -11,6 +11,8 @@ REPS    ?=
 BACKEND ?=
 SEED    ?=
 OUT     ?=
+DURATION ?=
+SCALE   ?=
 ARGS    ?=
 # `make report`: the runs folder to report (default: the pattern's folder) and report overrides,
 # e.g. REPORT_ARGS="spark.master=spark://host:7077 out=/tmp/report"
@@ -25,6 +27,8 @@ OVERRIDES := pattern=$(PATTERN) \
 	$(if $(BACKEND),backend=$(BACKEND)) \
 	$(if $(SEED),seed=$(SEED)) \
 	$(if $(OUT),out=$(OUT)) \
+	$(if $(DURATION),duration_min=$(DURATION)) \
+	$(if $(SCALE),load_scale=$(SCALE)) \
 	$(ARGS)
 
 .PHONY: setup experiment report test test-unit bench patterns clean infra-up infra-down images

@@ -202,7 +202,8 @@ class ExperimentConfig:
     seed: int = 1
     out: str = "runs"
     duration_min: float = 120.0
-    workers: int = 0  # parallel runs; 0 = one per core
+    load_scale: float = 1.0  # emission rate factor (the tick interval is divided by it), both backends
+    workers: int = 0  # parallel runs; 0 = one per core (live runs always run one at a time)
     summary: bool = True  # print the summary table at the end
 
 
@@ -244,6 +245,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         raise ConfigError(f"pattern.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from exc
     _positive("reps", cfg.reps)
     _positive("duration_min", cfg.duration_min)
+    _positive("load_scale", cfg.load_scale)
     if cfg.workers < 0:
         raise ConfigError("workers", f"must be >= 0, got {cfg.workers}")
     _positive("billing.btu_minutes", cfg.billing.btu_minutes)
@@ -277,7 +279,32 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _positive("runtime.sample_every", rt.sample_every)
     _positive("runtime.initial_instances", rt.initial_instances)
     _validate_topology(cfg.topology, infra)
+    if cfg.backend.name == BackendName.docker:
+        _validate_live(cfg)
     return cfg
+
+
+def _validate_live(cfg: ExperimentConfig) -> None:
+    live = cfg.backend.live
+    if not live.engines:
+        raise ConfigError("backend.live.engines", "at least one Docker engine is needed")
+    for i, engine in enumerate(live.engines):
+        if not engine.url.split("://", 1)[0] in ("unix", "tcp", "ssh", "http", "https"):
+            raise ConfigError(f"backend.live.engines[{i}].url",
+                              f"{engine.url!r} is not a Docker engine URL (unix://, tcp://, ssh://)")
+        _positive(f"backend.live.engines[{i}].max_hosts", engine.max_hosts)
+    for key in ("amqp_url", "redis_url", "management_url"):
+        if "://" not in getattr(live, key):
+            raise ConfigError(f"backend.live.{key}", f"{getattr(live, key)!r} is not a URL")
+    _positive("backend.live.prefetch", live.prefetch)
+    _positive("backend.live.parallel", live.parallel)
+    if live.stop_timeout_s < 0:
+        raise ConfigError("backend.live.stop_timeout_s", "must be >= 0")
+    for o, ms in live.work_ms.items():
+        if o not in cfg.topology.operators:
+            raise ConfigError(f"backend.live.work_ms.{o}", "unknown operator")
+        if ms < 0:
+            raise ConfigError(f"backend.live.work_ms.{o}", "must be >= 0")
 
 
 def _validate_topology(topo: TopologyConfig, infra: InfrastructureConfig) -> None:

@@ -196,6 +196,7 @@ class Manifest:
     status: str = "running"
     error: Optional[str] = None
     sim_duration_s: float = 0.0
+    details: Dict[str, Any] = field(default_factory=dict)  # backend facts, e.g. live image digests, accounting
 
 
 def write_manifest(run_dir: Union[str, Path], manifest: Manifest) -> Path:
@@ -232,7 +233,7 @@ def read_manifest(run_dir: Union[str, Path]) -> Manifest:
 
 
 def finish_manifest(run_dir: Union[str, Path], status: str, error: Optional[str] = None,
-                    sim_duration_s: Optional[float] = None) -> Manifest:
+                    sim_duration_s: Optional[float] = None, details: Optional[Dict[str, Any]] = None) -> Manifest:
     """Mark a run complete or incomplete (with the error that stopped it) and stamp ended_at."""
     if status not in ("complete", "incomplete"):
         raise EventLogError(f"a finished run is 'complete' or 'incomplete', got {status!r}")
@@ -240,6 +241,8 @@ def finish_manifest(run_dir: Union[str, Path], status: str, error: Optional[str]
     manifest.status, manifest.error, manifest.ended_at = status, error, utc_now()
     if sim_duration_s is not None:
         manifest.sim_duration_s = float(sim_duration_s)
+    if details:
+        manifest.details = {**manifest.details, **details}
     write_manifest(run_dir, manifest)
     return manifest
 

@@ -67,6 +67,9 @@ def config_for(cfg: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
     run_cfg = copy.deepcopy(cfg)
     run_cfg.policy.name = spec.policy
     run_cfg.billing.btu_minutes = spec.btu_minutes
+    # load_scale is applied here, once: the run's resolved config holds the effective tick
+    run_cfg.topology.tick_ms = cfg.topology.tick_ms / cfg.load_scale
+    run_cfg.load_scale = 1.0
     return run_cfg
 
 
@@ -98,17 +101,23 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
         started_at=utc_now(), status="running",
     ))
     try:
-        if run_cfg.backend.name != BackendName.sim:
-            raise NotImplementedError(f"backend {run_cfg.backend.name.value!r} is not available")
         pattern = build_pattern(run_cfg.pattern, cfg.seed)
-        result = Simulation(run_cfg, make_policy(run_cfg.policy), pattern, spec.seed, spec.btu_minutes).run()
+        policy = make_policy(run_cfg.policy)
+        if run_cfg.backend.name == BackendName.docker:
+            from testbed.live.run import LiveRun
+
+            result = LiveRun(run_cfg, policy, pattern, spec.seed, spec.btu_minutes,
+                             f"{spec.pattern}/{spec.config}/{spec.rep}").run()
+        else:
+            result = Simulation(run_cfg, policy, pattern, spec.seed, spec.btu_minutes).run()
         log = EventLog(spec.run_dir)
         for table, columns in sorted(result.tables.items()):
             log.write(table, columns)
     except BaseException as exc:  # KeyboardInterrupt included: the run must be marked incomplete
         finish_manifest(spec.run_dir, "incomplete", error=f"{type(exc).__name__}: {exc}")
         raise
-    finish_manifest(spec.run_dir, "complete", sim_duration_s=result.duration_s)
+    finish_manifest(spec.run_dir, "complete", sim_duration_s=result.duration_s,
+                    details=result.details)
     return spec.run_dir
 
 
@@ -130,6 +139,8 @@ def run_experiment(cfg: ExperimentConfig) -> List[Path]:
     or SIGTERM, running runs are marked incomplete and queued ones never start."""
     specs = plan_runs(cfg)
     workers = min(cfg.workers or os.cpu_count() or 1, len(specs))
+    if cfg.backend.name == BackendName.docker:
+        workers = 1  # live runs share the machine's engine, broker and cores: one at a time
     print(f"{len(specs)} run(s) of pattern {cfg.pattern.name} into {cfg.out}/ with {workers} worker(s)", file=sys.stderr)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -3,14 +3,16 @@ policy for actions every reasoning cycle and produces the event-log tables of on
 from __future__ import annotations
 
 import math
-from collections import deque
-from dataclasses import dataclass
-from typing import Deque, Dict
+from dataclasses import dataclass, field
+from typing import Dict
 
 from data_provider.patterns import Pattern
 from testbed.billing import price_per_btu
 from testbed.config import ExperimentConfig
-from testbed.model import InstanceState, OperatorView, Snapshot
+from testbed.model import InstanceState, Snapshot
+from testbed.monitoring import (
+    DurationWindows, InstanceCounts, SnapshotSettings, append_monitor_rows, build_snapshot, new_monitor_tables,
+)
 from testbed.policies.base import Policy, initial_deployment
 from testbed.rng import stream
 from testbed.sim.cluster import SimCluster, actions_table
@@ -24,8 +26,11 @@ _EPS = 1e-9
 
 @dataclass
 class SimulationResult:
+    """A run's event-log tables (both backends), its length and backend facts for the manifest."""
+
     tables: Dict[str, Dict[str, list]]
     duration_s: float
+    details: Dict[str, Any] = field(default_factory=dict)
 
 
 class Simulation:
@@ -49,16 +54,14 @@ class Simulation:
             self.topology, cfg.infrastructure, self.btu_s,
             price_per_btu(btu_minutes, cfg.billing.price_per_10_minutes), stream(seed, "cloud"),
         )
-        self.durations: Dict[str, Deque[float]] = {o: deque(maxlen=cfg.policy.samples) for o in ops}
+        self.durations = DurationWindows(ops, cfg.policy.samples)
+        self.snapshot_settings = SnapshotSettings.from_config(cfg, self.btu_s)
         self.service_s = {o: services[o].mean_ms / 1000.0 for o in ops}
         self._emitted_since_monitor = 0
         self._processed_at_monitor = {o: 0 for o in ops}
         self.tables: Dict[str, Dict[str, list]] = {
             "load": {k: [] for k in ("t_s", "machines", "source", "items", "lateness_ms")},
-            "processed": {k: [] for k in ("t_s", "operator", "items")},
-            "queues": {k: [] for k in ("t_s", "operator", "depth")},
-            "instances": {k: [] for k in ("t_s", "operator", "instances", "starting", "hosts")},
-            "hosts": {k: [] for k in ("t_s", "leased", "ready")},
+            **new_monitor_tables(),
         }
         self._input_rate = 0.0
 
@@ -128,51 +131,33 @@ class Simulation:
 
     # -- monitoring and snapshots ----------------------------------------------------------
     def _monitor(self, t: float) -> None:
-        tables, net, cluster = self.tables, self.network, self.cluster
-        for o, mean in zip(self.topology.operators, self.recorder.interval_means()):
-            if mean is not None:
-                self.durations[o].append(mean)
+        net, cluster, ops = self.network, self.cluster, self.topology.operators
+        self.durations.push_ordered(self.recorder.interval_means())
+        # serving counts migration sources until replaced, which instance views show as draining
         serving = cluster.serving()
-        starting: Dict[str, int] = {o: 0 for o in self.topology.operators}
+        starting: Dict[str, int] = {o: 0 for o in ops}
         for inst in cluster.instances.values():
             if inst.state == InstanceState.starting:
                 starting[inst.operator] += 1
-        for o in self.topology.operators:
-            processed = net.processed(o)
-            tables["processed"]["t_s"].append(t)
-            tables["processed"]["operator"].append(o)
-            tables["processed"]["items"].append(processed - self._processed_at_monitor[o])
-            self._processed_at_monitor[o] = processed
-            tables["queues"]["t_s"].append(t)
-            tables["queues"]["operator"].append(o)
-            tables["queues"]["depth"].append(net.depth(o))
-            ins = tables["instances"]
-            ins["t_s"].append(t)
-            ins["operator"].append(o)
-            ins["instances"].append(len(serving[o]))
-            ins["starting"].append(starting[o])
-            ins["hosts"].append(len({i.host for i in serving[o]}))
-        tables["hosts"]["t_s"].append(t)
-        tables["hosts"]["leased"].append(len(cluster.hosts))
-        tables["hosts"]["ready"].append(sum(1 for h in cluster.hosts.values() if h.ready_at <= t))
+        processed: Dict[str, int] = {}
+        for o in ops:
+            total = net.processed(o)
+            processed[o] = total - self._processed_at_monitor[o]
+            self._processed_at_monitor[o] = total
+        append_monitor_rows(
+            self.tables, t, ops, processed, {o: net.depth(o) for o in ops},
+            {o: InstanceCounts(len(serving[o]), starting[o], len({i.host for i in serving[o]})) for o in ops},
+            leased=len(cluster.hosts), ready=sum(1 for h in cluster.hosts.values() if h.ready_at <= t),
+        )
         self._input_rate = self._emitted_since_monitor / self.cfg.runtime.monitoring_s
         self._emitted_since_monitor = 0
 
     def _snapshot(self, t: float) -> Snapshot:
-        cluster = self.cluster
-        operators = {
-            o: OperatorView(
-                type=self.topology.types[o], n=cluster.counted(o), queue=self.network.depth(o),
-                durations=tuple(self.durations[o]), scalings=cluster.scalings[o],
-            )
-            for o in self.topology.operators
-        }
-        infra = self.cfg.infrastructure
-        return Snapshot(
-            t=t, operators=operators, hosts=cluster.host_views(t), instances=cluster.instance_views(),
-            btu_s=self.btu_s, reasoning_s=self.cfg.runtime.reasoning_s,
-            penalty=self.cfg.billing.penalty_per_item, input_rate=self._input_rate,
-            max_hosts=infra.max_hosts, host_cpu=infra.host_cpu_shares, host_memory=infra.host_memory_mb,
+        cluster, ops = self.cluster, self.topology.operators
+        return build_snapshot(
+            t, self.topology.types, ops, {o: cluster.counted(o) for o in ops},
+            {o: self.network.depth(o) for o in ops}, self.durations, cluster.scalings,
+            cluster.host_views(t), cluster.instance_views(), self._input_rate, self.snapshot_settings,
         )
 
     def _finish_tables(self) -> Dict[str, Dict[str, list]]:

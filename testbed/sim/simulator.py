@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict
+from typing import Any, Dict
 
 from data_provider.patterns import Pattern
 from testbed.billing import price_per_btu

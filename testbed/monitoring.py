@@ -1,0 +1,184 @@
+"""What the simulator and the live runtime share about monitoring: the per-interval event-log rows
+(`processed`, `queues`, `instances`, `hosts`, `samples`), the window of the last N interval means
+per operator, and the assembly of the `Snapshot` a policy sees (spec §3).
+
+Both backends measure differently (a network model vs. RabbitMQ/Redis/Docker) but must record the
+same columns in the same order and hand policies the same snapshot, so those two steps live here.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from testbed.config import ExperimentConfig
+from testbed.model import HostView, InstanceState, InstanceView, OperatorType, OperatorView, Snapshot
+
+Tables = Dict[str, Dict[str, list]]
+
+# column order as in testbed/eventlog.py TABLES (the schema module stays the authority on types)
+MONITOR_COLUMNS: Dict[str, Tuple[str, ...]] = {
+    "processed": ("t_s", "operator", "items"),
+    "queues": ("t_s", "operator", "depth"),
+    "instances": ("t_s", "operator", "instances", "starting", "hosts"),
+    "hosts": ("t_s", "leased", "ready"),
+}
+SAMPLE_COLUMNS: Tuple[str, ...] = ("t_s", "operator", "instance", "duration_ms")
+
+
+def new_monitor_tables(samples: bool = False) -> Tables:
+    """Empty column lists of the monitoring tables (plus `samples` if asked)."""
+    tables = {name: {c: [] for c in cols} for name, cols in MONITOR_COLUMNS.items()}
+    if samples:
+        tables["samples"] = {c: [] for c in SAMPLE_COLUMNS}
+    return tables
+
+
+@dataclass(frozen=True)
+class InstanceCounts:
+    """One operator's row of the `instances` table."""
+
+    running: int  # processing items
+    starting: int  # requested, not yet running
+    hosts: int  # distinct hosts of the running instances
+
+
+def instance_counts(operators: Sequence[str], instances: Iterable[InstanceView]) -> Dict[str, InstanceCounts]:
+    """`instances` rows from instance views: draining instances take nothing new, so they count
+    neither as running nor as starting."""
+    running: Dict[str, int] = {o: 0 for o in operators}
+    starting: Dict[str, int] = {o: 0 for o in operators}
+    hosts: Dict[str, set] = {o: set() for o in operators}
+    for inst in instances:
+        if inst.operator not in running:
+            continue  # not an operator of this topology (foreign container): not ours to count
+        if inst.state == InstanceState.running:
+            running[inst.operator] += 1
+            hosts[inst.operator].add(inst.host)
+        elif inst.state == InstanceState.starting:
+            starting[inst.operator] += 1
+    return {o: InstanceCounts(running[o], starting[o], len(hosts[o])) for o in operators}
+
+
+def append_monitor_rows(tables: Tables, t: float, operators: Sequence[str], processed: Mapping[str, int],
+                        depths: Mapping[str, int], instances: Mapping[str, InstanceCounts],
+                        leased: int, ready: int) -> None:
+    """Append one monitoring interval ending at t: one row per operator (in the given order) to
+    `processed`, `queues` and `instances`, and one row to `hosts`."""
+    proc, queues, ins, hosts = (tables[k] for k in ("processed", "queues", "instances", "hosts"))
+    for o in operators:
+        proc["t_s"].append(t)
+        proc["operator"].append(o)
+        proc["items"].append(processed[o])
+        queues["t_s"].append(t)
+        queues["operator"].append(o)
+        queues["depth"].append(depths[o])
+        c = instances[o]
+        ins["t_s"].append(t)
+        ins["operator"].append(o)
+        ins["instances"].append(c.running)
+        ins["starting"].append(c.starting)
+        ins["hosts"].append(c.hosts)
+    hosts["t_s"].append(t)
+    hosts["leased"].append(leased)
+    hosts["ready"].append(ready)
+
+
+def append_samples(tables: Tables, t_s: Sequence[float], operator: Sequence[str], instance: Sequence[str],
+                   duration_ms: Sequence[float]) -> None:
+    s = tables["samples"]
+    s["t_s"].extend(t_s)
+    s["operator"].extend(operator)
+    s["instance"].extend(instance)
+    s["duration_ms"].extend(duration_ms)
+
+
+def interval_means(operators: Sequence[str], operator: Iterable[str], duration_ms: Iterable[float]) -> Dict[str, Optional[float]]:
+    """Mean duration per operator of the samples of one interval (None: no sample), the live
+    counterpart of `SampleRecorder.interval_means`. Samples of unknown operators are ignored."""
+    sums = {o: 0.0 for o in operators}
+    counts = {o: 0 for o in operators}
+    for o, d in zip(operator, duration_ms):
+        if o in sums:
+            sums[o] += d
+            counts[o] += 1
+    return {o: (sums[o] / counts[o] if counts[o] else None) for o in operators}
+
+
+class DurationWindows:
+    """The last N interval means per operator, oldest first (spec §3: d1..dN). An interval
+    without samples leaves the window unchanged rather than inserting a gap."""
+
+    def __init__(self, operators: Sequence[str], n: int):
+        self.operators = tuple(operators)
+        self._windows: Dict[str, Deque[float]] = {o: deque(maxlen=n) for o in operators}
+
+    def push(self, means: Mapping[str, Optional[float]]) -> None:
+        for o in self.operators:
+            mean = means.get(o)
+            if mean is not None:
+                self._windows[o].append(mean)
+
+    def push_ordered(self, means: Sequence[Optional[float]]) -> None:
+        """Means given in the operators' order (as `SampleRecorder.interval_means` returns them)."""
+        for o, mean in zip(self.operators, means):
+            if mean is not None:
+                self._windows[o].append(mean)
+
+    def of(self, operator: str) -> Tuple[float, ...]:
+        return tuple(self._windows[operator])
+
+
+@dataclass(frozen=True)
+class SnapshotSettings:
+    """The run-constant part of every snapshot."""
+
+    btu_s: float
+    reasoning_s: float
+    penalty: float
+    max_hosts: int
+    host_cpu: int
+    host_memory: int
+
+    @classmethod
+    def from_config(cls, cfg: ExperimentConfig, btu_s: float) -> "SnapshotSettings":
+        infra = cfg.infrastructure
+        return cls(btu_s=btu_s, reasoning_s=cfg.runtime.reasoning_s, penalty=cfg.billing.penalty_per_item,
+                   max_hosts=infra.max_hosts, host_cpu=infra.host_cpu_shares, host_memory=infra.host_memory_mb)
+
+
+def counted(operators: Sequence[str], instances: Iterable[InstanceView]) -> Dict[str, int]:
+    """n per operator as a policy counts it: every instance that is not draining (starting ones
+    included, spec §3)."""
+    n = {o: 0 for o in operators}
+    for inst in instances:
+        if inst.state != InstanceState.draining and inst.operator in n:
+            n[inst.operator] += 1
+    return n
+
+
+def build_snapshot(t: float, types: Mapping[str, OperatorType], operators: Sequence[str], n: Mapping[str, int],
+                   depths: Mapping[str, int], durations: DurationWindows, scalings: Mapping[str, int],
+                   hosts: Tuple[HostView, ...], instances: Tuple[InstanceView, ...], input_rate: float,
+                   settings: SnapshotSettings) -> Snapshot:
+    views: Dict[str, OperatorView] = {
+        o: OperatorView(type=types[o], n=n[o], queue=depths[o], durations=durations.of(o), scalings=scalings.get(o, 0))
+        for o in operators
+    }
+    return Snapshot(
+        t=t, operators=views, hosts=hosts, instances=instances, btu_s=settings.btu_s,
+        reasoning_s=settings.reasoning_s, penalty=settings.penalty, input_rate=input_rate,
+        max_hosts=settings.max_hosts, host_cpu=settings.host_cpu, host_memory=settings.host_memory,
+    )
+
+
+def hosts_row(hosts: Sequence[HostView]) -> Tuple[int, int]:
+    """(leased, ready) of the `hosts` table from host views."""
+    return len(hosts), sum(1 for h in hosts if h.ready)
+
+
+__all__: List[str] = [
+    "MONITOR_COLUMNS", "SAMPLE_COLUMNS", "DurationWindows", "InstanceCounts", "SnapshotSettings", "Tables",
+    "append_monitor_rows", "append_samples", "build_snapshot", "counted", "hosts_row", "instance_counts",
+    "interval_means", "new_monitor_tables",
+]

@@ -1,0 +1,156 @@
+"""Incremental reader of the metrics the operator instances write to Redis (operators/api.py):
+stream ``<prefix>:metrics`` with ``sample`` entries (one sampled item's duration) and ``count``
+entries (items processed / dead-lettered by one instance since its previous ``count`` entry), and
+the cumulative hashes ``<prefix>:processed`` and ``<prefix>:dead``.
+
+Each ``read()`` continues after the last stream id it saw, in XREAD calls of at most ``count``
+entries until the stream is drained, so a monitoring interval costs one round trip per ``count``
+entries. A malformed entry (missing field, unknown kind, a value that is not a finite number) is
+counted and skipped: one bad writer must not stop the monitor.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from operators.api import dead_hash, metrics_stream, processed_hash
+
+START_ID = "0-0"  # read a run's stream from its beginning (entries written before the monitor started)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sampled item's measured duration, as a row of the `samples` table."""
+
+    t_s: float  # when processing completed, seconds since the run's start
+    operator: str
+    instance: str
+    duration_ms: float
+
+
+@dataclass(frozen=True)
+class MetricsBatch:
+    """What the stream held since the previous read."""
+
+    samples: Tuple[Sample, ...]
+    processed: Dict[str, int]  # per operator, summed over the `count` entries of this batch
+    dead: Dict[str, int]
+    entries: int  # stream entries read, malformed ones included
+    malformed: int
+    last_id: str
+
+
+def _text(value: Any) -> Optional[str]:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return value if isinstance(value, str) else None
+
+
+def _number(fields: Mapping[str, str], key: str) -> Optional[float]:
+    raw = fields.get(key)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _count(fields: Mapping[str, str], key: str) -> Optional[int]:
+    value = _number(fields, key)
+    if value is None or value < 0 or value != int(value):
+        return None
+    return int(value)
+
+
+def parse_entries(entries: Iterable[Tuple[Any, Mapping[Any, Any]]], run_start_s: float,
+                  processed: Dict[str, int], dead: Dict[str, int], samples: List[Sample]) -> int:
+    """Parse stream entries ``(id, fields)`` (bytes or str), appending samples and adding counts
+    in place; returns how many entries were malformed."""
+    bad = 0
+    for _, raw in entries:
+        fields: Dict[str, str] = {}
+        for k, v in raw.items():
+            key, value = _text(k), _text(v)
+            if key is not None and value is not None:
+                fields[key] = value
+        operator, instance, kind = fields.get("operator"), fields.get("instance"), fields.get("kind")
+        t_ms = _number(fields, "t_ms")
+        if not operator or instance is None or t_ms is None:
+            bad += 1
+            continue
+        if kind == "sample":
+            d = _number(fields, "duration_ms")
+            if d is None:
+                bad += 1
+                continue
+            samples.append(Sample(t_ms / 1000.0 - run_start_s, operator, instance, d))
+        elif kind == "count":
+            p, x = _count(fields, "processed"), _count(fields, "dead")
+            if p is None or x is None:
+                bad += 1
+                continue
+            processed[operator] = processed.get(operator, 0) + p
+            dead[operator] = dead.get(operator, 0) + x
+        else:
+            bad += 1
+    return bad
+
+
+def _decode_hash(raw: Mapping[Any, Any]) -> Dict[str, int]:
+    out: Dict[str, int] = {}
+    for k, v in raw.items():
+        key, value = _text(k), _text(v)
+        if key is not None and value is not None and value.lstrip("-").isdigit():
+            out[key] = int(value)
+    return out
+
+
+@dataclass
+class MetricsReader:
+    """Reads one run's metrics from ``redis`` (a redis.Redis client; bytes or decoded responses)."""
+
+    redis: Any
+    prefix: str
+    run_start_s: float  # epoch seconds of the run's start: sample times become run-relative
+    count: int = 1000  # entries per XREAD call
+    max_entries: int = 500_000  # per read(): bounds one call even if writers outpace the reader
+    last_id: str = START_ID
+    malformed_total: int = field(default=0, init=False)
+
+    @property
+    def stream(self) -> str:
+        return metrics_stream(self.prefix)
+
+    def read(self) -> MetricsBatch:
+        samples: List[Sample] = []
+        processed: Dict[str, int] = {}
+        dead: Dict[str, int] = {}
+        entries = bad = 0
+        while entries < self.max_entries:
+            response = self.redis.xread({self.stream: self.last_id}, count=self.count)
+            if not response:
+                break
+            batch: Sequence[Tuple[Any, Mapping[Any, Any]]] = response[0][1]
+            if not batch:
+                break
+            bad += parse_entries(batch, self.run_start_s, processed, dead, samples)
+            entries += len(batch)
+            self.last_id = _text(batch[-1][0]) or self.last_id
+            if len(batch) < self.count:
+                break
+        self.malformed_total += bad
+        return MetricsBatch(tuple(samples), processed, dead, entries, bad, self.last_id)
+
+    def totals(self) -> Tuple[Dict[str, int], Dict[str, int]]:
+        """Cumulative (processed, dead) per operator from the hashes, for a run's final accounting."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(processed_hash(self.prefix))
+        pipe.hgetall(dead_hash(self.prefix))
+        processed, dead = pipe.execute()
+        return _decode_hash(processed), _decode_hash(dead)

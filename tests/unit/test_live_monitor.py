@@ -1,0 +1,210 @@
+"""The live monitor's parsing and aggregation, with hand-made inputs (nothing running)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from operators.wiring import wiring_for
+from testbed.eventlog import EventLog
+from testbed.live.kafka_lag import fold_lags, group_lag
+from testbed.live.metrics_reader import Sample, parse_entries
+from testbed.live.monitor import MonitorReading, record_reading
+from testbed.live.rabbit_management import (
+    ManagementClient, ManagementError, QueueStats, credentials_from_amqp_url, fold_depths, parse_queue_stats, redact,
+)
+from testbed.model import HostView, InstanceState, InstanceView, OperatorType
+from testbed.monitoring import (
+    DurationWindows, SnapshotSettings, build_snapshot, counted, hosts_row, instance_counts, interval_means,
+    new_monitor_tables,
+)
+from tests.conftest import compose_config
+
+OPS = ("O1", "O2", "O3", "O4", "O5", "O6", "O7", "O9", "O8")
+
+
+@pytest.fixture(scope="module")
+def wiring():
+    return wiring_for(compose_config().topology, "run1")
+
+
+# ---- management API ------------------------------------------------------------------------
+
+def test_queue_listing_pages_and_lists_parse_to_ready_plus_unacked():
+    page = {"items": [
+        {"name": "run1.O1.O3", "messages": 7, "messages_ready": 5, "messages_unacknowledged": 2},
+        {"name": "run1.O1.O4"},  # declared less than one statistics refresh ago: no counts yet
+        {"name": "run1.O1.O5", "messages": 4},  # only the total: taken as ready
+        {"name": "run1.O3.O7", "messages_ready": None, "messages_unacknowledged": 3},
+        {"messages": 9},  # no name: skipped
+    ], "page": 1, "page_count": 1}
+    stats = parse_queue_stats(page)
+    assert stats["run1.O1.O3"] == QueueStats("run1.O1.O3", 5, 2) and stats["run1.O1.O3"].depth == 7
+    assert stats["run1.O1.O4"].depth == 0
+    assert (stats["run1.O1.O5"].ready, stats["run1.O1.O5"].unacked) == (4, 0)
+    assert stats["run1.O3.O7"].depth == 3
+    assert len(stats) == 4
+    assert parse_queue_stats(page["items"]) == stats
+    with pytest.raises(ValueError):
+        parse_queue_stats({"error": "x"})
+
+
+def test_depths_sum_an_operators_input_edges_and_dead_letters_apart(wiring):
+    stats = {q.name: q for q in (
+        QueueStats("run1.O3.O7", 10, 1), QueueStats("run1.O4.O7", 20, 0), QueueStats("run1.O5.O7", 0, 5),
+        QueueStats("run1.O2.O8", 3, 0), QueueStats("run1.O6.O8", 4, 0), QueueStats("run1.O9.O8", 0, 0),
+        QueueStats("run1.S2_production.O1", 100, 5), QueueStats("run1.O4.O7.dead", 2, 0),
+        QueueStats("run1.O1.O3.dead", 1, 0),
+    )}
+    got = fold_depths(wiring, stats)
+    assert got.depths["O7"] == 36 and got.depths["O8"] == 7 and got.depths["O1"] == 105
+    assert got.depths["O2"] == 0 and set(got.depths) == set(OPS)
+    assert got.dead_letters == {**{o: 0 for o in OPS}, "O7": 2, "O3": 1}
+    assert "run1.O1.O3" in got.missing and "run1.O3.O7" not in got.missing
+    assert len(got.missing) == 2 * len(wiring.edges) - len(stats)
+
+
+def test_credentials_and_vhost_come_from_the_amqp_url():
+    assert credentials_from_amqp_url("amqp://guest:guest@127.0.0.1:5672/%2F") == ("guest", "guest", "/")
+    assert credentials_from_amqp_url("amqp://u%40x:p%3Aw@h/prod") == ("u@x", "p:w", "prod")
+    assert credentials_from_amqp_url("amqp://h") == ("guest", "guest", "/")
+    assert redact("amqp://u:secret@h:5672/%2F") == "amqp://u:***@h:5672/%2F"
+    assert redact("http://h:15672") == "http://h:15672"
+
+
+def test_an_unreachable_management_api_is_named_in_the_error():
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = ManagementClient(f"http://127.0.0.1:{port}/", "amqp://guest:guest@127.0.0.1/%2F", timeout_s=2)
+    with pytest.raises(ManagementError, match=rf"http://127\.0\.0\.1:{port}/api/queues/%2F.*unreachable"):
+        client.queue_stats("run1")
+
+
+# ---- Kafka lag -----------------------------------------------------------------------------
+
+def test_kafka_lag_is_end_minus_committed_or_minus_log_start_without_commit(wiring):
+    t1, t7 = "run1.O1", "run1.O7"
+    end = {(t1, 0): 100, (t1, 1): 50, (t7, 0): 30}
+    start = {(t1, 0): 0, (t1, 1): 10, (t7, 0): 0}
+    committed = {
+        "run1.O1.O3": {(t1, 0): 90, (t1, 1): 50},  # 10 + 0
+        "run1.O1.O4": {(t1, 0): -1},  # no commit yet: from the log start, 100 + 40
+        "run1.O7.O9": {(t7, 0): 30},
+    }
+    assert group_lag(t1, end, start, committed["run1.O1.O3"]) == 10
+    got = fold_lags(wiring, end, start, committed)
+    assert got.depths["O3"] == 10 and got.depths["O4"] == 140 and got.depths["O5"] == 140
+    assert got.depths["O9"] == 0 and got.depths["O1"] == 0
+    assert "run1.S2_production" in got.missing and t1 not in got.missing
+    assert len(got.missing) == len(set(got.missing))
+
+
+# ---- Redis metric entries ------------------------------------------------------------------
+
+def test_metric_entries_become_run_relative_samples_and_counts_and_bad_ones_are_counted():
+    start = 1_700_000_000.0
+    entries = [
+        (b"1-0", {b"operator": b"O3", b"instance": b"c1", b"kind": b"sample", b"t_ms": b"1700000012500",
+                  b"duration_ms": b"42"}),
+        ("1-1", {"operator": "O3", "instance": "c1", "kind": "count", "t_ms": "1700000013000",
+                 "processed": "10", "dead": "1"}),
+        ("1-2", {"operator": "O3", "instance": "c2", "kind": "count", "t_ms": "1700000013000",
+                 "processed": "5", "dead": "0"}),
+        ("1-3", {"operator": "O7", "instance": "c9", "kind": "sample", "t_ms": "1700000014000",
+                 "duration_ms": "7.5"}),
+        ("2-0", {"operator": "O3", "instance": "c1", "kind": "sample", "t_ms": "1700000012500"}),  # no duration
+        ("2-1", {"operator": "O3", "instance": "c1", "kind": "gauge", "t_ms": "1"}),  # unknown kind
+        ("2-2", {"operator": "O3", "instance": "c1", "kind": "count", "t_ms": "1", "processed": "-3", "dead": "0"}),
+        ("2-3", {"operator": "O3", "instance": "c1", "kind": "sample", "t_ms": "x", "duration_ms": "1"}),
+        ("2-4", {"operator": "O3", "instance": "c1", "kind": "sample", "t_ms": "1", "duration_ms": "nan"}),
+        ("2-5", {"instance": "c1", "kind": "sample", "t_ms": "1", "duration_ms": "1"}),  # no operator
+        ("2-6", {b"operator": b"\xff", b"instance": b"c1", b"kind": b"sample", b"t_ms": b"1", b"duration_ms": b"1"}),
+        ("2-7", {"operator": "O3", "instance": "c1", "kind": "count", "t_ms": "1", "processed": "1.5", "dead": "0"}),
+    ]
+    processed, dead, samples = {}, {}, []
+    bad = parse_entries(entries, start, processed, dead, samples)
+    assert bad == 8
+    assert samples == [Sample(12.5, "O3", "c1", 42.0), Sample(14.0, "O7", "c9", 7.5)]
+    assert processed == {"O3": 15} and dead == {"O3": 1}
+
+
+# ---- interval means, windows, instance rows, snapshot --------------------------------------
+
+def test_interval_means_per_operator_and_windows_keep_the_last_n():
+    means = interval_means(("A", "B", "C"), ["A", "A", "B", "X"], [10.0, 30.0, 5.0, 999.0])
+    assert means == {"A": 20.0, "B": 5.0, "C": None}
+    w = DurationWindows(("A", "B", "C"), 3)
+    for m in (means, {"A": 1.0}, {"A": 2.0, "C": 4.0}, {"A": 3.0, "B": None}):
+        w.push(m)
+    assert w.of("A") == (1.0, 2.0, 3.0)  # oldest dropped
+    assert w.of("B") == (5.0,)  # an interval without samples adds nothing
+    assert w.of("C") == (4.0,)
+    w.push_ordered([None, 6.0, None])
+    assert w.of("B") == (5.0, 6.0)
+
+
+def _views():
+    inst = (
+        InstanceView("a1", "O1", "h1", InstanceState.running, 0.0),
+        InstanceView("a2", "O1", "h2", InstanceState.running, 5.0),
+        InstanceView("a3", "O1", "h2", InstanceState.starting, 60.0),
+        InstanceView("a4", "O1", "h1", InstanceState.draining, 0.0),
+        InstanceView("b1", "O7", "h1", InstanceState.running, 0.0),
+        InstanceView("z1", "OX", "h1", InstanceState.running, 0.0),  # not this topology's
+    )
+    host = HostView("h1", 4096, 7168, 3000, 6000, 0.0, 600.0, frozenset({"O1"}), True, 1.0)
+    hosts = (host, HostView("h2", 4096, 7168, 4096, 7168, 50.0, 650.0, frozenset(), False, 1.0))
+    return hosts, inst
+
+
+def test_instance_rows_and_policy_counts_from_views():
+    hosts, inst = _views()
+    rows = instance_counts(("O1", "O7", "O2"), inst)
+    assert (rows["O1"].running, rows["O1"].starting, rows["O1"].hosts) == (2, 1, 2)
+    assert (rows["O7"].running, rows["O7"].starting, rows["O7"].hosts) == (1, 0, 1)
+    assert (rows["O2"].running, rows["O2"].starting, rows["O2"].hosts) == (0, 0, 0)
+    assert counted(("O1", "O7", "O2"), inst) == {"O1": 3, "O7": 1, "O2": 0}  # starting counts, draining not
+    assert hosts_row(hosts) == (2, 1)
+
+
+def test_snapshot_carries_depths_windows_counts_and_settings():
+    hosts, inst = _views()
+    types = {o: OperatorType(o, 1000.0, 100, 512, 68) for o in ("O1", "O7")}
+    w = DurationWindows(("O1", "O7"), 5)
+    w.push({"O1": 900.0, "O7": 10.0})
+    w.push({"O1": 1200.0})
+    settings = SnapshotSettings(btu_s=600.0, reasoning_s=60.0, penalty=1e-4, max_hosts=8, host_cpu=4096,
+                                host_memory=7168)
+    snap = build_snapshot(120.0, types, ("O1", "O7"), counted(("O1", "O7"), inst), {"O1": 300, "O7": 0}, w,
+                          {"O1": 2}, hosts, inst, 33.3, settings)
+    o1, o7 = snap.operators["O1"], snap.operators["O7"]
+    assert list(snap.operators) == ["O1", "O7"]
+    assert (o1.n, o1.queue, o1.durations, o1.duration, o1.scalings) == (3, 300, (900.0, 1200.0), 1200.0, 2)
+    assert (o7.n, o7.queue, o7.durations, o7.scalings) == (1, 0, (10.0,), 0)
+    assert (snap.t, snap.btu_s, snap.input_rate, snap.max_hosts, snap.hosts, snap.instances) == (
+        120.0, 600.0, 33.3, 8, hosts, inst)
+
+
+def test_recorded_readings_fit_the_event_log_schema(tmp_path):
+    hosts, inst = _views()
+    ops = ("O1", "O7")
+    tables = new_monitor_tables(samples=True)
+    for t, depth in ((15.0, 7), (30.0, 0)):
+        reading = MonitorReading(
+            t=t, depths={"O1": depth, "O7": 1}, dead_letters={"O1": 0, "O7": 0}, missing_queues=(),
+            samples=(Sample(t - 1.0, "O1", "a1", 12.0),), processed={"O1": 100, "O7": 3}, dead={"O1": 0, "O7": 0},
+            means={"O1": 12.0, "O7": None}, malformed=0, elapsed_s=0.01,
+        )
+        record_reading(tables, reading, ops, hosts, inst)
+    assert tables["queues"] == {"t_s": [15.0, 15.0, 30.0, 30.0], "operator": ["O1", "O7"] * 2, "depth": [7, 1, 0, 1]}
+    assert tables["instances"]["instances"] == [2, 1, 2, 1] and tables["instances"]["starting"] == [1, 0, 1, 0]
+    assert tables["hosts"] == {"t_s": [15.0, 30.0], "leased": [2, 2], "ready": [1, 1]}
+    assert tables["samples"]["t_s"] == [14.0, 29.0]
+    log = EventLog(tmp_path)
+    for name, cols in tables.items():
+        log.write(name, cols)  # refuses columns that differ from the schema
+    assert log.read("processed")["items"].tolist() == [100, 3, 100, 3]
+    assert math.isclose(log.read("samples")["duration_ms"].sum(), 24.0)

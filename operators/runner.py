@@ -1,0 +1,387 @@
+"""The shared runner of an operator instance: ``python -m operators.runner`` (config: environment
+variables, see ``operators/runner_config.py``).
+
+Per input: decode the envelope, process it with the operator (optionally after emulated work),
+publish the emissions to the operator type's own exchange/topic (persistent, publisher confirms,
+asynchronous), and acknowledge (RabbitMQ) or commit (Kafka) the input only when every emission is
+confirmed. Delivery is therefore at least once; a finished input's id is remembered in Redis for
+``DEDUP_TTL_S`` (after its emissions are confirmed, before its ack), so an input that comes again
+(redelivered after a crash, or republished upstream after a broker restart) is acknowledged
+without being processed or emitted a second time.
+
+Threads: the source's I/O thread(s) hand deliveries to ``PARALLEL`` worker threads; the
+publisher's I/O thread reports confirms; a completer thread records finished ids in Redis (one
+pipeline per batch) and settles the inputs; a flusher writes the metrics every second.
+
+Malformed inputs and ``PoisonItem``s are dead-lettered (RabbitMQ: the queue's dead-letter queue;
+Kafka: the edge's ``.dead`` topic) and counted. On SIGTERM (or SIGINT) the instance cancels its
+consumers, finishes and acknowledges what it holds, flushes its metrics and exits 0.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import queue
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence
+
+from operators.api import Emission, Operator, OperatorContext, PoisonItem
+from operators.envelope import Envelope, EnvelopeError, amqp_properties
+from operators.metrics import Metrics
+from operators.runner_config import ConfigError, RunnerConfig, config_from_env
+from operators.sources import Delivery, KafkaSource, Outcome, RabbitSource, dead_letter_topic
+from operators.transports import KafkaPublisher, OutMessage, RabbitPublisher, declare_wiring
+
+log = logging.getLogger("operators.runner")
+
+BATCH = 32  # deliveries a worker takes at once (one Redis round trip for their duplicate check)
+
+
+@dataclass(eq=False)
+class _Pending:
+    """An input waiting for its emissions' confirms."""
+
+    delivery: Delivery
+    input_id: Optional[str]  # None: a dead letter being written (Kafka)
+    remaining: int
+
+
+@dataclass
+class RunnerStats:
+    received: int = 0
+    processed: int = 0  # emissions confirmed, input settled
+    emitted: int = 0
+    dead: int = 0
+    duplicates: int = 0  # inputs seen finished before: acknowledged without processing
+    stale: int = 0  # deliveries of a lost connection / revoked partition, left to the broker
+    errors: int = 0  # operator failures other than PoisonItem (input requeued)
+
+
+def seen_key(prefix: str, operator: str, producer: str, item_id: str) -> str:
+    """Redis key remembering that ``operator`` finished input ``item_id`` from ``producer``."""
+    return f"{prefix}:{operator}:seen:{producer}:{item_id}"
+
+
+class Runner:
+    def __init__(self, config: RunnerConfig, operator: Operator, source: Any, publisher: Any, redis: Any,
+                 metrics: Optional[Metrics] = None, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.config = config
+        self.operator = operator
+        self.source = source
+        self.publisher = publisher
+        self.redis = redis
+        self.clock = clock
+        self.sleep = sleep
+        self.metrics = metrics or Metrics(config.prefix, config.operator, config.instance, config.sample_every,
+                                          config.measurement, clock)
+        self.stats = RunnerStats()
+        self._work: "queue.Queue[Optional[Delivery]]" = queue.Queue()
+        self._done: "queue.Queue[Optional[_Pending]]" = queue.Queue()
+        self._held = 0  # deliveries accepted and not yet settled (or dropped as stale)
+        self._held_cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: List[threading.Thread] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        self.publisher.on_confirm = self._on_confirm
+        self.publisher.start(timeout_s)
+        for i in range(self.config.parallel):
+            self._spawn(self._worker, f"worker-{i}")
+        self._spawn(self._completer, "completer")
+        self._flusher = self._spawn(self._flush_loop, "metrics")
+        self.source.start(self._accept, timeout_s)
+        log.info("consuming %s (prefetch %d, parallel %d, %s)", ", ".join(e.queue for e in self.source.edges),
+                 self.config.prefetch, self.config.parallel, self.config.transport)
+
+    def run(self, timeout_s: float = 60.0) -> int:
+        """Start, run until ``request_stop`` (SIGTERM), drain, close. Exit status 0."""
+        self.start(timeout_s)
+        while not self._stop.wait(1.0):
+            pass
+        self.drain()
+        return 0
+
+    def drain(self) -> None:
+        log.info("stopping: cancelling consumers, finishing %d held input(s)", self.held())
+        self.source.stop_consuming()
+        deadline = time.monotonic() + self.config.drain_timeout_s
+        with self._held_cond:
+            while self._held > 0 and time.monotonic() < deadline:
+                self._held_cond.wait(0.1)
+            left = self._held
+        if left:
+            log.warning("drain timeout: %d input(s) left unacknowledged (the broker redelivers them)", left)
+        for _ in range(self.config.parallel):
+            self._work.put(None)
+        self.publisher.close(10.0)
+        self._done.put(None)
+        for t in self._threads:
+            if t is not self._flusher:
+                t.join(10.0)
+        self._stop.set()
+        self._flusher.join(10.0)
+        self.metrics.flush(self.redis)
+        self.source.close()
+        self.operator.close()
+        log.info("stopped: %s", self.stats)
+
+    def held(self) -> int:
+        with self._held_cond:
+            return self._held
+
+    def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+        return t
+
+    # -- deliveries --------------------------------------------------------------------------
+
+    def _accept(self, delivery: Delivery) -> None:
+        with self._held_cond:
+            self._held += 1
+        with self._lock:
+            self.stats.received += 1
+        self._work.put(delivery)
+
+    def _release(self, n: int = 1) -> None:
+        with self._held_cond:
+            self._held -= n
+            if self._held <= 0:
+                self._held_cond.notify_all()
+
+    def _settle(self, delivery: Delivery, outcome: Outcome) -> None:
+        self.source.settle(delivery, outcome)
+        self._release()
+
+    def _next_batch(self) -> Optional[List[Delivery]]:
+        first = self._work.get()
+        if first is None:
+            return None
+        batch = [first]
+        while len(batch) < BATCH:
+            try:
+                d = self._work.get_nowait()
+            except queue.Empty:
+                break
+            if d is None:
+                self._work.put(None)  # another worker's stop signal: leave it
+                break
+            batch.append(d)
+        return batch
+
+    def _worker(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            decoded = []
+            for d in batch:
+                if not self.source.current(d):
+                    self._stale()
+                    continue
+                try:
+                    decoded.append((d, Envelope.decode(d.body)))
+                except EnvelopeError as exc:
+                    log.warning("malformed input on %s dead-lettered: %s", d.edge.queue, exc)
+                    self._dead(d)
+            seen = self._seen(decoded)
+            for (d, env), done_before in zip(decoded, seen):
+                if done_before:
+                    with self._lock:
+                        self.stats.duplicates += 1
+                    self._settle(d, Outcome.ACK)
+                else:
+                    self._process(d, env)
+
+    def _stale(self) -> None:
+        with self._lock:
+            self.stats.stale += 1
+        self._release()
+
+    def _seen(self, decoded: Sequence[tuple]) -> List[bool]:
+        if not self.config.dedup_ttl_s or not decoded:
+            return [False] * len(decoded)
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for d, env in decoded:
+                pipe.exists(seen_key(self.config.prefix, self.config.operator, d.edge.producer, env.item_id))
+            return [bool(x) for x in pipe.execute()]
+        except Exception as exc:  # noqa: BLE001 - Redis away: process (at least once) rather than stall
+            log.warning("duplicate check failed, processing anyway: %r", exc)
+            return [False] * len(decoded)
+
+    def _process(self, d: Delivery, env: Envelope) -> None:
+        if self.config.work_ms:
+            self.sleep(self.config.work_ms / 1000.0)  # emulated service cost (configuration)
+        try:
+            emissions = list(self.operator.process(env))
+        except PoisonItem as exc:
+            log.warning("poison item %s on %s dead-lettered: %s", env.item_id, d.edge.queue, exc)
+            self._dead(d)
+            return
+        except Exception:  # noqa: BLE001 - a transient failure (e.g. Redis): try the item again later
+            log.exception("operator failed on %s; requeueing it", env.item_id)
+            with self._lock:
+                self.stats.errors += 1
+            self.sleep(0.5)  # no hot loop on a failing dependency
+            self._settle(d, Outcome.REQUEUE)
+            return
+        pending = _Pending(d, env.item_id, len(emissions))
+        if emissions:
+            now = self.metrics.now_ms()
+            self.publisher.publish_batch([self._message(e, env, now, pending) for e in emissions])
+        self.metrics.completed(env.sent_ms, d.amqp_timestamp_s, self.metrics.now_ms())
+        if not emissions:
+            self._done.put(pending)
+
+    def _message(self, emission: Emission, source: Envelope, sent_ms: int, pending: _Pending) -> OutMessage:
+        out = emission.envelope(source, sent_ms)
+        return OutMessage(producer=self.config.operator, item_id=out.item_id, key=out.machine_id, body=out.encode(),
+                          properties=amqp_properties(out), ref=pending)
+
+    def _dead(self, d: Delivery) -> None:
+        if self.source.dead_letters_by_publish:  # Kafka: write it to the edge's dead-letter topic first
+            pending = _Pending(d, None, 1)
+            self.publisher.publish_batch([OutMessage(
+                producer=self.config.operator, item_id="", key="", body=d.body,
+                destination=dead_letter_topic(d.edge), ref=pending)])
+        else:
+            self._count_dead()
+            self._settle(d, Outcome.DEAD)
+
+    def _count_dead(self) -> None:
+        self.metrics.dead()
+        with self._lock:
+            self.stats.dead += 1
+
+    # -- confirms and completion -------------------------------------------------------------
+
+    def _on_confirm(self, messages: Sequence[OutMessage]) -> None:
+        finished = []
+        with self._lock:
+            for m in messages:
+                p = m.ref
+                if p is None:
+                    continue
+                p.remaining -= 1
+                if p.input_id is not None:
+                    self.stats.emitted += 1
+                if p.remaining == 0:
+                    finished.append(p)
+        for p in finished:
+            self._done.put(p)
+
+    def _completer(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._done.get()
+            if first is None:
+                return
+            batch = [first]
+            while True:
+                try:
+                    p = self._done.get_nowait()
+                except queue.Empty:
+                    break
+                if p is None:
+                    stopping = True
+                    break
+                batch.append(p)
+            self._remember([p for p in batch if p.input_id is not None])
+            for p in batch:
+                if p.input_id is None:
+                    self._count_dead()
+                else:
+                    self.metrics.processed()
+                    with self._lock:
+                        self.stats.processed += 1
+                self._settle(p.delivery, Outcome.ACK)
+
+    def _remember(self, finished: Sequence[_Pending]) -> None:
+        if not self.config.dedup_ttl_s or not finished:
+            return
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for p in finished:
+                key = seen_key(self.config.prefix, self.config.operator, p.delivery.edge.producer, p.input_id or "")
+                pipe.set(key, 1, ex=self.config.dedup_ttl_s)
+            pipe.execute()
+        except Exception as exc:  # noqa: BLE001 - only duplicate suppression is lost, never an item
+            log.warning("could not record finished inputs: %r", exc)
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.config.metrics_flush_s):
+            self.metrics.flush(self.redis)
+
+
+# ---- assembly and entry point ----------------------------------------------------------------
+
+def load_factory(spec: str) -> Callable[[str, OperatorContext], Operator]:
+    module, _, name = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError("OPERATOR_FACTORY", f"cannot load {spec!r}: {exc}") from exc
+
+
+def build_runner(config: RunnerConfig, operator: Operator, redis: Any, clock: Callable[[], float] = time.time,
+                 timeout_s: float = 60.0) -> Runner:
+    wiring = config.wiring()
+    edges = wiring.inputs(config.operator)
+    if config.transport == "rabbitmq":
+        declare_wiring(config.amqp_url, wiring, sorted({e.producer for e in edges}) + [config.operator], timeout_s)
+        source: Any = RabbitSource(config.amqp_url, wiring, edges, config.prefetch, clock)
+        publisher: Any = RabbitPublisher(config.amqp_url, wiring, (config.operator,), declare=False)
+    else:
+        source = KafkaSource(config.kafka_bootstrap, wiring, edges, config.prefetch, config.instance, clock)
+        publisher = KafkaPublisher(config.kafka_bootstrap, wiring, (config.operator,), create=True,
+                                   client_id=config.instance, extra_topics=[dead_letter_topic(e) for e in edges])
+        publisher.on_error = lambda m, exc: _resend_later(publisher, m, exc)
+    return Runner(config, operator, source, publisher, redis, clock=clock)
+
+
+def _resend_later(publisher: Any, message: OutMessage, exc: BaseException) -> None:
+    """A Kafka send given up after the client's retries: send it again (its input stays held)."""
+    log.warning("kafka send of %s failed (%r); resending in 1 s", message.item_id or "a dead letter", exc)
+    timer = threading.Timer(1.0, publisher.publish_batch, args=([message],))
+    timer.daemon = True
+    timer.start()
+
+
+def main() -> int:
+    try:
+        config = config_from_env()
+        factory = load_factory(config.factory)
+    except ConfigError as exc:
+        print(f"operators.runner: configuration error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format=f"%(asctime)s {config.instance} %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pika").setLevel(logging.WARNING)  # pika logs every connection step at INFO
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    import redis as redis_lib
+
+    client = redis_lib.Redis.from_url(config.redis_url)
+    ctx = OperatorContext(operator=config.operator, instance=config.instance, prefix=config.prefix, redis=client,
+                          params=dict(config.params))
+    operator = factory(config.operator, ctx)
+    runner = build_runner(config, operator, client)
+    signal.signal(signal.SIGTERM, lambda *_: runner.request_stop())
+    signal.signal(signal.SIGINT, lambda *_: runner.request_stop())
+    return runner.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,411 @@
+"""Where an operator instance's inputs come from: RabbitMQ queues or Kafka consumer groups.
+
+A source hands each input to the runner as a ``Delivery`` and later gets told how to settle it
+(``ack``: processed and every emission confirmed; ``dead``: never processable; ``requeue``: try
+again). Settling is asynchronous and may come from any thread.
+
+* ``RabbitSource`` (pika ``SelectConnection`` in its own I/O thread): one consumer per input edge
+  queue with ``basic_qos(prefetch)`` each, manual acks; ``dead`` is a ``basic_nack`` without
+  requeue, which the queue's dead-letter arguments route into the edge's ``.dead`` queue. After a
+  lost connection it reconnects with backoff; deliveries of the old connection are *stale* (the
+  broker redelivers them), their settlements are dropped.
+* ``KafkaSource`` (kafka-python): one consumer per input edge (its consumer group), auto-commit
+  off; at most ``prefetch`` inputs of an edge are outstanding, and the committed offset of a
+  partition only moves past inputs that are settled (the lowest outstanding offset).
+"""
+from __future__ import annotations
+
+import collections
+import enum
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+
+from operators.transports import TransportError, _safe, create_topics
+from operators.wiring import Edge, Wiring
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(enum.Enum):
+    ACK = "ack"
+    DEAD = "dead"
+    REQUEUE = "requeue"
+
+
+@dataclass(eq=False)
+class Delivery:
+    body: bytes
+    edge: Edge
+    token: Any  # the source's handle (connection generation and tag / partition and offset)
+    amqp_timestamp_s: Optional[int] = None
+    redelivered: bool = False
+    received_ms: int = 0
+
+
+DeliveryCallback = Callable[[Delivery], None]
+
+
+# ---- RabbitMQ --------------------------------------------------------------------------------
+
+class RabbitSource:
+    dead_letters_by_publish = False  # the broker dead-letters a nack(requeue=False)
+
+    def __init__(self, url: str, wiring: Wiring, edges: Sequence[Edge], prefetch: int,
+                 clock: Callable[[], float] = time.time,
+                 reconnect_initial_s: float = 0.2, reconnect_max_s: float = 5.0):
+        self.url = url
+        self.wiring = wiring
+        self.edges = tuple(edges)
+        self.prefetch = prefetch
+        self.clock = clock
+        self.reconnect_initial_s = reconnect_initial_s
+        self.reconnect_max_s = reconnect_max_s
+        self.reconnects = 0
+        self._on_delivery: Optional[DeliveryCallback] = None
+        self._lock = threading.Lock()
+        self._generation = 0  # bumped per connection: older deliveries are stale
+        self._conn: Any = None
+        self._channel: Any = None
+        self._consumer_tags: Dict[str, Edge] = {}
+        self._settle: Deque[Tuple[Delivery, Outcome]] = collections.deque()
+        self._settle_scheduled = False
+        self._consuming = threading.Event()  # a channel consumes (the first one: start() returns)
+        self._cancelled = threading.Event()  # stop_consuming done (or no connection to cancel on)
+        self._stop_consuming = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    # -- runner side -------------------------------------------------------------------------
+
+    def start(self, on_delivery: DeliveryCallback, timeout_s: float = 30.0) -> None:
+        self._on_delivery = on_delivery
+        self._thread = threading.Thread(target=self._io_thread, name="rabbit-source", daemon=True)
+        self._thread.start()
+        if not self._consuming.wait(timeout_s):
+            self._stopping.set()
+            raise TransportError(f"RabbitMQ at {_safe(self.url)}: not consuming within {timeout_s:.0f} s")
+
+    def current(self, delivery: Delivery) -> bool:
+        """False for a delivery of a lost connection (the broker redelivers it)."""
+        return delivery.token[0] == self._generation
+
+    def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+        with self._lock:
+            self._settle.append((delivery, outcome))
+            if self._settle_scheduled:
+                return
+            self._settle_scheduled = True
+        conn = self._conn
+        try:
+            conn.ioloop.add_callback_threadsafe(self._apply_settlements)
+        except Exception:  # noqa: BLE001 - no loop (reconnecting): these deliveries are stale anyway
+            with self._lock:
+                self._settle_scheduled = False
+
+    def stop_consuming(self, timeout_s: float = 10.0) -> None:
+        """Cancel the consumers; returns when the broker confirmed (no more deliveries)."""
+        self._stop_consuming.set()
+        conn = self._conn
+        if conn is None or self._channel is None:
+            self._cancelled.set()
+        else:
+            try:
+                conn.ioloop.add_callback_threadsafe(self._cancel)
+            except Exception:  # noqa: BLE001 - loop gone: nothing consumes
+                self._cancelled.set()
+        if not self._cancelled.wait(timeout_s):
+            log.warning("consumers not cancelled within %.0f s", timeout_s)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self._stopping.set()
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.ioloop.add_callback_threadsafe(self._close_connection)
+            except Exception:  # noqa: BLE001 - already closed
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    # -- I/O thread --------------------------------------------------------------------------
+
+    def _io_thread(self) -> None:
+        import pika
+
+        backoff = self.reconnect_initial_s
+        while not self._stopping.is_set():
+            had_channel = False
+            try:
+                self._conn = pika.SelectConnection(
+                    pika.URLParameters(self.url), on_open_callback=self._on_open,
+                    on_open_error_callback=self._on_open_error, on_close_callback=self._on_closed)
+                self._conn.ioloop.start()
+            except Exception as exc:  # noqa: BLE001 - any failure means: reconnect
+                log.warning("rabbit source: %r", exc)
+            finally:
+                had_channel = self._channel is not None
+                with self._lock:
+                    self._generation += 1  # what this connection delivered is now stale
+                    self._settle.clear()
+                    self._settle_scheduled = False
+                self._conn = None
+                self._channel = None
+                self._consumer_tags.clear()
+            if self._stop_consuming.is_set():
+                self._cancelled.set()  # nothing consumes any more
+            if self._stopping.is_set():
+                break
+            if had_channel:
+                backoff = self.reconnect_initial_s
+            self.reconnects += 1
+            log.warning("rabbit source: connection lost; reconnecting in %.1f s", backoff)
+            self._stopping.wait(backoff)
+            backoff = min(backoff * 2, self.reconnect_max_s)
+
+    def _on_open(self, conn: Any) -> None:
+        conn.channel(on_open_callback=self._on_channel_open)
+
+    def _on_open_error(self, conn: Any, err: Any) -> None:
+        log.warning("rabbit source: cannot connect to %s: %r", _safe(self.url), err)
+        conn.ioloop.stop()
+
+    def _on_closed(self, conn: Any, reason: Any) -> None:
+        if not self._stopping.is_set():
+            log.warning("rabbit source: connection closed: %r", reason)
+        conn.ioloop.stop()
+
+    def _close_connection(self) -> None:
+        conn = self._conn
+        if conn is not None and conn.is_open:
+            conn.close()
+        elif conn is not None:
+            conn.ioloop.stop()
+
+    def _on_channel_open(self, channel: Any) -> None:
+        channel.add_on_close_callback(self._on_channel_closed)
+        self._channel = channel
+        if self._stop_consuming.is_set():
+            self._cancelled.set()
+            return
+        channel.basic_qos(prefetch_count=self.prefetch, callback=lambda _f: self._consume(channel))
+
+    def _consume(self, channel: Any) -> None:
+        generation = self._generation
+        for edge in self.edges:
+            tag = channel.basic_consume(edge.queue, self._handler(edge, generation), auto_ack=False)
+            self._consumer_tags[tag] = edge
+        self._consuming.set()
+
+    def _handler(self, edge: Edge, generation: int) -> Callable[..., None]:
+        def on_message(_channel: Any, method: Any, props: Any, body: bytes) -> None:
+            self._on_delivery(Delivery(  # type: ignore[misc]
+                body=body, edge=edge, token=(generation, method.delivery_tag),
+                amqp_timestamp_s=props.timestamp, redelivered=bool(method.redelivered),
+                received_ms=int(self.clock() * 1000)))
+        return on_message
+
+    def _on_channel_closed(self, _channel: Any, reason: Any) -> None:
+        self._channel = None
+        if not self._stopping.is_set():
+            log.warning("rabbit source: channel closed: %r", reason)
+        conn = self._conn
+        if conn is not None and conn.is_open:
+            conn.close()  # start over on a fresh connection (the broker redelivers what we held)
+
+    def _cancel(self) -> None:
+        channel = self._channel
+        if channel is None or not channel.is_open or not self._consumer_tags:
+            self._cancelled.set()
+            return
+        left = set(self._consumer_tags)
+
+        def cancelled(tag: str) -> Callable[[Any], None]:
+            def done(_frame: Any) -> None:
+                left.discard(tag)
+                if not left:
+                    self._cancelled.set()
+            return done
+
+        for tag in list(self._consumer_tags):
+            channel.basic_cancel(tag, callback=cancelled(tag))
+
+    def _apply_settlements(self) -> None:
+        with self._lock:
+            items = list(self._settle)
+            self._settle.clear()
+            self._settle_scheduled = False
+            generation = self._generation
+        channel = self._channel
+        if channel is None or not channel.is_open:
+            return
+        for delivery, outcome in items:
+            gen, tag = delivery.token
+            if gen != generation:
+                continue  # delivered on a lost connection: redelivered by now
+            if outcome is Outcome.ACK:
+                channel.basic_ack(tag)
+            else:
+                channel.basic_nack(tag, requeue=outcome is Outcome.REQUEUE)
+
+
+# ---- Kafka -----------------------------------------------------------------------------------
+
+@dataclass
+class _EdgeState:
+    """One edge's consumer bookkeeping (touched only by its poll thread, except ``settled``)."""
+
+    edge: Edge
+    outstanding: Dict[Any, List[int]] = field(default_factory=dict)  # partition -> offsets held
+    next_offset: Dict[Any, int] = field(default_factory=dict)  # partition -> after the last polled
+    committed: Dict[Any, int] = field(default_factory=dict)
+    generation: Dict[Any, int] = field(default_factory=dict)  # bumped when a partition is revoked
+    settled: Deque[Tuple[Any, int, int]] = field(default_factory=collections.deque)  # (tp, gen, offset)
+    held: int = 0
+
+
+def dead_letter_topic(edge: Edge) -> str:
+    """Kafka has no dead-lettering: malformed inputs are written to this topic per edge."""
+    return edge.dead_letter_queue
+
+
+class KafkaSource:
+    dead_letters_by_publish = True  # the runner publishes the raw message to dead_letter_topic
+
+    def __init__(self, bootstrap: str, wiring: Wiring, edges: Sequence[Edge], prefetch: int, client_id: str,
+                 clock: Callable[[], float] = time.time, poll_ms: int = 100):
+        self.bootstrap = bootstrap
+        self.wiring = wiring
+        self.edges = tuple(edges)
+        self.prefetch = prefetch
+        self.client_id = client_id
+        self.clock = clock
+        self.poll_ms = poll_ms
+        self._on_delivery: Optional[DeliveryCallback] = None
+        self._states = [_EdgeState(e) for e in self.edges]
+        self._lock = threading.Lock()
+        self._assigned = threading.Event()
+        self._stop_consuming = threading.Event()
+        self._stopping = threading.Event()
+        self._threads: List[threading.Thread] = []
+        self._errors: List[str] = []
+
+    def start(self, on_delivery: DeliveryCallback, timeout_s: float = 60.0) -> None:
+        self._on_delivery = on_delivery
+        create_topics(self.bootstrap, sorted({e.topic for e in self.edges}), timeout_s=timeout_s)
+        ready = []
+        for i, state in enumerate(self._states):
+            ev = threading.Event()
+            ready.append(ev)
+            t = threading.Thread(target=self._poll_thread, args=(state, ev), name=f"kafka-source-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        deadline = time.monotonic() + timeout_s
+        for ev in ready:
+            if not ev.wait(max(0.0, deadline - time.monotonic())):
+                self._stopping.set()
+                raise TransportError(f"Kafka at {self.bootstrap}: consumers not ready within {timeout_s:.0f} s "
+                                     f"({'; '.join(self._errors) or 'no error reported'})")
+
+    def current(self, delivery: Delivery) -> bool:
+        i, tp, gen, _offset = delivery.token
+        return self._states[i].generation.get(tp, 0) == gen
+
+    def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+        i, tp, gen, offset = delivery.token
+        if outcome is Outcome.REQUEUE:
+            # Kafka cannot requeue one record: hand it to the runner again (same token, still held)
+            self._on_delivery(delivery)  # type: ignore[misc]
+            return
+        with self._lock:
+            self._states[i].settled.append((tp, gen, offset))
+
+    def stop_consuming(self, timeout_s: float = 10.0) -> None:
+        self._stop_consuming.set()  # the poll threads stop fetching but keep committing
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self._stopping.set()
+        for t in self._threads:
+            t.join(timeout_s)
+
+    # -- poll threads ------------------------------------------------------------------------
+
+    def _poll_thread(self, state: _EdgeState, ready: threading.Event) -> None:
+        from kafka import ConsumerRebalanceListener, KafkaConsumer
+        from kafka.errors import KafkaError
+
+        source = self
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                source._commit(consumer, state)
+                for tp in revoked:  # records still held come again to the partition's new owner
+                    state.generation[tp] = state.generation.get(tp, 0) + 1
+                    state.held -= len(state.outstanding.pop(tp, []))
+                    state.next_offset.pop(tp, None)
+                    state.committed.pop(tp, None)
+
+            def on_partitions_assigned(self, assigned):
+                ready.set()
+
+        try:
+            consumer = KafkaConsumer(
+                bootstrap_servers=self.bootstrap, group_id=state.edge.consumer_group, client_id=self.client_id,
+                enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self.prefetch)
+            consumer.subscribe([state.edge.topic], listener=Listener())
+        except KafkaError as exc:
+            self._errors.append(repr(exc))
+            return
+        try:
+            while not self._stopping.is_set():
+                self._apply_settled(state)
+                self._commit(consumer, state)
+                room = self.prefetch - state.held
+                if self._stop_consuming.is_set() or room <= 0:
+                    time.sleep(0.005)  # the client's heartbeat thread keeps the membership
+                    continue
+                batches = consumer.poll(timeout_ms=self.poll_ms, max_records=room)
+                for tp, records in batches.items():
+                    gen = state.generation.get(tp, 0)
+                    for r in records:
+                        state.outstanding.setdefault(tp, []).append(r.offset)
+                        state.next_offset[tp] = r.offset + 1
+                        state.held += 1
+                        self._on_delivery(Delivery(  # type: ignore[misc]
+                            body=r.value, edge=state.edge, token=(self._states.index(state), tp, gen, r.offset),
+                            received_ms=int(self.clock() * 1000)))
+            self._apply_settled(state)
+            self._commit(consumer, state)
+        except Exception as exc:  # noqa: BLE001 - logged; held records come again after a restart
+            log.error("kafka source (%s): %r", state.edge.consumer_group, exc)
+            self._errors.append(repr(exc))
+        finally:
+            consumer.close()
+
+    def _apply_settled(self, state: _EdgeState) -> None:
+        with self._lock:
+            settled = list(state.settled)
+            state.settled.clear()
+        for tp, gen, offset in settled:
+            if state.generation.get(tp, 0) != gen:
+                continue
+            held = state.outstanding.get(tp)
+            if held and offset in held:
+                held.remove(offset)
+                state.held -= 1
+
+    def _commit(self, consumer: Any, state: _EdgeState) -> None:
+        from kafka.structs import OffsetAndMetadata
+
+        offsets = {}
+        for tp, nxt in state.next_offset.items():
+            held = state.outstanding.get(tp)
+            upto = min(held) if held else nxt  # everything below is settled
+            if state.committed.get(tp) != upto:
+                offsets[tp] = OffsetAndMetadata(upto, "", -1)
+        if offsets:
+            consumer.commit(offsets)
+            for tp, om in offsets.items():
+                state.committed[tp] = om.offset

@@ -110,3 +110,44 @@ def kafka_bootstrap(tmp_path_factory) -> Iterator[str]:
             proc.kill()
             proc.wait(10)
         log.close()
+
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def redis_reachable(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=2).ping())
+    except redis.exceptions.RedisError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """URL of a running Redis (started with infra/services.sh if needed)."""
+    url = os.environ.get("REDIS_URL", DEFAULT_REDIS_URL)
+    if not redis_reachable(url):
+        done = subprocess.run(["bash", str(SERVICES), "start"], capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"infra/services.sh start failed:\n{done.stdout}\n{done.stderr}")
+        deadline = time.monotonic() + 30
+        while not redis_reachable(url):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Redis at {url} not reachable")
+            time.sleep(0.2)
+    return url
+
+
+@pytest.fixture
+def redis_client(redis_url, unique_prefix) -> Iterator[object]:
+    """A redis.Redis client; every key under ``<unique_prefix>:`` is deleted after the test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    keys = list(client.scan_iter(f"{unique_prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()

@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_report.py
 	bash infra/services.sh start >/dev/null
 	$(BIN)/python benchmarks/bench_provider.py
+	$(BIN)/python benchmarks/bench_runner.py
 	$(BIN)/python benchmarks/bench_ocr.py
 
 # Container images. IMAGE_BASE: the official python slim image where it is present (or pullable:

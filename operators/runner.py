@@ -376,7 +376,7 @@ def main() -> int:
     client = redis_lib.Redis.from_url(config.redis_url)
     ctx = OperatorContext(operator=config.operator, instance=config.instance, prefix=config.prefix, redis=client,
                           params=dict(config.params))
-    operator = factory(config.operator, ctx)
+    operator = factory(config.impl, ctx)
     runner = build_runner(config, operator, client)
     signal.signal(signal.SIGTERM, lambda *_: runner.request_stop())
     signal.signal(signal.SIGINT, lambda *_: runner.request_stop())

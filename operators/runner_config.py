@@ -7,6 +7,7 @@ operators.runner`` reads them here. Every error names the variable.
 variable           meaning                                     default
 =================  ==========================================  ======================================
 OPERATOR           operator type, e.g. ``O3`` (required)
+OPERATOR_IMPL      the implementation's name in the registry   ``OPERATOR`` (e.g. ``passthrough``)
 RUN_PREFIX         the run's broker/Redis prefix (required)
 TRANSPORT          ``rabbitmq`` or ``kafka``                   ``rabbitmq``
 AMQP_URL           RabbitMQ URL                                ``amqp://guest:guest@127.0.0.1:5672/%2F``
@@ -74,6 +75,7 @@ class RunnerConfig:
     metrics_flush_s: float = 1.0
     drain_timeout_s: float = 60.0
     factory: str = DEFAULT_FACTORY
+    implementation: str = ""  # registry name; empty: the operator type's own
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
@@ -103,6 +105,10 @@ class RunnerConfig:
 
     def wiring(self) -> Wiring:
         return make_wiring(self.topology.get("sources", {}), self.topology.get("operators", {}), self.prefix)
+
+    @property
+    def impl(self) -> str:
+        return self.implementation or self.operator
 
     @property
     def instance(self) -> str:
@@ -189,4 +195,5 @@ def config_from_env(env: Optional[Mapping[str, str]] = None) -> RunnerConfig:
         metrics_flush_s=_float(env, "METRICS_FLUSH_S", 1.0),
         drain_timeout_s=_float(env, "DRAIN_TIMEOUT_S", 60.0),
         factory=env.get("OPERATOR_FACTORY", "").strip() or DEFAULT_FACTORY,
+        implementation=env.get("OPERATOR_IMPL", "").strip(),
     )

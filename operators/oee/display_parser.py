@@ -75,8 +75,9 @@ def key_of(raw: str) -> Optional[str]:
 
 def integer(raw: str, unit: bool = False) -> int:
     value = raw.strip()
-    if unit:  # "60 s", "60s", "60 sec", "60 5" (an s read as 5 after a space)
-        value = re.sub(r"(\s+\S{1,3}|\s*s(ec)?\.?)$", "", value, flags=re.IGNORECASE) or value
+    if unit:  # "60 s", "60s", "60 sec", "60 5" / "60 $" (the unit misread after a space); "6 0" stays 60
+        value = re.sub(r"\s*(s|secs?|seconds)\.?$", "", value, flags=re.IGNORECASE)
+        value = re.sub(r"\s+[5$§]$", "", value)
     digits = re.sub(r"[\s,.'’`]", "", value).translate(_DIGITS)
     if not re.fullmatch(r"\d+", digits):
         raise ValueError(f"not a number: {raw!r}")

@@ -2,6 +2,11 @@
 Their Redis state is tested against a real Redis in tests/integration/test_operator_state.py."""
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import zlib
+
 import pytest
 import redis
 
@@ -125,5 +130,18 @@ def test_report_summary_and_pdf():
     assert notice.mean_performance == pytest.approx(0.82)
     pdf = render_pdf(values, notice, "OEE report run1 #4")
     assert pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF")
+    shown = b" ".join(t for m in re.finditer(rb"stream\r?\n(.*?)\r?\nendstream", pdf, re.S)
+                      for t in re.findall(rb"\((.*?)\) Tj", zlib.decompress(m.group(1))))
+    assert b"OEE report run1 #4" in shown and b"machine-03 10" in shown and b"OEE mean 0.723" in shown
     assert render_pdf(values, notice, "OEE report run1 #4") == pdf  # same batch, same bytes
     assert render_pdf(values[:29], summarise(values[:29], "/tmp/r.pdf", 4), "OEE report run1 #4") != pdf
+
+
+def test_the_operators_package_stays_slim():
+    """The operator images hold only pika, redis, kafka-python (and fpdf2 for O9): importing the
+    registry must not pull in the testbed, the data provider or the scientific stack."""
+    code = ("import sys, operators.registry; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'testbed', 'data_provider', 'numpy', 'pandas', 'hydra', 'omegaconf', 'PIL', 'fpdf', 'pyspark'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -83,6 +83,12 @@ def test_noisy_text_is_read_tolerantly():
     assert f.timestamp_ms == 1763788812345
 
 
+@pytest.mark.parametrize("raw,expected", [("60 s", 60), ("60s", 60), ("6O sec", 60), ("60 5", 60), ("60 $", 60),
+                                          ("6 0 s", 60), ("6 0", 60), ("0 s", 0), ("l20 s", 120)])
+def test_planned_production_time_survives_its_unit(raw, expected):
+    assert display_parser.integer(raw, unit=True) == expected
+
+
 def test_optional_fields_may_be_unreadable_but_required_ones_may_not():
     f = parse_display_text("produced units : 45\ndefective units : 0\nplanned production time : 0 s\n"
                            "status : planned downtime")

@@ -65,22 +65,34 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_runner.py
 	$(BIN)/python benchmarks/bench_ocr.py
 
-# Container images. IMAGE_BASE: the official python slim image where it is present (or pullable:
-# `make images IMAGE_BASE=python:3.11-slim`), else a Debian base made by infra/base-image.sh.
+# Container images: the provider and one image per operator type (testbed-o1 ... testbed-o9), then a
+# table of their sizes (infra/images.sh). IMAGE_BASE: the official python slim image where it is
+# present (or pullable: `make images IMAGE_BASE=python:3.11-slim`), else a Debian base made by
+# infra/base-image.sh (debootstrap) if missing.
 IMAGE_BASE ?= $(shell docker image inspect python:3.11-slim >/dev/null 2>&1 && echo python:3.11-slim || echo testbed-base:bookworm)
 
 images:
-	bash infra/docker.sh start
-	$(if $(filter testbed-base:%,$(IMAGE_BASE)),bash infra/base-image.sh $(IMAGE_BASE))
-	docker build -q -f data_provider/Dockerfile --build-arg BASE=$(IMAGE_BASE) -t testbed-provider:latest .
+	bash infra/images.sh $(IMAGE_BASE)
 
-# Local services of the live testbed (RabbitMQ with management, Redis, tesseract): install + start / stop
+# Local services of the live testbed (RabbitMQ with management, Redis, tesseract): install + start / stop.
+# INFRA=compose: RabbitMQ, Redis and Kafka from docker-compose.yml instead (official images);
+# add COMPOSE_BUILD=1 [BASE=testbed-base:bookworm] to build them from a local base (no registry).
+INFRA ?= host
+
 infra-up:
+ifeq ($(INFRA),compose)
+	bash infra/compose.sh up
+else
 	bash infra/services.sh install
 	bash infra/services.sh start
+endif
 
 infra-down:
+ifeq ($(INFRA),compose)
+	bash infra/compose.sh down
+else
 	bash infra/services.sh stop
+endif
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Build the testbed's container images and print their sizes: the data provider (testbed-provider)
+# and one image per operator type (testbed-o1 ... testbed-o9, operators/Dockerfile).
+#
+#   bash infra/images.sh [BASE]        BASE: the base image (default: python:3.11-slim where it is
+#                                      present locally, else testbed-base:bookworm, made here with
+#                                      debootstrap by infra/base-image.sh if missing)
+#   env: TAG (default latest), OPERATORS (default "O1 O2 ... O9"), PROVIDER=0 skips the provider
+#
+# Works offline apart from Debian's and PyPI's package indexes. Unchanged layers come from the build
+# cache, so a rebuild after a code change takes seconds. The live config's image names are
+# <image_prefix><operator, lower case>:<image_tag> = testbed-o1:latest etc.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BASE=${1:-${BASE:-}}
+TAG=${TAG:-latest}
+OPERATORS=${OPERATORS:-O1 O2 O3 O4 O5 O6 O7 O8 O9}
+PROVIDER=${PROVIDER:-1}
+
+# Per-type extras; everything else is common (see operators/Dockerfile).
+apt_packages() { case $1 in O1) echo "tesseract-ocr tesseract-ocr-eng" ;; *) echo "" ;; esac; }
+pip_packages() { case $1 in O9) echo "fpdf2>=2.7" ;; *) echo "" ;; esac; }
+
+bash infra/docker.sh start >/dev/null
+if [ -z "$BASE" ]; then
+  if docker image inspect python:3.11-slim >/dev/null 2>&1; then BASE=python:3.11-slim; else BASE=testbed-base:bookworm; fi
+fi
+case $BASE in testbed-base:*) bash infra/base-image.sh "$BASE" ;; esac
+echo "images.sh: base $BASE"
+
+built=()
+build() {  # name, docker build args...
+  local name=$1; shift
+  local t0=$SECONDS log
+  log=$(mktemp)
+  if ! docker build --build-arg BASE="$BASE" -t "$name" "$@" . >"$log" 2>&1; then
+    cat "$log" >&2; rm -f "$log"; echo "images.sh: building $name failed" >&2; exit 1
+  fi
+  rm -f "$log"
+  printf 'images.sh: %-28s built in %3d s\n' "$name" $((SECONDS - t0))
+  built+=("$name")
+}
+
+[ "$PROVIDER" = 0 ] || build "testbed-provider:$TAG" -f data_provider/Dockerfile
+for op in $OPERATORS; do
+  build "testbed-${op,,}:$TAG" -f operators/Dockerfile --build-arg OPERATOR="$op" \
+    --build-arg APT_PACKAGES="$(apt_packages "$op")" --build-arg PIP_PACKAGES="$(pip_packages "$op")"
+done
+
+# Sizes: SIZE is the whole image; the operator images share their lower layers (base, user, common
+# Python packages), so UNIQUE (layers no other image uses) is what each adds on disk.
+declare -A unique=()
+while read -r repo tag uniq; do unique["$repo:$tag"]=$uniq; done < <(
+  docker system df -v 2>/dev/null | awk '/^Images space usage/{on=1; next} /^Containers space usage/{on=0}
+    on && NF >= 8 && $1 != "REPOSITORY" {print $1, $2, $(NF-1)}')
+echo
+printf '%-28s %-10s %10s %10s\n' IMAGE OPERATOR SIZE UNIQUE
+for name in "$BASE" "${built[@]}"; do
+  size=$(docker image inspect "$name" --format '{{.Size}}' | awk '{printf "%.0f MB", $1/1e6}')
+  op=$(docker image inspect "$name" --format '{{index .Config.Labels "testbed.operator"}}' 2>/dev/null || true)
+  printf '%-28s %-10s %10s %10s\n' "$name" "${op:--}" "$size" "${unique[$name]:--}"
+done

@@ -1,0 +1,75 @@
+"""Docker engines of the live host pool: connecting (unix://, tcp://, ssh:// URLs), the start-up
+check (reachable, operator images present), and the container an operator instance runs in."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import List, Mapping, Sequence
+
+import docker
+import docker.errors
+from docker import DockerClient
+
+# Labels every container of a run carries; cleanup() finds a run's containers by RUN_LABEL alone.
+RUN_LABEL = "testbed.run"
+HOST_LABEL = "testbed.host"
+OPERATOR_LABEL = "testbed.operator"
+INSTANCE_LABEL = "testbed.instance"
+
+
+class EngineError(RuntimeError):
+    """A Docker engine is unreachable or lacks an operator image; the message names the engine URL."""
+
+    def __init__(self, url: str, message: str):
+        super().__init__(f"Docker engine {url}: {message}")
+        self.url = url
+
+
+def connect(url: str, timeout_s: float = 10.0) -> DockerClient:
+    """A client of the engine at `url`; raises EngineError when it does not answer.
+    ssh:// URLs go through the ssh binary (the user's ssh config and keys), not paramiko."""
+    try:
+        client = docker.DockerClient(base_url=url, timeout=int(max(1, timeout_s)), use_ssh_client=url.startswith("ssh://"))
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise EngineError(url, f"not reachable ({exc})") from exc
+    except OSError as exc:  # ssh client or socket failures outside the SDK's own exceptions
+        raise EngineError(url, f"not reachable ({exc})") from exc
+    return client
+
+
+def missing_images(client: DockerClient, images: Sequence[str]) -> List[str]:
+    out = []
+    for image in images:
+        try:
+            client.images.get(image)
+        except docker.errors.ImageNotFound:
+            out.append(image)
+    return out
+
+
+def container_name(run_id: str, operator: str, n: int) -> str:
+    """`<run_id>-<operator>-<n>` in lower case, with characters Docker rejects replaced by '-'."""
+    raw = f"{run_id}-{operator}-{n}".lower()
+    name = re.sub(r"[^a-z0-9_.-]", "-", raw)
+    return name if name[0].isalnum() else f"x{name}"
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything `docker run` needs for one operator instance."""
+
+    name: str
+    image: str
+    environment: Mapping[str, str]
+    labels: Mapping[str, str]
+    cpu_shares: int  # relative CPU weight, 1024 = one core (spec §2)
+    memory_mb: int  # soft reservation, no hard limit (VISP behaviour)
+    network_mode: str
+
+    def run(self, client: DockerClient):
+        """Create and start the container (detached); returns the SDK's Container."""
+        return client.containers.run(
+            self.image, detach=True, name=self.name, environment=dict(self.environment), labels=dict(self.labels),
+            cpu_shares=self.cpu_shares, mem_reservation=f"{self.memory_mb}m", network_mode=self.network_mode,
+        )

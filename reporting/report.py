@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Sequence, Union
 
 from reporting import figures as fig
 from reporting.figure_data import FigureData, figure_data
+from reporting.fidelity_section import acceptance_gaps, fidelity_section, load_fidelity
 from reporting.html_report import write_html
 from reporting.markdown_report import write_markdown
 from reporting.metrics_spark import SparkMetrics, compute_metrics
@@ -111,10 +112,15 @@ def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=Non
     comparison = compare(metrics.summary, reference)
     claims = check_claims(metrics.summary, reference)
     files = _write_tables(out, catalog, metrics, comparison, claims)
+    fidelity = load_fidelity(Path(runs_dir))  # written by `testbed fidelity`
+    extra = [fidelity_section(fidelity, comparison, claims)] if fidelity else []
+    if fidelity:
+        files["fidelity_gaps"] = out / "tables" / "fidelity_gaps.csv"
+        acceptance_gaps(comparison).to_csv(files["fidelity_gaps"], index=False)
     drawn = _draw_figures(out, data, comparison, cfg.dpi) if data is not None else {}
     files.update({f"figure:{k}": v for k, v in drawn.items()})
     table_files = [p for k, p in files.items() if not k.startswith("figure:")]
-    doc = build_document(catalog, metrics.summary, comparison, claims, drawn, master, table_files)
+    doc = build_document(catalog, metrics.summary, comparison, claims, drawn, master, table_files, extra)
     files["html"] = write_html(doc, out / "index.html")
     files["markdown"] = write_markdown(doc, out / "report.md", files["manifests"])
     timings["render_s"] = time.perf_counter() - t2

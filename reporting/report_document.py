@@ -172,7 +172,8 @@ def runs_table(catalog: RunCatalog) -> Table:
 
 
 def build_document(catalog: RunCatalog, summary: pd.DataFrame, comparison: pd.DataFrame, claims: pd.DataFrame,
-                   figures: Dict[str, Path], spark_master: str, table_files: Sequence[Path]) -> Document:
+                   figures: Dict[str, Path], spark_master: str, table_files: Sequence[Path],
+                   extra_sections: Sequence[Section] = ()) -> Document:
     complete, incomplete = catalog.complete, catalog.incomplete
     revisions = sorted({r.manifest.code_revision for r in complete})
     configs = sorted({(r.pattern, r.config) for r in complete})
@@ -186,6 +187,7 @@ def build_document(catalog: RunCatalog, summary: pd.DataFrame, comparison: pd.Da
         "Tables: " + ", ".join(p.name for p in table_files) + " (folder tables/).",
     ]
     sections: List[Section] = [Section("The paper's claims", [claims_table(claims)])]
+    sections.extend(extra_sections)  # e.g. the fidelity section after the claims it explains
     for pattern in sorted(summary["pattern"].unique()):
         own = summary[summary["pattern"] == pattern]
         blocks: List[Block] = [

@@ -5,6 +5,8 @@
     testbed summary RUNS_DIR             the summary table of the runs below a folder
     testbed provider run [OVERRIDES...]  run the data provider (e.g. pattern=stepwise duration=10m transport=rabbitmq)
     testbed report RUNS_DIR [key=value]  the PySpark report (tables, figures, index.html, report.md)
+    testbed calibrate [key=value...]     fit the simulator's unknowns to one pattern's published table (a profile)
+    testbed fidelity [key=value...]      a profile on every pattern, plus sensitivity sweeps for the report
 """
 from __future__ import annotations
 
@@ -88,8 +90,20 @@ def provider(argv: List[str]) -> int:
     return provider_main(argv)
 
 
+def calibrate(argv: List[str]) -> int:
+    from testbed.fidelity.calibration import main as calibrate_main
+
+    return calibrate_main(argv)
+
+
+def fidelity(argv: List[str]) -> int:
+    from testbed.fidelity.validation import main as fidelity_main
+
+    return fidelity_main(argv)
+
+
 COMMANDS = {"experiment": experiment, "patterns": patterns, "summary": summary, "report": report,
-            "provider": provider}
+            "provider": provider, "calibrate": calibrate, "fidelity": fidelity}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -1,0 +1,133 @@
+"""Which unknown moves which metric: one-at-a-time sweeps around a profile, and the effect of each
+original-system behaviour that the visp2017 profile switches on.
+
+Both produce long tables of (variant, cell) with the measured value, the profile's own value and
+the difference; cells are those of the published table (reporting.paper_comparison.compare).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from reporting.paper_comparison import compare
+from testbed.config import CONF_DIR
+from testbed.fidelity.distance import cell_gaps, distance
+from testbed.fidelity.evaluation import Setting, compose_experiment, scratch, run_setting
+from testbed.fidelity.parameters import SEARCH_SPACE, current_values, literal, to_overrides
+
+CELL_COLUMNS = ["config", "metric", "mean_paper", "mean_measured", "gap", "unit"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    group: str  # "parameter" or "behaviour"
+    name: str  # the parameter or the config key
+    label: str  # e.g. x0.5, x2, true, "paper: 50"
+    overrides: Tuple[str, ...]
+
+
+def _cells(summary: pd.DataFrame, reference: pd.DataFrame, pattern: str) -> pd.DataFrame:
+    return cell_gaps(compare(summary, reference[reference["pattern"] == pattern]))[CELL_COLUMNS]
+
+
+def parameter_variants(profile: str, pattern: str, conf_dir: Path = CONF_DIR) -> List[Variant]:
+    """Each search-space parameter moved alone away from the profile's value (x0.5 and x2, the
+    neighbouring integers, the other categories)."""
+    values = current_values(compose_experiment([f"pattern={pattern}", f"profile={profile}"], conf_dir))
+    out = []
+    for p in SEARCH_SPACE:
+        for label, value in p.variants(values[p.name]):
+            out.append(Variant("parameter", p.name, label, tuple(to_overrides({p.name: value}))))
+    return out
+
+
+def _flatten(node: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for k, v in node.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def behaviour_variants(profile: str, pattern: str, behaviour_profile: str = "visp2017",
+                       plain_profile: str = "paper", conf_dir: Path = CONF_DIR) -> List[Variant]:
+    """Per key the behaviour profile sets: the profile with that key toggled between the plain
+    profile's value (behaviour off) and the behaviour profile's value (on), whichever it lacks."""
+    behaviours = OmegaConf.to_container(OmegaConf.load(Path(conf_dir) / "profile" / f"{behaviour_profile}.yaml"))
+    assert isinstance(behaviours, dict)
+    plain = OmegaConf.structured(compose_experiment([f"pattern={pattern}", f"profile={plain_profile}"], conf_dir))
+    mine = OmegaConf.structured(compose_experiment([f"pattern={pattern}", f"profile={profile}"], conf_dir))
+    out = []
+    for key, on in sorted(_flatten(behaviours).items()):
+        if key == "profile":
+            continue
+        off = _plain(OmegaConf.select(plain, key))
+        current = _plain(OmegaConf.select(mine, key))
+        target, label = (off, f"off ({plain_profile}: {off})") if current == _plain(on) else (on, f"on ({on})")
+        out.append(Variant("behaviour", key, label, (f"{key}={literal(target)}",)))
+    return out
+
+
+def _plain(v: Any) -> Any:
+    return getattr(v, "value", v)
+
+
+def sweep(profile: str, pattern: str, variants: Sequence[Variant], reference: pd.DataFrame, reps: int = 1,
+          seed: int = 1, duration_min: float = 120.0, conf_dir: Path = CONF_DIR, log=None) -> pd.DataFrame:
+    """Run the profile and each variant on one pattern (same seeds); per variant and published cell:
+    the measured value, the profile's value and the difference, plus the variant's distance."""
+    def run(extra: Sequence[str]) -> Tuple[pd.DataFrame, float]:
+        setting = Setting(pattern, profile, reps, seed, duration_min, None, tuple(extra))
+        with scratch() as out:
+            summary = run_setting(setting, out, conf_dir)
+        return _cells(summary, reference, pattern), distance(summary, reference, pattern).value
+
+    base_cells, base_distance = run(())
+    frames = []
+    for i, v in enumerate(variants, 1):
+        cells, d = run(v.overrides)
+        merged = cells.merge(base_cells[["config", "metric", "mean_measured"]], on=["config", "metric"],
+                             suffixes=("", "_profile"))
+        merged = merged.rename(columns={"mean_measured": "measured", "mean_measured_profile": "profile_value"})
+        merged.insert(0, "variant", v.label)
+        merged.insert(0, "name", v.name)
+        merged.insert(0, "group", v.group)
+        merged["delta"] = merged["measured"] - merged["profile_value"]
+        merged["distance"] = d
+        merged["profile_distance"] = base_distance
+        merged["overrides"] = " ".join(v.overrides)
+        frames.append(merged)
+        if log:
+            print(f"{v.group} {i}/{len(variants)} {v.name} {v.label}: distance {d:.3f} (profile {base_distance:.3f})",
+                  file=log, flush=True)
+    columns = ["group", "name", "variant", "config", "metric", "mean_paper", "measured", "profile_value", "delta",
+               "unit", "distance", "profile_distance", "overrides"]
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+def strongest(table: pd.DataFrame, config: str, metric: str, top: int = 3) -> List[Tuple[str, str, float]]:
+    """The variants moving one cell most: (name, variant, delta), largest |delta| first."""
+    rows = table[(table["config"] == config) & (table["metric"] == metric)]
+    rows = rows.reindex(rows["delta"].abs().sort_values(ascending=False, kind="mergesort").index)
+    return [(str(r.name), str(r.variant), float(r.delta)) for r in rows.head(top).itertuples()]
+
+
+def summarise_effects(table: pd.DataFrame, metrics: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """Per variant: the mean delta of each metric for the baseline and for the BTU policy (mean over
+    its BTU lengths; pp for compliance, cost units for costs) and the variant's distance."""
+    metrics = list(metrics or ["realtime_compliance_pct", "near_realtime_compliance_pct", "relaxed_compliance_pct",
+                               "resource_cost"])
+    rows = table[table["metric"].isin(metrics)].copy()
+    rows["column"] = [f"{m} {'threshold' if c.startswith('threshold') else 'btu'}"
+                      for m, c in zip(rows["metric"], rows["config"])]
+    wide = rows.pivot_table(index=["group", "name", "variant", "distance"], columns="column", values="delta",
+                            aggfunc="mean", sort=False).reset_index()
+    ordered = [f"{m} {a}" for m in metrics for a in ("threshold", "btu") if f"{m} {a}" in wide.columns]
+    return wide[["group", "name", "variant", *ordered, "distance"]]

@@ -1,0 +1,113 @@
+"""`testbed fidelity`: a profile, unchanged, on every pattern (held-out validation), plus the
+sensitivity sweeps the report's fidelity section explains gaps with.
+
+    testbed fidelity profile=paper_calibrated out=runs/fidelity
+    testbed report runs/fidelity           # the report gains a "Fidelity" section
+
+Writes the paper's matrix per pattern to OUT/<pattern>/... (ordinary run folders), and
+OUT/fidelity/: sensitivity.csv (one-at-a-time sweep of the calibrated parameters),
+behaviours.csv (each visp2017 behaviour toggled), fidelity.json (what ran, how long).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from reporting.paper_comparison import load_reference
+from testbed.config import CONF_DIR, ConfigError
+from testbed.fidelity.evaluation import Setting, run_setting
+from testbed.fidelity.sensitivity import behaviour_variants, parameter_variants, sweep
+
+FIDELITY_FOLDER = "fidelity"  # below the runs folder: the sweep tables the report reads
+
+
+@dataclass
+class FidelityConfig:
+    profile: str = "paper_calibrated"
+    out: str = "runs/fidelity"
+    patterns: List[str] = field(default_factory=lambda: ["stepwise", "two_level", "random_walk_1", "random_walk_2"])
+    reps: int = 3  # of the validation runs (the paper's three)
+    seed: int = 1
+    duration_min: float = 120.0
+    sweep_pattern: str = "stepwise"  # the sweeps run on the calibration pattern
+    sweep_reps: int = 1
+    sweeps: bool = True
+    behaviour_profile: str = "visp2017"  # whose switches are toggled one at a time
+    plain_profile: str = "paper"  # the values those switches take when off
+    calibrated_on: str = "stepwise"  # named in the report: the other patterns are held out
+
+    def validate(self) -> "FidelityConfig":
+        for key in ("reps", "sweep_reps", "duration_min"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(key, f"must be > 0, got {getattr(self, key)}")
+        for key in ("profile", "behaviour_profile", "plain_profile"):
+            if not (CONF_DIR / "profile" / f"{getattr(self, key)}.yaml").is_file():
+                raise ConfigError(key, f"no profile {getattr(self, key)!r} in {CONF_DIR}/profile")
+        for i, p in enumerate([*self.patterns, self.sweep_pattern]):
+            if not (CONF_DIR / "pattern" / f"{p}.yaml").is_file():
+                key = f"patterns[{i}]" if i < len(self.patterns) else "sweep_pattern"
+                raise ConfigError(key, f"no pattern {p!r} in {CONF_DIR}/pattern")
+        return self
+
+
+def parse_config(args: Sequence[str]) -> FidelityConfig:
+    for a in args:
+        if "=" not in a:
+            raise ConfigError(a, "expected key=value")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(FidelityConfig), OmegaConf.from_dotlist(list(args)))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(str(getattr(exc, "full_key", "") or "arguments"), str(exc).splitlines()[0]) from exc
+    cfg = OmegaConf.to_object(merged)
+    assert isinstance(cfg, FidelityConfig)
+    return cfg.validate()
+
+
+def run_fidelity(cfg: FidelityConfig, log=None) -> Path:
+    out = Path(cfg.out)
+    folder = out / FIDELITY_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    timings = {}
+    for pattern in cfg.patterns:
+        t0 = time.perf_counter()
+        run_setting(Setting(pattern, cfg.profile, cfg.reps, cfg.seed, cfg.duration_min), out)
+        timings[f"validation {pattern}"] = round(time.perf_counter() - t0, 1)
+        if log:
+            print(f"validation {pattern}: {timings[f'validation {pattern}']} s", file=log, flush=True)
+    if cfg.sweeps:
+        reference = load_reference()
+        for name, variants in (
+            ("sensitivity", parameter_variants(cfg.profile, cfg.sweep_pattern)),
+            ("behaviours", behaviour_variants(cfg.profile, cfg.sweep_pattern, cfg.behaviour_profile, cfg.plain_profile)),
+        ):
+            t0 = time.perf_counter()
+            table = sweep(cfg.profile, cfg.sweep_pattern, variants, reference, cfg.sweep_reps, cfg.seed,
+                          cfg.duration_min, log=log)
+            table.to_csv(folder / f"{name}.csv", index=False)
+            timings[name] = round(time.perf_counter() - t0, 1)
+    (folder / "fidelity.json").write_text(json.dumps({"config": asdict(cfg), "seconds": timings}, indent=1) + "\n",
+                                          encoding="utf-8")
+    return folder
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help"):
+        print(__doc__, file=sys.stderr)
+        return 0
+    try:
+        cfg = parse_config(args)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    folder = run_fidelity(cfg, log=sys.stderr)
+    print(f"wrote the validation runs below {cfg.out} and the sweeps in {folder}; "
+          f"next: testbed report {cfg.out}")
+    return 0

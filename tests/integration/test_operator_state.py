@@ -87,6 +87,9 @@ def test_o2_racing_instances_warn_once_per_incident_and_machine(redis_url, redis
     for e in warnings:
         by_machine.setdefault(e.payload["machine_id"], set()).add(e.item_id)
     assert all(len(ids) == 1 for ids in by_machine.values())
+    # only the opening readings are remembered (memory stays small at 250 readings/s)
+    assert sorted(redis_client.scan_iter(f"{unique_prefix}:O2:seen:*")) == sorted(
+        f"{unique_prefix}:O2:seen:{i.removesuffix('/O2')}".encode() for ids in by_machine.values() for i in ids)
 
 
 def test_o6_warns_once_per_new_threshold_violation(redis_url, redis_client, unique_prefix):
@@ -280,3 +283,28 @@ def test_chain_from_display_image_to_oee(redis_url, redis_client, unique_prefix)
     q = 1.0 if rec.produced_units == 0 else (rec.produced_units - rec.defective_units) / rec.produced_units
     assert (v.availability, v.performance, v.quality) == pytest.approx((a, rec.produced_units * 1.2 / 60, q))
     assert out[0].envelope(parts[-1], T0 + 700).origin_ms == T0
+
+
+def test_a_decoding_client_gives_the_same_results(redis_url, redis_client, unique_prefix, tmp_path):
+    """The runner may hand over a client with decode_responses=True: replies are str, not bytes."""
+    def chain(prefix: str, decode: bool) -> list:
+        client = redis.Redis.from_url(redis_url, decode_responses=decode)
+        ops = {n: make_operator(n, OperatorContext(n, f"{n}-0", prefix, client,
+                                                   {"batch_size": 5, "report_dir": str(tmp_path / prefix)}
+                                                   if n == "O9" else {}, clock=lambda: 1_763_788_900.0))
+               for n in ("O2", "O4", "O5", "O3", "O7", "O9", "O8")}
+        out: list = []
+        for item in production_items(10):
+            parts = [e.envelope(item, 1) for n in ("O3", "O4", "O5") for e in ops[n].process(item)]
+            for oee in (e.envelope(parts[0], 2) for p in parts for e in ops["O7"].process(p)):
+                out.append(oee.payload)
+                for report in ops["O9"].process(oee):
+                    out.append({k: v for k, v in report.payload.items() if k != "path"})
+                    ops["O8"].process(report.envelope(oee, 3))
+        out += [e.payload for k, s in enumerate(("defect", "defect", "available"))
+                for e in ops["O2"].process(availability_item("machine-01", k, s))]
+        out.append(len(client.xrange(latency_stream(prefix))))
+        return out
+
+    plain, decoded = chain(unique_prefix + ":a", False), chain(unique_prefix + ":b", True)
+    assert plain == decoded and plain[-1] == 2 and len(plain) == 10 + 2 + 1 + 1

@@ -151,3 +151,21 @@ def redis_client(redis_url, unique_prefix) -> Iterator[object]:
     if keys:
         client.delete(*keys)
     client.close()
+
+
+DOCKER_SCRIPT = ROOT / "infra" / "docker.sh"
+BASE_IMAGE_SCRIPT = ROOT / "infra" / "base-image.sh"
+BASE_IMAGE = "testbed-base:bookworm"
+DEFAULT_DOCKER_URL = "unix:///var/run/docker.sock"
+
+
+@pytest.fixture(scope="session")
+def docker_url() -> str:
+    """URL of the real Docker engine (started with infra/docker.sh if needed), with the registry-free
+    base image (infra/base-image.sh) present."""
+    url = os.environ.get("DOCKER_HOST", DEFAULT_DOCKER_URL)
+    for script, args, timeout in ((DOCKER_SCRIPT, ["start"], 300), (BASE_IMAGE_SCRIPT, [BASE_IMAGE], 1200)):
+        done = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"{script.name} {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    return url

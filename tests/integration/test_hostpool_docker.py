@@ -1,0 +1,212 @@
+"""The live host pool against the real Docker engine: labels and resource settings of its
+containers, graceful drain on stop, crash detection, cleanup of a run, and the start-up check.
+The containers run a tiny image built FROM the registry-free base (a Python loop that drains on
+SIGTERM), tagged as every operator's image under a test prefix."""
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Iterator
+
+import docker
+import pytest
+
+from testbed.config import EngineConfig, ExperimentConfig
+from testbed.live.engines import RUN_LABEL, EngineError
+from testbed.live.hostpool import HostPool
+from testbed.model import InstanceState
+from tests.conftest import compose_config
+from tests.integration.conftest import BASE_IMAGE
+
+pytestmark = pytest.mark.integration
+
+PREFIX, TAG = "testbed-pooltest-", "v1"
+DRAIN_S = 0.6
+WORKER = r'''
+import os, signal, sys, time
+def drain(*_):
+    print("draining", os.environ["INSTANCE_ID"], flush=True)
+    time.sleep(float(os.environ.get("DRAIN_S", "0")))
+    print("drained", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, drain)
+print("started", os.environ["INSTANCE_ID"], flush=True)
+if os.environ.get("EXIT_CODE"):
+    print("failing on purpose", flush=True)
+    sys.exit(int(os.environ["EXIT_CODE"]))
+while True:
+    time.sleep(0.1)
+'''
+
+
+@pytest.fixture(scope="module")
+def client(docker_url) -> Iterator[docker.DockerClient]:
+    c = docker.DockerClient(base_url=docker_url)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def test_images(client, tmp_path_factory) -> list[str]:
+    """The worker image, tagged as each OEE operator's image under PREFIX:TAG."""
+    ctx: Path = tmp_path_factory.mktemp("pool-image")
+    (ctx / "worker.py").write_text(WORKER)
+    (ctx / "Dockerfile").write_text(f'FROM {BASE_IMAGE}\nCOPY worker.py /worker.py\nCMD ["python3", "-u", "/worker.py"]\n')
+    image, _ = client.images.build(path=str(ctx), tag=f"{PREFIX}worker:{TAG}", rm=True)
+    tags = [f"{PREFIX}{o.lower()}:{TAG}" for o in compose_config().topology.operators]
+    for tag in tags:
+        repo, tag_ = tag.split(":")
+        image.tag(repo, tag_)
+    return tags
+
+
+def pool_config(docker_url: str, **live) -> ExperimentConfig:
+    cfg = compose_config()
+    cfg.backend.live.engines = [EngineConfig(docker_url, 4)]
+    cfg.backend.live.image_prefix, cfg.backend.live.image_tag = PREFIX, TAG
+    cfg.backend.live.network_mode = "none"
+    cfg.backend.live.stop_timeout_s = 10.0
+    for k, v in live.items():
+        setattr(cfg.backend.live, k, v)
+    cfg.infrastructure.lease_delay_s = [0.3, 0.5]
+    cfg.infrastructure.pull_mb_per_s = 200.0  # O1's 89 MB: 0.445 s
+    return cfg
+
+
+@pytest.fixture
+def make_pool(docker_url, test_images) -> Iterator[Callable[..., HostPool]]:
+    pools: list[HostPool] = []
+    t0 = time.monotonic()
+
+    def make(**live) -> HostPool:
+        pool = HostPool(pool_config(docker_url, **live), f"pt-{uuid.uuid4().hex[:8]}", clock=lambda: time.monotonic() - t0)
+        pools.append(pool)
+        return pool
+
+    yield make
+    for pool in pools:
+        pool.cleanup()
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def states(pool: HostPool) -> dict[str, InstanceState]:
+    return {i.id: i.state for i in pool.instance_views()}
+
+
+def run_containers(client, run_id: str) -> list:
+    return client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"})
+
+
+def test_lifecycle_labels_drain_crash_release(make_pool, client):
+    pool = make_pool()
+    pool.check_engines()
+    host = pool.lease()
+    a = pool.start_instance("O1", host, {"DRAIN_S": str(DRAIN_S), "FOO": "bar"})
+    b = pool.start_instance("O3", host, {"DRAIN_S": "0"})
+    assert a == f"{pool.run_id}-o1-1" and b == f"{pool.run_id}-o3-2"
+    assert set(states(pool).values()) == {InstanceState.starting}  # non-blocking
+    wait_for(lambda: set(states(pool).values()) == {InstanceState.running}, what="both instances running")
+
+    attrs = client.api.inspect_container(a)
+    assert attrs["Config"]["Labels"] == {"testbed.run": pool.run_id, "testbed.host": host,
+                                         "testbed.operator": "O1", "testbed.instance": a}
+    assert attrs["HostConfig"]["CpuShares"] == 660 and attrs["HostConfig"]["MemoryReservation"] == 452 * 2**20
+    assert attrs["HostConfig"]["Memory"] == 0  # a reservation, no hard limit
+    assert attrs["HostConfig"]["NetworkMode"] == "none" and attrs["Config"]["Image"] == f"{PREFIX}o1:{TAG}"
+    assert {f"INSTANCE_ID={a}", "FOO=bar"} <= set(attrs["Config"]["Env"])
+    assert client.api.inspect_container(b)["HostConfig"]["CpuShares"] == 100
+
+    [view] = pool.host_views()
+    assert view.ready and view.images == frozenset({"O1", "O3"})
+    assert (view.cpu_free, view.memory_free) == (4096 - 760, 7168 - 882)
+    rec = {r.id: r for r in pool.records()}
+    # request -> running includes the host's boot (>= 0.3 s) and O1's emulated pull (0.445 s)
+    assert rec[a].start_latency_s >= 0.3 + 89 / 200.0
+    assert 0 < rec[a].container_start_s < 10
+    print(f"\ncontainer start (docker run -> running): {rec[a].container_start_s:.3f} s, {rec[b].container_start_s:.3f} s; "
+          f"request -> running incl. boot and pull: {rec[a].start_latency_s:.3f} s")
+
+    # graceful stop: draining at once, the handler runs, exit code 0 (SIGKILL would give 137)
+    pool.stop_instance(a)
+    assert states(pool)[a] == InstanceState.draining
+    assert pool.host_views()[0].cpu_free == 4096 - 100  # a draining instance holds no reservation
+    wait_for(lambda: a not in states(pool), what="drained instance gone")
+    done = {r.id: r for r in pool.records()}[a]
+    assert done.exit_code == 0 and not done.crashed and done.drain_s >= DRAIN_S
+    assert a not in {c.name for c in run_containers(client, pool.run_id)}
+
+    # a container that dies unasked is reported once as crashed
+    client.containers.get(b).kill()
+    pool.refresh()
+    [dead] = pool.take_crashed()
+    assert (dead.id, dead.operator, dead.host) == (b, "O3", host)
+    assert pool.take_crashed() == [] and b not in states(pool)
+    [crash] = pool.crashed()
+    assert crash.exit_code == 137 and "started" in (crash.error or "")
+
+    pool.release(host)
+    assert pool.host_views() == ()
+    lease = pool.leases(end_t=pool.clock())
+    assert lease["host"] == [host] and lease["released"] == [True] and lease["paid_btus"] == [1]
+    assert pool.wait_idle(15)
+    assert run_containers(client, pool.run_id) == []
+
+
+def test_release_drains_instances_and_crash_at_start_is_reported(make_pool, client):
+    pool = make_pool(emulate_pull=False)
+    host = pool.lease(immediate=True)
+    ok = pool.start_instance("O2", host, {"DRAIN_S": "0.3"})
+    bad = pool.start_instance("O4", host, {"EXIT_CODE": "3"})
+    wait_for(lambda: states(pool).get(ok) == InstanceState.running, what="instance running")
+    wait_for(lambda: (pool.refresh() or True) and bad not in states(pool), what="failing instance reported")
+    [dead] = pool.take_crashed()
+    assert dead.id == bad
+    [crash] = pool.crashed()
+    assert crash.exit_code == 3 and "failing on purpose" in (crash.error or "")
+
+    pool.release(host)  # stops what is left, then gives the host back
+    [view] = pool.host_views()
+    assert view.releasing and states(pool)[ok] == InstanceState.draining
+    wait_for(lambda: pool.host_views() == (), what="host released after its instance drained")
+    assert {r.id: r for r in pool.records()}[ok].exit_code == 0
+    assert pool.leases(end_t=pool.clock())["released"] == [True]
+
+
+def test_cleanup_removes_every_container_of_the_run(make_pool, client):
+    pool = make_pool(emulate_pull=False)
+    hosts = [pool.lease(immediate=True), pool.lease(immediate=True)]
+    ids = [pool.start_instance(o, h, {}) for o, h in (("O1", hosts[0]), ("O5", hosts[0]), ("O7", hosts[1]))]
+    wait_for(lambda: all(states(pool).get(i) == InstanceState.running for i in ids), what="instances running")
+    late = pool.start_instance("O8", hosts[1], {})  # possibly still being created during cleanup
+    other = make_pool(emulate_pull=False)  # another run on the same engine is left alone
+    other_id = other.start_instance("O9", other.lease(immediate=True), {})
+    wait_for(lambda: states(other).get(other_id) == InstanceState.running, what="other run's instance")
+
+    removed = pool.cleanup()
+    assert removed >= 3
+    pool.wait_idle(15)
+    assert run_containers(client, pool.run_id) == [], f"left behind after cleanup ({late})"
+    assert pool.cleanup() == 0  # idempotent
+    assert [c.name for c in run_containers(client, other.run_id)] == [other_id]
+
+
+def test_check_engines_names_the_engine_and_the_missing_image(make_pool, docker_url):
+    missing = make_pool(image_tag="no-such-tag")
+    with pytest.raises(EngineError, match=rf"{docker_url}: missing operator image\(s\) {PREFIX}o1:no-such-tag"):
+        missing.lease()
+    assert missing.leases(end_t=1.0)["host"] == []
+
+    unreachable = make_pool(engines=[EngineConfig(docker_url, 2), EngineConfig("tcp://127.0.0.1:1", 2)])
+    with pytest.raises(EngineError, match=r"Docker engine tcp://127\.0\.0\.1:1: not reachable"):
+        unreachable.check_engines()
+    with pytest.raises(EngineError):
+        unreachable.lease()
+    assert unreachable.host_views() == ()

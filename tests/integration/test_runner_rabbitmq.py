@@ -1,0 +1,207 @@
+"""The operator runner (``python -m operators.runner``) against real RabbitMQ and Redis."""
+from __future__ import annotations
+
+import signal
+import time
+from typing import List
+
+import pika
+import pika.exceptions
+import pytest
+import redis as redis_lib
+
+from operators.api import dead_hash, metrics_stream, processed_hash
+from operators.envelope import Envelope
+from operators.transports import declare_wiring
+from operators.wiring import delete, make_wiring
+
+from .runner_helpers import REDIS_URL, RunnerProcess, drain, items, publish, queue_state, runner_env, wait_for
+
+pytestmark = pytest.mark.integration
+
+ONE_STAGE = {"sources": {"S": ["A"]}, "operators": {"A": ["sink"], "sink": []}}
+TWO_STAGES = {"sources": {"S": ["A"]}, "operators": {"A": ["B"], "B": ["sink"], "sink": []}}
+
+
+@pytest.fixture
+def redis():
+    client = redis_lib.Redis.from_url(REDIS_URL)
+    client.ping()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def channel(rabbitmq_url):
+    conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    yield ch
+    try:
+        conn.close()
+    except pika.exceptions.AMQPError:
+        pass
+
+
+@pytest.fixture
+def run(rabbitmq_url, unique_prefix, tmp_path, redis):
+    """Starts runners of this test's prefix; stops them, deletes the queues and the Redis keys after."""
+    procs: List[RunnerProcess] = []
+    wirings = []
+
+    class Run:
+        prefix = unique_prefix
+
+        def wiring(self, topology):
+            w = make_wiring(topology["sources"], topology["operators"], unique_prefix)
+            declare_wiring(rabbitmq_url, w)
+            wirings.append(w)
+            return w
+
+        def start(self, operator, topology, **env):
+            p = RunnerProcess(runner_env(operator, unique_prefix, topology, AMQP_URL=rabbitmq_url, **env),
+                              tmp_path / f"{operator}-{len(procs)}.log")
+            procs.append(p)
+            return p
+
+    yield Run()
+    for p in procs:
+        p.stop()
+    conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
+    for w in wirings:
+        delete(conn.channel(), w)
+    conn.close()
+    keys = list(redis.scan_iter(f"{unique_prefix}:*", count=1000))
+    if keys:
+        redis.delete(*keys)
+
+
+def consuming(channel, queue: str, n: int = 1):
+    return lambda: queue_state(channel, queue)[1] >= n
+
+
+def test_round_trip_publishes_acks_counts_and_samples(run, channel, redis):
+    w = run.wiring(ONE_STAGE)
+    inp, out = w.edge("S", "A").queue, w.edge("A", "sink").queue
+    runner = run.start("A", ONE_STAGE, OPERATOR_IMPL="passthrough", SAMPLE_EVERY=10)
+    wait_for("the runner to consume", consuming(channel, inp), proc=runner)
+    sent = items(200)
+    publish(channel, w.exchange("S"), sent)
+    wait_for("200 outputs", lambda: queue_state(channel, out)[0] == 200, proc=runner)
+    wait_for("the processed counter", lambda: redis.hget(processed_hash(run.prefix), "A") == b"200", proc=runner)
+
+    runner.signal(signal.SIGTERM)
+    assert runner.wait(20) == 0, runner.log()
+    assert queue_state(channel, inp) == (0, 0)  # everything acknowledged, consumer gone
+    outs = drain(channel, out)
+    assert [e.item_id for e in outs] == [f"{e.item_id}/A" for e in sent]  # one consumer, one publisher: in order
+    assert all(o.origin_ms == s.origin_ms and o.sent_ms >= s.sent_ms and o.payload == s.payload
+               for o, s in zip(outs, sent))
+
+    entries = [f for _id, f in redis.xrange(metrics_stream(run.prefix))]
+    samples = [f for f in entries if f[b"kind"] == b"sample"]
+    counts = [f for f in entries if f[b"kind"] == b"count"]
+    assert len(samples) == 20  # every 10th of 200
+    assert all(f[b"operator"] == b"A" and f[b"instance"] == b"A-test" for f in entries)
+    assert all(0 <= int(f[b"duration_ms"]) < 30_000 for f in samples)
+    assert sum(int(f[b"processed"]) for f in counts) == 200
+    assert sum(int(f[b"dead"]) for f in counts) == 0
+
+
+def test_seconds_truncated_measurement_uses_the_amqp_timestamp(run, channel, redis):
+    w = run.wiring(ONE_STAGE)
+    runner = run.start("A", ONE_STAGE, OPERATOR_IMPL="passthrough", SAMPLE_EVERY=1, MEASUREMENT="seconds_truncated")
+    wait_for("the runner to consume", consuming(channel, w.edge("S", "A").queue), proc=runner)
+    sent = items(5)
+    # sent 999 ms into the previous second: the truncated duration is 999 ms longer than the exact one
+    sent = [Envelope(e.item_id, e.machine_id, e.type, e.origin_ms, (e.sent_ms // 1000 - 1) * 1000 + 999, e.payload)
+            for e in sent]
+    publish(channel, w.exchange("S"), sent)
+    wait_for("5 samples", lambda: redis.xlen(metrics_stream(run.prefix)) >= 6, proc=runner)
+    samples = [f for _id, f in redis.xrange(metrics_stream(run.prefix)) if f[b"kind"] == b"sample"]
+    assert len(samples) == 5
+    for f in samples:
+        t_ms, d = int(f[b"t_ms"]), int(f[b"duration_ms"])
+        assert d == t_ms - (sent[0].sent_ms // 1000) * 1000 == (t_ms - sent[0].sent_ms) + 999
+
+
+def test_malformed_and_poison_inputs_are_dead_lettered_and_counted(run, channel, redis):
+    topology = {"sources": {"S": ["O3"]}, "operators": {"O3": ["sink"], "sink": []}}
+    w = run.wiring(topology)
+    edge = w.edge("S", "O3")
+    runner = run.start("O3", topology)  # the registry's O3: a payload without a production record is poison
+    wait_for("the runner to consume", consuming(channel, edge.queue), proc=runner)
+    now = int(time.time() * 1000)
+    good = Envelope("m1/S2/0/0/O1", "machine-01", "production_record", now, now, {
+        "record_id": "m1/S2/0/0", "machine_id": "machine-01", "machine_type": "cnc milling", "location": "hall 1",
+        "produced_units": 45, "defective_units": 2, "planned_production_time_s": 60, "status": "available",
+        "timestamp_ms": now})
+    poison = Envelope("m1/S2/1/0/O1", "machine-01", "production_record", now, now, {"record_id": "x"})
+    channel.basic_publish(w.exchange("S"), "", b"not json at all", pika.BasicProperties(delivery_mode=2))
+    channel.basic_publish(w.exchange("S"), "", b'{"v": 99}', pika.BasicProperties(delivery_mode=2))
+    publish(channel, w.exchange("S"), [poison, good])
+
+    wait_for("3 dead letters", lambda: queue_state(channel, edge.dead_letter_queue)[0] == 3, proc=runner)
+    wait_for("the good item", lambda: queue_state(channel, w.edge("O3", "sink").queue)[0] == 1, proc=runner)
+    wait_for("the dead counter", lambda: redis.hget(dead_hash(run.prefix), "O3") == b"3", proc=runner)
+    assert redis.hget(processed_hash(run.prefix), "O3") == b"1"
+    bodies = []
+    while True:
+        method, _p, body = channel.basic_get(edge.dead_letter_queue, auto_ack=True)
+        if method is None:
+            break
+        bodies.append(body)
+    assert bodies[:2] == [b"not json at all", b'{"v": 99}'] and Envelope.decode(bodies[2]).item_id == poison.item_id
+    [out] = drain(channel, w.edge("O3", "sink").queue)
+    assert out.type == "performance" and out.payload["value"] == pytest.approx(0.9)
+    assert runner.proc.poll() is None  # still running
+    runner.signal(signal.SIGTERM)
+    assert runner.wait(20) == 0
+
+
+def test_sigterm_stops_consuming_finishes_what_it_holds_and_exits(run, channel, redis):
+    w = run.wiring(ONE_STAGE)
+    inp, out = w.edge("S", "A").queue, w.edge("A", "sink").queue
+    runner = run.start("A", ONE_STAGE, OPERATOR_IMPL="passthrough", WORK_MS=50, PREFETCH=5)
+    wait_for("the runner to consume", consuming(channel, inp), proc=runner)
+    publish(channel, w.exchange("S"), items(100))  # 100 x 50 ms: 5 s of work
+    wait_for("a few outputs", lambda: queue_state(channel, out)[0] >= 5, proc=runner)
+    runner.signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    assert runner.wait(20) == 0, runner.log()
+    assert time.monotonic() - t0 < 3.0  # held only a prefetch's worth, not the whole backlog
+    left, consumers = queue_state(channel, inp)
+    outs = drain(channel, out)
+    assert consumers == 0 and left > 0
+    assert left + len(outs) == 100  # every input either processed (and acked) or back in the queue
+    assert len({o.item_id for o in outs}) == len(outs)
+    assert redis.hget(processed_hash(run.prefix), "A") == str(len(outs)).encode()  # the final flush
+    assert "stopped" in runner.log()
+
+
+def test_sigkill_mid_stream_loses_nothing_and_duplicates_nothing_downstream(run, channel, redis):
+    """A killed instance's unacknowledged inputs are redelivered to its successor; the ones whose
+    outputs were already confirmed are recognised (Redis) and not emitted again, and an output
+    emitted twice in the kill's window is dropped by the next stage's duplicate check."""
+    w = run.wiring(TWO_STAGES)
+    inp, mid, out = w.edge("S", "A").queue, w.edge("A", "B").queue, w.edge("B", "sink").queue
+    n = 600
+    a = run.start("A", TWO_STAGES, OPERATOR_IMPL="passthrough", WORK_MS=3, PREFETCH=20, PARALLEL=2)
+    b = run.start("B", TWO_STAGES, OPERATOR_IMPL="passthrough", PREFETCH=20)
+    wait_for("A to consume", consuming(channel, inp), proc=a)
+    wait_for("B to consume", consuming(channel, mid), proc=b)
+    publish(channel, w.exchange("S"), items(n))
+    wait_for("output under way", lambda: queue_state(channel, out)[0] >= n // 4, proc=a)
+    a.signal(signal.SIGKILL)
+    a.wait(10)
+    assert queue_state(channel, out)[0] < n  # killed mid-stream
+    a2 = run.start("A", TWO_STAGES, OPERATOR_IMPL="passthrough", PREFETCH=20, INSTANCE_ID="A-second")
+    wait_for("every input through", lambda: queue_state(channel, inp)[0] == 0
+             and queue_state(channel, out)[0] >= n, timeout_s=60, proc=a2)
+    time.sleep(1.0)  # anything still to come (a duplicate) would arrive now
+    for p in (a2, b):
+        p.signal(signal.SIGTERM)
+        assert p.wait(20) == 0, p.log()
+    ids = [e.item_id for e in drain(channel, out)]
+    assert sorted(ids) == sorted(f"{e.item_id}/A/B" for e in items(n))  # all there, none twice
+    assert queue_state(channel, inp)[0] == queue_state(channel, mid)[0] == 0

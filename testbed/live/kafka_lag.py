@@ -5,6 +5,9 @@ A group that has not committed on a partition yet starts from the log start (the
 with ``auto_offset_reset="earliest"``), so its lag there is end − earliest. Committed offsets move
 when an instance commits after processing, so lag counts what is waiting plus what instances hold
 uncommitted: the Kafka counterpart of RabbitMQ's ready + unacknowledged.
+
+Against tansu (the test broker) lag is understated when producers batch: its ListOffsets(latest)
+answers the last record batch's base offset + 1. Apache Kafka answers the log end offset.
 """
 from __future__ import annotations
 
@@ -19,6 +22,15 @@ PartitionOffsets = Mapping[Tuple[str, int], int]  # (topic, partition) -> offset
 
 class KafkaLagError(RuntimeError):
     """The broker could not be asked for offsets; names the bootstrap address."""
+
+
+def _key(d: Mapping[str, Any], *names: str) -> Any:
+    """The first of ``names`` in a metadata dict (kafka-python's keys follow the protocol version:
+    ``name``/``partition_index`` now, ``topic``/``partition`` in older releases)."""
+    for n in names:
+        if n in d:
+            return d[n]
+    raise KafkaLagError(f"topic metadata without any of {names}: {sorted(d)}")
 
 
 def group_lag(topic: str, end: PartitionOffsets, start: PartitionOffsets, committed: PartitionOffsets) -> int:
@@ -78,7 +90,7 @@ class KafkaLagReader:
             existing = set(admin.list_topics())
             present = [t for t in topics if t in existing]
             partitions = [
-                TopicPartition(d["topic"], p["partition"])
+                TopicPartition(_key(d, "name", "topic"), _key(p, "partition_index", "partition"))
                 for d in (admin.describe_topics(present) if present else [])
                 for p in d.get("partitions", [])
             ]

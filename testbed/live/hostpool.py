@@ -451,8 +451,8 @@ class HostPool:
             return
         found: Dict[str, object] = {}
         for url in sorted(set(running.values())):
-            for c in self._client(url).containers.list(all=True, filters={"label": f"{RUN_LABEL}={self.run_id}"}):
-                found[c.labels.get(INSTANCE_LABEL, "")] = c
+            for c in self._run_containers(self._client(url)):
+                found[(c.attrs.get("Labels") or {}).get(INSTANCE_LABEL, "")] = c
         for ident in running:
             c = found.get(ident)
             if c is None:
@@ -519,7 +519,7 @@ class HostPool:
         for engine in self.book.engines:
             try:
                 client = self._clients.get(engine.url) or connect(engine.url, timeout_s=5)
-                containers = client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={self.run_id}"})
+                containers = self._run_containers(client)
             except (EngineError, docker.errors.DockerException) as exc:
                 log.error("cleanup of run %s on %s failed: %s", self.run_id, engine.url, exc)
                 continue
@@ -538,6 +538,10 @@ class HostPool:
             self._threads.add(th)
         th.start()
         return th
+
+    def _run_containers(self, client: DockerClient) -> list:
+        # sparse: the list call alone, no inspect per container that a concurrent removal could break
+        return client.containers.list(all=True, sparse=True, filters={"label": f"{RUN_LABEL}={self.run_id}"})
 
     @staticmethod
     def _remove(container) -> int:

@@ -63,7 +63,7 @@ class RunnerStats:
 
 def seen_key(prefix: str, operator: str, producer: str, item_id: str) -> str:
     """Redis key remembering that ``operator`` finished input ``item_id`` from ``producer``."""
-    return f"{prefix}:{operator}:seen:{producer}:{item_id}"
+    return f"{prefix}:{operator}:finished:{producer}:{item_id}"
 
 
 class Runner:

@@ -20,10 +20,10 @@ from typing import Any, Dict, List, Optional, Sequence
 import optuna
 import pandas as pd
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from reporting.paper_comparison import compare, load_reference
 from testbed.config import CONF_DIR, ConfigError
+from testbed.fidelity.arguments import parse_arguments
 from testbed.fidelity.distance import cell_gaps
 from testbed.fidelity.evaluation import Setting, compose_experiment, evaluate
 from testbed.fidelity.parameters import SEARCH_SPACE, Kind, config_values, current_values, round3
@@ -61,16 +61,7 @@ class CalibrationConfig:
 
 def parse_config(args: Sequence[str]) -> CalibrationConfig:
     """key=value arguments -> CalibrationConfig; an unknown key or a bad value names the key."""
-    for a in args:
-        if "=" not in a:
-            raise ConfigError(a, "expected key=value")
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(CalibrationConfig), OmegaConf.from_dotlist(list(args)))
-    except OmegaConfBaseException as exc:
-        raise ConfigError(str(getattr(exc, "full_key", "") or "arguments"), str(exc).splitlines()[0]) from exc
-    cfg = OmegaConf.to_object(merged)
-    assert isinstance(cfg, CalibrationConfig)
-    return cfg.validate()
+    return parse_arguments(CalibrationConfig, args).validate()
 
 
 @dataclass

@@ -17,11 +17,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from reporting.paper_comparison import load_reference
 from testbed.config import CONF_DIR, ConfigError
+from testbed.fidelity.arguments import parse_arguments
 from testbed.fidelity.evaluation import Setting, run_setting
 from testbed.fidelity.sensitivity import behaviour_variants, parameter_variants, sweep
 
@@ -58,16 +57,7 @@ class FidelityConfig:
 
 
 def parse_config(args: Sequence[str]) -> FidelityConfig:
-    for a in args:
-        if "=" not in a:
-            raise ConfigError(a, "expected key=value")
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(FidelityConfig), OmegaConf.from_dotlist(list(args)))
-    except OmegaConfBaseException as exc:
-        raise ConfigError(str(getattr(exc, "full_key", "") or "arguments"), str(exc).splitlines()[0]) from exc
-    cfg = OmegaConf.to_object(merged)
-    assert isinstance(cfg, FidelityConfig)
-    return cfg.validate()
+    return parse_arguments(FidelityConfig, args).validate()
 
 
 def run_fidelity(cfg: FidelityConfig, log=None) -> Path:

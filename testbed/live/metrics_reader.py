@@ -89,7 +89,8 @@ def parse_entries(entries: Iterable[Tuple[Any, Mapping[Any, Any]]], run_start_s:
             if d is None:
                 bad += 1
                 continue
-            samples.append(Sample(t_ms / 1000.0 - run_start_s, operator, instance, d))
+            # subtract in ms first: epoch seconds as a float keep only ~0.2 us, which shows in t_s
+            samples.append(Sample((t_ms - run_start_s * 1000.0) / 1000.0, operator, instance, d))
         elif kind == "count":
             p, x = _count(fields, "processed"), _count(fields, "dead")
             if p is None or x is None:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Sequence, T
 from operators.wiring import Wiring
 from testbed.config import ExperimentConfig, TransportName
 from testbed.live.metrics_reader import MetricsReader, Sample
-from testbed.live.rabbit_management import ManagementClient, RunDepths
+from testbed.live.rabbit_management import ManagementClient, PassiveDepthReader, RunDepths
 from testbed.model import HostView, InstanceView, Snapshot
 from testbed.monitoring import (
     DurationWindows, SnapshotSettings, Tables, append_monitor_rows, append_samples, build_snapshot, counted,
@@ -74,14 +74,18 @@ class LiveMonitor:
 
     @classmethod
     def from_config(cls, cfg: ExperimentConfig, topology: Topology, wiring: Wiring, run_start_s: float,
-                    btu_s: float, redis: Any = None) -> "LiveMonitor":
+                    btu_s: float, redis: Any = None, exact_depths: bool = False) -> "LiveMonitor":
         """The monitor of a live run: depths from the management API (RabbitMQ) or consumer lag
-        (Kafka), metrics from ``cfg.backend.live.redis_url`` unless a Redis client is given."""
+        (Kafka), metrics from ``cfg.backend.live.redis_url`` unless a Redis client is given.
+        ``exact_depths``: RabbitMQ depths by passive declares instead (exact, ready only; see
+        testbed/live/rabbit_management.py for why the management API is the default)."""
         live = cfg.backend.live
         if live.transport == TransportName.kafka:
             from testbed.live.kafka_lag import KafkaLagReader
 
             source: DepthSource = KafkaLagReader(live.kafka_bootstrap)
+        elif exact_depths:
+            source = PassiveDepthReader(live.amqp_url)
         else:
             source = ManagementClient(live.management_url, live.amqp_url)
         if redis is None:

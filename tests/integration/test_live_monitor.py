@@ -250,3 +250,21 @@ def test_kafka_lag_per_operator(kafka_bootstrap, unique_prefix, cfg):
     finally:
         reader.close()
         admin.close()
+
+
+def test_monitor_from_config_reads_the_configured_endpoints(wired, redis_client, unique_prefix, cfg):
+    wiring, channel = wired
+    topology = Topology.from_config(cfg.topology)
+    publish(channel, wiring.exchange("O6"), 4)  # -> O8
+    write_metrics(redis_client, unique_prefix, "O8", "c1", 2, 20, 1, int(RUN_START * 1000) + 5000)
+    exact = LiveMonitor.from_config(cfg, topology, wiring, RUN_START, 600.0, redis=redis_client, exact_depths=True)
+    try:
+        reading = exact.observe(15.0)  # passive declares: no statistics refresh to wait for
+        assert reading.depths["O8"] == 4 and reading.processed["O8"] == 20 and reading.dead["O8"] == 1
+        assert [s.t_s for s in reading.samples] == [5.0, 5.001]
+    finally:
+        exact.close()
+    default = LiveMonitor.from_config(cfg, topology, wiring, RUN_START, 600.0, redis=redis_client)
+    assert isinstance(default.depth_source, ManagementClient)
+    got = poll(default.read_depths, lambda d: d.depths["O8"] == 4)
+    assert got.depths["O8"] == 4

@@ -48,11 +48,15 @@ def missing_images(client: DockerClient, images: Sequence[str]) -> List[str]:
     return out
 
 
-def container_name(run_id: str, operator: str, n: int) -> str:
-    """`<run_id>-<operator>-<n>` in lower case, with characters Docker rejects replaced by '-'."""
-    raw = f"{run_id}-{operator}-{n}".lower()
-    name = re.sub(r"[^a-z0-9_.-]", "-", raw)
+def docker_name(*parts: object) -> str:
+    """The parts joined by '-' in lower case, with characters Docker rejects replaced by '-'."""
+    name = re.sub(r"[^a-z0-9_.-]", "-", "-".join(str(p) for p in parts).lower())
     return name if name[0].isalnum() else f"x{name}"
+
+
+def container_name(run_id: str, operator: str, n: int) -> str:
+    """An instance's container: `<run_id>-<operator>-<n>`."""
+    return docker_name(run_id, operator, n)
 
 
 @dataclass(frozen=True)
@@ -66,10 +70,40 @@ class ContainerSpec:
     cpu_shares: int  # relative CPU weight, 1024 = one core (spec §2)
     memory_mb: int  # soft reservation, no hard limit (VISP behaviour)
     network_mode: str
+    cgroup_parent: str = ""  # the logical host's cgroup (HostHolder), "" = the engine's default
 
     def run(self, client: DockerClient):
         """Create and start the container (detached); returns the SDK's Container."""
         return client.containers.run(
             self.image, detach=True, name=self.name, environment=dict(self.environment), labels=dict(self.labels),
             cpu_shares=self.cpu_shares, mem_reservation=f"{self.memory_mb}m", network_mode=self.network_mode,
+            cgroup_parent=self.cgroup_parent or None,
         )
+
+
+ROLE_LABEL = "testbed.role"
+HOLDER_ROLE = "host"
+
+
+def check_cgroup_support(client: DockerClient, url: str) -> None:
+    """Per-host cgroup parents nest containers below a holder container's cgroup, which needs the
+    cgroupfs driver on cgroup v1 (v2 forbids processes in a cgroup whose children get controllers)."""
+    info = client.info()
+    driver, version = info.get("CgroupDriver"), str(info.get("CgroupVersion", "1"))
+    if driver != "cgroupfs" or version != "1":
+        raise EngineError(url, f"backend.live.cgroup_parent needs the cgroupfs driver on cgroup v1, "
+                               f"the engine has {driver} on cgroup v{version}")
+
+
+def run_holder(client: DockerClient, name: str, image: str, labels: Mapping[str, str], cpu_shares: int,
+               memory_mb: int) -> str:
+    """Start a logical host's holder: an idle container whose cgroup carries the host's CPU (as a
+    quota of cpu_shares/1024 cores) and memory limit; instance containers nest below it. Returns the
+    cgroup parent for them (cgroupfs puts a container's cgroup at /docker/<id>)."""
+    holder = client.containers.run(
+        image, detach=True, name=name, labels={**labels, ROLE_LABEL: HOLDER_ROLE},
+        entrypoint=["python3", "-c", "import signal; signal.pause()"], network_mode="none",
+        nano_cpus=int(cpu_shares / 1024 * 1e9), mem_limit=f"{memory_mb}m",
+    )
+    return f"/docker/{holder.id}"
+

@@ -17,7 +17,7 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import docker.errors
@@ -31,12 +31,16 @@ from testbed.live.engines import (
     HOST_LABEL,
     INSTANCE_LABEL,
     OPERATOR_LABEL,
+    ROLE_LABEL,
     RUN_LABEL,
     ContainerSpec,
     EngineError,
+    check_cgroup_support,
     connect,
     container_name,
+    docker_name,
     missing_images,
+    run_holder,
 )
 from testbed.model import HostView, InstanceState, InstanceView, OperatorType
 from testbed.rng import stream
@@ -276,8 +280,6 @@ class HostPool:
     def __init__(self, cfg: ExperimentConfig, run_id: str, clock: Callable[[], float],
                  rng: Optional[np.random.Generator] = None):
         live = cfg.backend.live
-        if live.cgroup_parent:
-            raise PoolError("backend.live.cgroup_parent: per-host cgroup limits are not implemented; set it to false")
         self.live = live
         self.run_id = run_id
         self.clock = clock
@@ -297,6 +299,9 @@ class HostPool:
         self._crashes: List[CrashRecord] = []
         self._closed = False
         self._checked = False
+        # cgroup_parent: per logical host, the cgroup its instances nest in (made on its first start)
+        self._parents: Dict[str, str] = {}
+        self._parent_locks: Dict[str, threading.Lock] = {}
 
     @classmethod
     def from_config(cls, cfg: ExperimentConfig, run_id: str, clock: Callable[[], float]) -> "HostPool":
@@ -311,6 +316,8 @@ class HostPool:
         for engine in self.book.engines:
             client = connect(engine.url)
             clients[engine.url] = client
+            if self.live.cgroup_parent:
+                check_cgroup_support(client, engine.url)
             missing = missing_images(client, images)
             if missing:
                 raise EngineError(engine.url, f"missing operator image(s) {', '.join(missing)} "
@@ -338,6 +345,7 @@ class HostPool:
         """Give the host back: its remaining instances drain first; the lease ends when they are gone."""
         with self._lock:
             to_stop = self.book.release(self._t(t), host_id)
+        self._drop_parent_if_released(host_id)
         for ident in to_stop:
             self.stop_instance(ident)
 
@@ -360,7 +368,7 @@ class HostPool:
             )
             ops = _Ops()
             self._ops[inst.id] = ops
-            ops.start = self._spawn(self._start_worker, inst.id, inst.engine, inst.create_at, spec, ops)
+            ops.start = self._spawn(self._start_worker, inst.id, inst.host, inst.engine, inst.create_at, spec, ops)
         return inst.id
 
     def stop_instance(self, instance_id: str) -> None:
@@ -373,10 +381,17 @@ class HostPool:
             ops.cancel.set()
         self._spawn(self._stop_worker, instance_id, ops)
 
-    def _start_worker(self, ident: str, engine: str, create_at: float, spec: ContainerSpec, ops: _Ops) -> None:
+    def _start_worker(self, ident: str, host: str, engine: str, create_at: float, spec: ContainerSpec,
+                      ops: _Ops) -> None:
         delay = create_at - self.clock()
         if delay > 0 and ops.cancel.wait(delay):
             return  # stopped before the container existed; the stop worker finishes the books
+        try:
+            if self.live.cgroup_parent and not ops.cancel.is_set():
+                spec = replace(spec, cgroup_parent=self._parent(host, engine, spec.image))
+        except (docker.errors.DockerException, EngineError, PoolError) as exc:
+            self._crash(ident, None, f"start failed: the host's cgroup holder: {exc}")
+            return
         with self._lock:
             if ops.cancel.is_set() or self._closed:
                 return
@@ -384,7 +399,7 @@ class HostPool:
         try:
             container = spec.run(self._client(engine))
             container.reload()
-        except (docker.errors.DockerException, EngineError) as exc:
+        except (docker.errors.DockerException, EngineError, PoolError) as exc:
             self._crash(ident, None, f"start failed: {exc}")
             return
         ops.container = container
@@ -415,8 +430,11 @@ class HostPool:
                 error = f"stop failed: {exc}"
             self._remove(container)
         with self._lock:
-            if ident in self.book.instances:
+            host = self.book.instances[ident].host if ident in self.book.instances else None
+            if host is not None:
                 self.book.gone(self.clock(), ident, exit_code=exit_code, error=error)
+        if host is not None:
+            self._drop_parent_if_released(host)
 
     def _crash(self, ident: str, container, reason: str) -> None:
         """An instance ended without being asked to: record it for the watchdog, remove the container."""
@@ -441,6 +459,40 @@ class HostPool:
         log.warning("instance %s on %s crashed: %s", ident, view.host, tail)
         if container is not None:
             self._remove(container)
+        self._drop_parent_if_released(view.host)
+
+    def _parent(self, host: str, engine: str, image: str) -> str:
+        """The host's cgroup parent, starting its holder on first use (one per host, whichever
+        instance gets here first)."""
+        with self._lock:
+            lock = self._parent_locks.setdefault(host, threading.Lock())
+        with lock:
+            if host not in self._parents:
+                with self._lock:
+                    h = self.book.host(host)
+                    cpu, memory = h.cpu, h.memory
+                if self._closed:
+                    raise PoolError("the host pool has been cleaned up")
+                client = self._client(engine)
+                parent = run_holder(client, docker_name(self.run_id, host), image,
+                                    {RUN_LABEL: self.run_id, HOST_LABEL: host}, cpu, memory)
+                if self._closed:  # cleanup ran meanwhile and may have missed it
+                    self._remove(client.containers.get(parent.rsplit("/", 1)[-1]))
+                    raise PoolError("the host pool has been cleaned up")
+                self._parents[host] = parent
+            return self._parents[host]
+
+    def _drop_parent_if_released(self, host: str) -> None:
+        """Remove a released host's holder (its instances are gone, so its cgroup is empty)."""
+        with self._lock:
+            if host in self.book.hosts or host not in self._parents:
+                return
+            parent = self._parents.pop(host)
+            engine = next(h.engine for h in self.book.retired if h.id == host)
+        try:
+            self._remove(self._client(engine).containers.get(parent.rsplit("/", 1)[-1]))
+        except (docker.errors.DockerException, EngineError) as exc:
+            log.error("could not remove the holder of host %s: %s", host, exc)
 
     def refresh(self) -> None:
         """Reconcile with Docker: a running instance whose container exited, died or vanished
@@ -523,7 +575,8 @@ class HostPool:
             except (EngineError, docker.errors.DockerException) as exc:
                 log.error("cleanup of run %s on %s failed: %s", self.run_id, engine.url, exc)
                 continue
-            for c in containers:
+            # instances before holders: a holder's cgroup is the parent of its instances' cgroups
+            for c in sorted(containers, key=lambda c: ROLE_LABEL in (c.attrs.get("Labels") or {})):
                 removed += self._remove(c)
         return removed
 

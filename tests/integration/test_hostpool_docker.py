@@ -35,8 +35,10 @@ print("started", os.environ["INSTANCE_ID"], flush=True)
 if os.environ.get("EXIT_CODE"):
     print("failing on purpose", flush=True)
     sys.exit(int(os.environ["EXIT_CODE"]))
+busy = bool(os.environ.get("BUSY"))  # burn a core: shows the host's CPU limit
 while True:
-    time.sleep(0.1)
+    if not busy:
+        time.sleep(0.1)
 '''
 
 
@@ -61,7 +63,7 @@ def test_images(client, tmp_path_factory) -> list[str]:
     return tags
 
 
-def pool_config(docker_url: str, **live) -> ExperimentConfig:
+def pool_config(docker_url: str, host_cpu_shares: int = 4096, host_memory_mb: int = 7168, **live) -> ExperimentConfig:
     cfg = compose_config()
     cfg.backend.live.engines = [EngineConfig(docker_url, 4)]
     cfg.backend.live.image_prefix, cfg.backend.live.image_tag = PREFIX, TAG
@@ -69,6 +71,7 @@ def pool_config(docker_url: str, **live) -> ExperimentConfig:
     cfg.backend.live.stop_timeout_s = 10.0
     for k, v in live.items():
         setattr(cfg.backend.live, k, v)
+    cfg.infrastructure.host_cpu_shares, cfg.infrastructure.host_memory_mb = host_cpu_shares, host_memory_mb
     cfg.infrastructure.lease_delay_s = [0.3, 0.5]
     cfg.infrastructure.pull_mb_per_s = 200.0  # O1's 89 MB: 0.445 s
     return cfg
@@ -79,8 +82,8 @@ def make_pool(docker_url, test_images) -> Iterator[Callable[..., HostPool]]:
     pools: list[HostPool] = []
     t0 = time.monotonic()
 
-    def make(**live) -> HostPool:
-        pool = HostPool(pool_config(docker_url, **live), f"pt-{uuid.uuid4().hex[:8]}", clock=lambda: time.monotonic() - t0)
+    def make(**options) -> HostPool:
+        pool = HostPool(pool_config(docker_url, **options), f"pt-{uuid.uuid4().hex[:8]}", clock=lambda: time.monotonic() - t0)
         pools.append(pool)
         return pool
 
@@ -210,3 +213,31 @@ def test_check_engines_names_the_engine_and_the_missing_image(make_pool, docker_
     with pytest.raises(EngineError):
         unreachable.lease()
     assert unreachable.host_views() == ()
+
+
+def cpu_seconds(cgroup: Path) -> float:
+    return int((cgroup / "cpuacct.usage").read_text()) / 1e9
+
+
+def test_cgroup_parent_enforces_the_hosts_cpu_and_memory(make_pool, client):
+    pool = make_pool(cgroup_parent=True, emulate_pull=False, host_cpu_shares=512, host_memory_mb=600)
+    pool.check_engines()  # the engine runs cgroupfs on cgroup v1 (else a clear EngineError)
+    host = pool.lease(immediate=True)
+    ident = pool.start_instance("O8", host, {"BUSY": "1"})
+    wait_for(lambda: states(pool).get(ident) == InstanceState.running, what="instance running")
+    holder = client.containers.get(f"{pool.run_id}-{host}")
+    assert holder.labels["testbed.role"] == "host" and holder.labels["testbed.host"] == host
+    assert holder.attrs["HostConfig"]["NanoCpus"] == 500_000_000 and holder.attrs["HostConfig"]["Memory"] == 600 * 2**20
+    inst = client.api.inspect_container(ident)
+    assert inst["HostConfig"]["CgroupParent"] == f"/docker/{holder.id}"
+    cgroup = Path("/sys/fs/cgroup/cpuacct/docker") / holder.id
+    if not cgroup.is_dir():
+        pytest.skip("the engine's cgroups are not visible here (remote engine)")
+    assert (cgroup / inst["Id"]).is_dir()  # nested below the host's cgroup
+    before, t0 = cpu_seconds(cgroup), time.monotonic()
+    time.sleep(1.5)
+    cores = (cpu_seconds(cgroup) - before) / (time.monotonic() - t0)
+    assert 0.3 < cores < 0.65, f"a busy loop used {cores:.2f} cores on a 0.5-core host"
+    pool.release(host)
+    wait_for(lambda: run_containers(client, pool.run_id) == [], what="instance and holder removed")
+    assert pool.leases(end_t=pool.clock())["released"] == [True]

@@ -177,9 +177,3 @@ def test_unreachable_engine_fails_before_anything_is_leased():
     with pytest.raises(EngineError, match="tcp://127.0.0.1:1"):
         pool.check_engines()
 
-
-def test_cgroup_parent_is_refused_not_ignored():
-    cfg = compose_config()
-    cfg.backend.live.cgroup_parent = True
-    with pytest.raises(PoolError, match="cgroup_parent"):
-        HostPool(cfg, "unit-run", clock=lambda: 0.0)

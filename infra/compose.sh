@@ -2,7 +2,7 @@
 # The live testbed's services (RabbitMQ + management, Redis, Kafka) with Docker Compose instead of
 # the host-installed Debian packages of infra/services.sh: `make infra-up INFRA=compose`.
 #
-#   bash infra/compose.sh up       start dockerd if needed, `compose up -d`, wait until the ports answer
+#   bash infra/compose.sh up       start dockerd if needed, `compose up -d`, wait until every service is healthy
 #   bash infra/compose.sh down     `compose down` (keeps the RabbitMQ volume; add -v by hand to drop it)
 #   bash infra/compose.sh status   `compose ps`
 #
@@ -27,16 +27,26 @@ files=(-f docker-compose.yml)
 if [ "${COMPOSE_BUILD:-0}" = 1 ]; then
   files+=(-f docker-compose.build.yml)
   export BASE=${BASE:-python:3.11-slim}
-  case $BASE in testbed-base:*) bash infra/base-image.sh "$BASE" ;; esac
+  case ${1:-}:$BASE in up:testbed-base:*) bash infra/base-image.sh "$BASE" ;; esac
 fi
 # the project name (volume and network names) does not depend on the checkout's folder name
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-testbed}
 
-wait_port() {  # name port
-  local deadline=$((SECONDS + WAIT_S))
-  until (exec 3<>"/dev/tcp/${BIND_ADDRESS:-127.0.0.1}/$2") 2>/dev/null; do
-    if [ $SECONDS -ge $deadline ]; then echo "compose.sh: $1 not answering on port $2 after ${WAIT_S}s" >&2; return 1; fi
-    sleep 1
+wait_healthy() {  # every service's healthcheck passes (a published port alone says nothing: Docker's
+                  # proxy accepts connections before the service listens)
+  local deadline=$((SECONDS + WAIT_S)) svc id state
+  for svc in rabbitmq redis kafka; do
+    id=$("${compose[@]}" "${files[@]}" ps -q "$svc")
+    [ -n "$id" ] || { echo "compose.sh: service $svc has no container" >&2; return 1; }
+    until state=$(docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}' "$id") \
+          && [ "$state" = healthy ]; do
+      if [ "$state" = exited ] || [ "$state" = unhealthy ] || [ $SECONDS -ge $deadline ]; then
+        echo "compose.sh: $svc is $state after $((SECONDS)) s; its log:" >&2
+        docker logs --tail 30 "$id" >&2 || true
+        return 1
+      fi
+      sleep 1
+    done
   done
 }
 
@@ -44,10 +54,7 @@ case "${1:-}" in
   up)
     if [ "${COMPOSE_BUILD:-0}" = 1 ]; then "${compose[@]}" "${files[@]}" up -d --build
     else "${compose[@]}" "${files[@]}" up -d; fi
-    wait_port rabbitmq "${RABBITMQ_PORT:-5672}"
-    wait_port "rabbitmq management" "${RABBITMQ_MANAGEMENT_PORT:-15672}"
-    wait_port redis "${REDIS_PORT:-6379}"
-    wait_port kafka "${KAFKA_PORT:-9092}"
+    wait_healthy
     echo "compose.sh: amqp://${RABBITMQ_DEFAULT_USER:-guest}:***@127.0.0.1:${RABBITMQ_PORT:-5672}/%2F," \
          "http://127.0.0.1:${RABBITMQ_MANAGEMENT_PORT:-15672}, redis://127.0.0.1:${REDIS_PORT:-6379}," \
          "kafka 127.0.0.1:${KAFKA_PORT:-9092}" ;;

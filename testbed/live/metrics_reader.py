@@ -133,8 +133,11 @@ class MetricsReader:
         processed: Dict[str, int] = {}
         dead: Dict[str, int] = {}
         entries = bad = 0
+        # last_id moves only once the whole read succeeded: if Redis fails mid-read, the next read
+        # returns these entries again instead of losing the part already parsed
+        position = self.last_id
         while entries < self.max_entries:
-            response = self.redis.xread({self.stream: self.last_id}, count=self.count)
+            response = self.redis.xread({self.stream: position}, count=self.count)
             if not response:
                 break
             batch: Sequence[Tuple[Any, Mapping[Any, Any]]] = response[0][1]
@@ -142,9 +145,10 @@ class MetricsReader:
                 break
             bad += parse_entries(batch, self.run_start_s, processed, dead, samples)
             entries += len(batch)
-            self.last_id = _text(batch[-1][0]) or self.last_id
+            position = _text(batch[-1][0]) or position
             if len(batch) < self.count:
                 break
+        self.last_id = position
         self.malformed_total += bad
         return MetricsBatch(tuple(samples), processed, dead, entries, bad, self.last_id)
 

@@ -165,6 +165,7 @@ class LiveConfig:
     emulate_pull: bool = True  # hosts sharing one engine: wait image_mb / pull_mb_per_s on first use
     cgroup_parent: bool = False  # enforce each logical host's CPU and memory with a cgroup parent
     work_ms: Dict[str, float] = field(default_factory=dict)  # optional emulated work per operator
+    keep_broker_state: bool = False  # keep the run's queues and Redis keys after it (debugging)
 
 
 @dataclass

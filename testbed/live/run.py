@@ -1,0 +1,293 @@
+"""One run on the live testbed: the operator topology as containers on leased Docker hosts, the data
+provider publishing to RabbitMQ (or Kafka), the same policy object as in the simulator asked for
+actions every reasoning cycle, and the same event-log tables as a result.
+
+Phases: check the engines and images (nothing is leased if one is missing) → declare the broker
+wiring and clear the run's Redis keys → initial deployment, waited for → provider + control loop
+for the run's duration → provider stopped and flushed, every instance drained (SIGTERM) → final
+accounting of every emitted item → tables. Whatever ends the run (Ctrl-C included), `finally`
+removes every container of the run; the caller marks the manifest incomplete on an exception.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Optional
+
+from data_provider.patterns import Pattern
+from operators.transports import create_topics, declare_wiring
+from operators.wiring import Wiring, kafka_topics, wiring_for
+from testbed.config import ExperimentConfig, TransportName
+from testbed.live.executor import LiveExecutor
+from testbed.live.monitor import LiveMonitor, record_reading
+from testbed.live.provider_thread import ProviderThread
+from testbed.live.rabbit_management import RunDepths
+from testbed.model import InstanceState
+from testbed.monitoring import DurationWindows, SnapshotSettings, build_snapshot, counted, new_monitor_tables
+from testbed.policies.base import Policy, initial_deployment
+from testbed.rng import stream
+from testbed.sim.cluster import actions_table
+from testbed.sim.simulator import SimulationResult
+from testbed.topology import Topology
+
+log = logging.getLogger(__name__)
+
+
+class LiveRunError(RuntimeError):
+    """The live run cannot go on (engine, broker, provider or instances failed); says which."""
+
+
+@dataclass
+class Accounting:
+    """Where every emitted item ended: per operator, inputs = processed + still queued + dead-lettered."""
+
+    emitted: Dict[str, int]  # per source
+    inflow: Dict[str, int]  # per operator: items published into its input queues
+    processed: Dict[str, int]
+    queued: Dict[str, int]
+    dead: Dict[str, int]
+    missing: Dict[str, int] = field(default_factory=dict)  # inflow - processed - queued - dead, if not 0
+
+    def as_dict(self) -> dict:
+        return {k: dict(v) for k, v in self.__dict__.items()}
+
+
+def exact_depths(cfg: ExperimentConfig, wiring: Wiring) -> RunDepths:
+    """Depths read from the broker itself (after the drain: nothing is unacknowledged any more)."""
+    live = cfg.backend.live
+    if live.transport == TransportName.kafka:
+        from testbed.live.kafka_lag import KafkaLagReader
+
+        reader = KafkaLagReader(live.kafka_bootstrap)
+    else:
+        from testbed.live.rabbit_management import PassiveDepthReader
+
+        reader = PassiveDepthReader(live.amqp_url)
+    try:
+        return reader.run_depths(wiring)
+    finally:
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()
+
+
+def delete_wiring(amqp_url: str, wiring: Wiring) -> None:
+    import pika
+
+    from operators import wiring as wiring_mod
+
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        wiring_mod.delete(conn.channel(), wiring)
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def run_prefix(run_id: str) -> str:
+    """A broker/Redis prefix for a run id such as 'stepwise/btu-10/1' (names allow [A-Za-z0-9_-])."""
+    return "".join(c if c.isalnum() or c in "_-" else "-" for c in run_id)[:80]
+
+
+def operator_environment(cfg: ExperimentConfig, wiring: Wiring, operator: str, sample_every: int) -> Dict[str, str]:
+    """The environment an operator container starts with (operators/runner_config.py reads it)."""
+    live = cfg.backend.live
+    topology = {
+        "sources": {s: list(src.downstream) for s, src in cfg.topology.sources.items()},
+        "operators": {o: list(op.downstream) for o, op in cfg.topology.operators.items()},
+    }
+    env = {
+        "OPERATOR": operator,
+        "RUN_PREFIX": wiring.prefix,
+        "TRANSPORT": live.transport.value,
+        "AMQP_URL": live.amqp_url,
+        "KAFKA_BOOTSTRAP": live.kafka_bootstrap,
+        "REDIS_URL": live.redis_url,
+        "PREFETCH": str(live.prefetch),
+        "PARALLEL": str(live.parallel),
+        "SAMPLE_EVERY": str(sample_every),
+        "MEASUREMENT": cfg.runtime.measurement.value,
+        "TOPOLOGY": json.dumps(topology, separators=(",", ":")),
+    }
+    if operator in live.work_ms:
+        env["WORK_MS"] = str(live.work_ms[operator])
+    return env
+
+
+class LiveRun:
+    """One live run; `run()` returns the same result type as the simulator."""
+
+    POLL_S = 1.0  # the watchdog, migrations and releases are looked after this often
+    DEPLOY_TIMEOUT_S = 300.0
+
+    def __init__(self, cfg: ExperimentConfig, policy: Policy, pattern: Pattern, seed: int, btu_minutes: int,
+                 run_id: str, wall: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+        self.cfg = cfg
+        self.policy = policy
+        self.pattern = pattern
+        self.seed = seed
+        self.btu_s = btu_minutes * 60.0
+        self.run_id = run_id
+        self.prefix = f"{run_prefix(run_id)}-{uuid.uuid4().hex[:8]}".lower()  # fresh broker and Redis names
+        self.topology = Topology.from_config(cfg.topology)
+        self.wiring = wiring_for(cfg.topology, self.prefix)
+        self.duration_s = cfg.duration_min * 60.0
+        self.wall = wall
+        self.sleep = sleep
+        self._t0: Optional[float] = None  # wall time of the run's start: the provider's first tick
+
+    def now(self) -> float:
+        """Seconds since the run started; 0 during the initial deployment (as in the simulator)."""
+        return 0.0 if self._t0 is None else self.wall() - self._t0
+
+    # -- the run ---------------------------------------------------------------------------
+    def run(self) -> SimulationResult:
+        from testbed.live.hostpool import HostPool
+
+        cfg, live = self.cfg, self.cfg.backend.live
+        pool = HostPool(cfg, self.prefix, self.now, stream(self.seed, "cloud"))
+        pool.check_engines()  # an unreachable engine or a missing image fails here, before any lease
+        provider: Optional[ProviderThread] = None
+        monitor = None
+        try:
+            self._declare()
+            sample_every = cfg.runtime.sample_every
+            executor = LiveExecutor(pool, self.topology.types,
+                                    lambda o: operator_environment(cfg, self.wiring, o, sample_every))
+            self._deploy(pool, executor)
+            provider = ProviderThread(cfg, self.pattern, self.wiring, self.seed, self.duration_s)
+            provider.start()
+            self._t0 = self.wall()
+            monitor = LiveMonitor.from_config(cfg, self.topology, self.wiring, time.time(), self.btu_s)
+            tables = new_monitor_tables(samples=True)
+            self._control_loop(pool, executor, monitor, provider, tables)
+            flushed = provider.stop()
+            end = self.now()
+            self._record(monitor, tables, executor.views(end), end)
+            accounting = self._drain_and_account(pool, monitor, provider)
+            tables["load"] = provider.load_table()
+            tables["actions"] = actions_table(executor.records, self.policy.name)
+            tables["leases"] = pool.leases(end)
+            details = {
+                "prefix": self.prefix, "provider_flushed": flushed, "transport": live.transport.value,
+                "provider_stats": provider.transport.stats.as_dict(), "accounting": accounting.as_dict(),
+                "instances": [dataclasses.asdict(r) for r in pool.records()],
+                "crashes": [dataclasses.asdict(c) for c in pool.crashed()],
+                "images": pool.image_digests(),
+            }
+            return SimulationResult(tables, end, details)
+        finally:
+            if provider is not None and provider.running:
+                provider.stop(flush_timeout_s=5.0)
+            removed = pool.cleanup()
+            if removed:
+                log.info("removed %d container(s) of run %s", removed, self.prefix)
+            if monitor is not None:
+                monitor.close()
+            if not live.keep_broker_state:
+                self._undeclare()
+
+    def _declare(self) -> None:
+        live = self.cfg.backend.live
+        if live.transport == TransportName.rabbitmq:
+            declare_wiring(live.amqp_url, self.wiring)
+        else:
+            create_topics(live.kafka_bootstrap, kafka_topics(self.wiring)
+                          + tuple(e.dead_letter_queue for e in self.wiring.edges))
+
+    def _undeclare(self) -> None:
+        live = self.cfg.backend.live
+        try:
+            if live.transport == TransportName.rabbitmq:
+                delete_wiring(live.amqp_url, self.wiring)
+            import redis
+
+            client = redis.Redis.from_url(live.redis_url)
+            keys = list(client.scan_iter(f"{self.prefix}:*", count=1000))
+            for i in range(0, len(keys), 500):
+                client.delete(*keys[i:i + 500])
+        except Exception as exc:  # cleanup must not hide the run's own outcome
+            log.warning("could not remove the broker/Redis state of %s: %s", self.prefix, exc)
+
+    def _deploy(self, pool, executor: LiveExecutor) -> None:
+        """The initial deployment, placed as in the simulator and waited for until every instance runs."""
+        hosts, instances = executor.views(0.0)
+        snap = build_snapshot(0.0, self.topology.types, self.topology.operators,
+                              counted(self.topology.operators, instances), {o: 0 for o in self.topology.operators},
+                              DurationWindows(self.topology.operators, self.cfg.policy.samples), executor.scalings,
+                              hosts, instances, 0.0, SnapshotSettings.from_config(self.cfg, self.btu_s))
+        executor.apply(0.0, initial_deployment(snap, self.cfg.runtime.initial_instances), immediate=True)
+        deadline = self.wall() + self.DEPLOY_TIMEOUT_S
+        while True:
+            pool.refresh()
+            crashed = pool.crashed()
+            if crashed:
+                c = crashed[0]
+                raise LiveRunError(f"instance {c.instance} ({c.operator}) exited during the initial deployment: "
+                                   f"{c.reason}; last output:\n{c.log_tail}")
+            states = [i.state for i in pool.instance_views()]
+            if states and all(s == InstanceState.running for s in states):
+                return
+            if self.wall() > deadline:
+                raise LiveRunError(f"the initial deployment did not run within {self.DEPLOY_TIMEOUT_S:.0f} s: "
+                                   f"{sorted(i.id + '=' + i.state.value for i in pool.instance_views())}")
+            self.sleep(0.2)
+
+    def _control_loop(self, pool, executor: LiveExecutor, monitor, provider: ProviderThread, tables) -> None:
+        rt = self.cfg.runtime
+        next_monitor, next_reasoning = rt.monitoring_s, rt.reasoning_s
+        emitted_before, input_rate = 0, 0.0
+        while True:
+            t = self.now()
+            if t >= self.duration_s:
+                return
+            if provider.error is not None:
+                raise LiveRunError(f"the data provider failed: {provider.error!r}") from provider.error
+            self.sleep(max(0.0, min(self.POLL_S, next_monitor - t, self.duration_s - t)))
+            t = self.now()
+            pool.refresh()
+            executor.replace_crashed(t)
+            executor.progress(t)
+            if t >= next_monitor:
+                emitted = sum(provider.emitted().values())
+                input_rate = (emitted - emitted_before) / rt.monitoring_s
+                emitted_before = emitted
+                monitor.observe(t)
+                self._record(monitor, tables, executor.views(t), t, observe=False)
+                next_monitor += rt.monitoring_s
+                if t >= next_reasoning:  # as in the simulator: a reasoning cycle follows a monitoring read
+                    hosts, instances = executor.views(t)
+                    snap = monitor.snapshot(t, hosts, instances, executor.scalings, input_rate)
+                    executor.apply(t, self.policy.decide(snap))
+                    next_reasoning += rt.reasoning_s
+
+    @staticmethod
+    def _record(monitor, tables, views, t: float, observe: bool = True) -> None:
+        if observe:
+            monitor.observe(t)
+        hosts, instances = views
+        record_reading(tables, monitor.last, monitor.operators, hosts, instances)
+
+    def _drain_and_account(self, pool, monitor, provider: ProviderThread) -> Accounting:
+        """Stop every instance gracefully (each finishes and acknowledges what it holds), then account
+        for every emitted item: per operator, inflow = processed + still queued + dead-lettered."""
+        for inst in pool.instance_views():
+            pool.stop_instance(inst.id)
+        if not pool.wait_idle(self.cfg.backend.live.stop_timeout_s + 30.0):
+            log.warning("some instances of %s did not stop in time", self.prefix)
+        processed, dead = monitor.totals()
+        emitted_ops = monitor.metrics.emitted_totals()
+        depths = exact_depths(self.cfg, self.wiring)
+        emitted = provider.emitted()
+        inflow = {o: 0 for o in self.topology.operators}
+        for e in self.wiring.edges:
+            inflow[e.consumer] += emitted.get(e.producer, 0) if e.producer in emitted else emitted_ops.get(e.producer, 0)
+        queued = {o: depths.depths.get(o, 0) for o in self.topology.operators}
+        dead_letters = {o: depths.dead_letters.get(o, 0) for o in self.topology.operators}
+        missing = {o: inflow[o] - processed[o] - queued[o] - dead_letters[o] for o in self.topology.operators}
+        return Accounting(emitted=emitted, inflow=inflow, processed=processed, queued=queued, dead=dead_letters,
+                          missing={o: m for o, m in missing.items() if m})

@@ -32,7 +32,7 @@ from testbed.rng import stream
 @dataclass(frozen=True)
 class RunSpec:
     pattern: str
-    config: str  # threshold | btu-10 | ... : the folder name of the configuration
+    config: str  # threshold | btu-10 | ... (live runs: threshold-live, btu-10-live): the folder name
     policy: PolicyName
     btu_minutes: int
     rep: int  # 1-based
@@ -54,6 +54,8 @@ def plan_runs(cfg: ExperimentConfig) -> List[RunSpec]:
         configs = [(f"btu-{cfg.billing.btu_minutes}", PolicyName.btu, cfg.billing.btu_minutes)]
     else:
         configs = [(cfg.policy.name.value, cfg.policy.name, cfg.billing.btu_minutes)]
+    if cfg.backend.name == BackendName.docker:  # live runs sit beside simulated ones in one report
+        configs = [(f"{name}-live", policy, btu) for name, policy, btu in configs]
     return [
         RunSpec(cfg.pattern.name, name, policy, btu, rep, run_seed(cfg.seed, rep),
                 run_dir_for(cfg.out, cfg.pattern.name, name, rep))

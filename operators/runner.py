@@ -170,7 +170,9 @@ class Runner:
         if first is None:
             return None
         batch = [first]
-        while len(batch) < BATCH:
+        # with several workers take only a share of what waits, so the others get items too
+        limit = BATCH if self.config.parallel == 1 else 1 + self._work.qsize() // self.config.parallel
+        while len(batch) < min(limit, BATCH):
             try:
                 d = self._work.get_nowait()
             except queue.Empty:

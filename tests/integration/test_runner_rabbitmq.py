@@ -256,3 +256,16 @@ def test_runners_reconnect_after_a_broker_restart_and_lose_nothing(run, rabbitmq
     assert queue_state(ch, inp)[0] == queue_state(ch, mid)[0] == 0
     assert set(got) == want  # nothing lost (at least once: a restart may duplicate an item)
     conn.close()
+
+
+def test_parallel_workers_process_items_at_the_same_time(run, channel):
+    w = run.wiring(ONE_STAGE)
+    inp, out = w.edge("S", "A").queue, w.edge("A", "sink").queue
+    publish(channel, w.exchange("S"), items(8))  # waiting before the runner starts: they come in one burst
+    runner = run.start("A", ONE_STAGE, OPERATOR_IMPL="passthrough", WORK_MS=300, PREFETCH=8, PARALLEL=4)
+    wait_for("the runner to consume", lambda: queue_state(channel, inp) == (0, 1), proc=runner)
+    t0 = time.monotonic()
+    wait_for("8 outputs", lambda: queue_state(channel, out)[0] == 8, proc=runner)
+    assert time.monotonic() - t0 < 1.8  # 4 at a time: ~0.6 s; one at a time would take 2.4 s
+    runner.signal(signal.SIGTERM)
+    assert runner.wait(20) == 0

@@ -186,8 +186,8 @@ def test_monitor_observes_builds_snapshots_and_event_log_rows(wired, rabbitmq_ur
     assert reading.processed == {o: 15 * 10 * per_op[o] for o in ops}
     assert len(reading.samples) == 500 and reading.malformed == 0
     assert all(100.0 <= m <= 106.0 for m in reading.means.values())
-    print(f"observe(): {reading.elapsed_s * 1000:.1f} ms for {15 * 100 + 500} metric entries and "
-          f"{2 * len(wiring.edges)} queues")
+    print(f"observe(): {reading.elapsed_s * 1000:.1f} ms: depths {reading.depths_s * 1000:.1f} ms "
+          f"({2 * len(wiring.edges)} queues), metrics {reading.metrics_s * 1000:.1f} ms ({15 * 100 + 500} entries)")
     assert reading.elapsed_s < 1.0
 
     snap = monitor.snapshot(15.0, hosts, instances, {"O1": 1}, input_rate=12.5)

@@ -196,7 +196,7 @@ def test_recorded_readings_fit_the_event_log_schema(tmp_path):
         reading = MonitorReading(
             t=t, depths={"O1": depth, "O7": 1}, dead_letters={"O1": 0, "O7": 0}, missing_queues=(),
             samples=(Sample(t - 1.0, "O1", "a1", 12.0),), processed={"O1": 100, "O7": 3}, dead={"O1": 0, "O7": 0},
-            means={"O1": 12.0, "O7": None}, malformed=0, elapsed_s=0.01,
+            means={"O1": 12.0, "O7": None}, malformed=0, depths_s=0.01, metrics_s=0.02,
         )
         record_reading(tables, reading, ops, hosts, inst)
     assert tables["queues"] == {"t_s": [15.0, 15.0, 30.0, 30.0], "operator": ["O1", "O7"] * 2, "depth": [7, 1, 0, 1]}

@@ -149,7 +149,11 @@ def record_reading(tables: Tables, reading: MonitorReading, operators: Sequence[
                    hosts: Sequence[HostView], instances: Sequence[InstanceView]) -> None:
     """Append a reading and the pool's views to the event-log tables, in the simulator's columns:
     `processed`, `queues`, `instances`, `hosts` (one interval) and `samples` (the new samples).
-    ``tables`` comes from ``testbed.monitoring.new_monitor_tables(samples=True)``."""
+    ``tables`` comes from ``testbed.monitoring.new_monitor_tables(samples=True)``.
+
+    `instances` counts the views in state running; a migration source the pool already shows as
+    draining is not counted, where the simulator counts it until its copy runs (a difference of
+    at most one instance per migration in progress)."""
     leased, ready = hosts_row(hosts)
     append_monitor_rows(tables, reading.t, operators, reading.processed, reading.depths,
                         instance_counts(operators, instances), leased, ready)

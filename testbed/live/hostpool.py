@@ -303,10 +303,6 @@ class HostPool:
         self._parents: Dict[str, str] = {}
         self._parent_locks: Dict[str, threading.Lock] = {}
 
-    @classmethod
-    def from_config(cls, cfg: ExperimentConfig, run_id: str, clock: Callable[[], float]) -> "HostPool":
-        return cls(cfg, run_id, clock)
-
     # -- engines ---------------------------------------------------------------------------
     def check_engines(self) -> None:
         """Ping every engine and check it has every operator image; raises EngineError naming the

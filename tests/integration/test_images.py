@@ -244,3 +244,50 @@ def test_operator_image_processes_one_message(op, operator_images, run, rabbitmq
     uid, user = process_uid(container)
     assert uid == IMAGE_USER_UID != 0, f"the runner runs as uid {uid}"
     assert user.split(":")[0] == str(IMAGE_USER_UID)
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT_S + 300)
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python's importlib.resources calls
+def test_operator_image_on_kafka(operator_images, kafka_bootstrap, unique_prefix, redis_client):
+    """The images carry the Kafka client too: O3 with TRANSPORT=kafka against the Kafka-protocol
+    broker (tansu; its consumer-group join takes ~20 s)."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    from operators.transports import create_topics
+
+    topo = oee_topology()
+    wiring = make_wiring(topo["sources"], topo["operators"], unique_prefix)
+    create_topics(kafka_bootstrap, [wiring.topic("O1"), wiring.topic("O3")])
+    machine, item_id = "machine-05", f"machine-05/kafka/{uuid.uuid4().hex[:6]}"
+    env = Envelope(item_id, machine, "production_record", now_ms(), now_ms(), production_record(item_id, machine))
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    producer.send(wiring.topic("O1"), env.encode()).get(timeout=30)
+    producer.close()
+
+    name = f"{unique_prefix}-o3-kafka"[:120]
+    try:
+        docker("run", "-d", "--name", name, "--network", "host", "-e", f"RUN_PREFIX={unique_prefix}",
+               "-e", "TRANSPORT=kafka", "-e", f"KAFKA_BOOTSTRAP={kafka_bootstrap}", "-e", f"REDIS_URL={REDIS_URL}",
+               "-e", f"INSTANCE_ID={name}", operator_images["O3"])
+        consumer = KafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
+        tp = TopicPartition(wiring.topic("O3"), 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        got: List[Envelope] = []
+        deadline = time.monotonic() + OUTPUT_TIMEOUT_S
+        try:
+            while not got and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=500).values():
+                    got.extend(Envelope.decode(r.value) for r in records)
+                state = docker("inspect", "-f", "{{.State.Status}}", name).stdout.strip()
+                assert state == "running", f"container {name} is {state}:\n{logs(name)}"
+        finally:
+            consumer.close()
+        assert got, f"nothing on {wiring.topic('O3')} after {OUTPUT_TIMEOUT_S:.0f} s:\n{logs(name)}"
+        assert got[0].type == "performance" and got[0].payload["record_id"] == item_id
+        assert process_uid(name)[0] == IMAGE_USER_UID
+    finally:
+        docker("rm", "-f", name, check=False)
+        keys = list(redis_client.scan_iter(match=f"{unique_prefix}:*", count=1000))
+        if keys:
+            redis_client.delete(*keys)

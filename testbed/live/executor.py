@@ -34,7 +34,8 @@ class Pool(Protocol):
 
     def release(self, host_id: str, t: float) -> None: ...
 
-    def start_instance(self, operator: str, host_id: str, env: Mapping[str, str], t: float) -> str: ...
+    def start_instance(self, operator: str, host_id: str, env: Mapping[str, str], t: float,
+                       immediate: bool = False) -> str: ...
 
     def stop_instance(self, instance_id: str) -> None: ...
 
@@ -68,7 +69,7 @@ class LiveExecutor:
                 bound[a.host] = host
                 self._record(t, a, None, None, host, None)
             elif isinstance(a, ScaleUp):
-                inst = self._start(t, a.operator, resolve(a.host))
+                inst = self._start(t, a.operator, resolve(a.host), immediate)
                 self.scalings[a.operator] += 1
                 self._record(t, a, a.operator, inst, resolve(a.host), None)
             elif isinstance(a, ScaleDown):
@@ -77,7 +78,7 @@ class LiveExecutor:
                 self._record(t, a, a.operator, a.instance, a.host, None)
             elif isinstance(a, Migrate):
                 target = resolve(a.target)
-                self._migrations[self._start(t, a.operator, target)] = a.instance
+                self._migrations[self._start(t, a.operator, target, immediate)] = a.instance
                 self._record(t, a, a.operator, a.instance, a.host, target)
             elif isinstance(a, ProlongHost):
                 self.pool.prolong(a.host)
@@ -90,8 +91,8 @@ class LiveExecutor:
                 raise TypeError(f"unknown action {a!r}")
         self.progress(t)
 
-    def _start(self, t: float, operator: str, host: str) -> str:
-        return self.pool.start_instance(operator, host, self.env_for(operator), t)
+    def _start(self, t: float, operator: str, host: str, immediate: bool = False) -> str:
+        return self.pool.start_instance(operator, host, self.env_for(operator), t, immediate=immediate)
 
     def _record(self, t: float, a: Action, operator, instance, host, target) -> None:
         self.records.append(ActionRecord(t, a.kind, operator, instance, host, target, a.reason))

@@ -538,6 +538,11 @@ class HostPool:
         with self._lock:
             return self.book.records()
 
+    def image_digests(self) -> Dict[str, Dict[str, str]]:
+        """Image id per operator image on each engine (the run manifest records them)."""
+        return {url: {image: client.images.get(image).id for image in sorted(set(self.images.values()))}
+                for url, client in sorted(self._clients.items())}
+
     def host_engine(self, host_id: str) -> str:
         with self._lock:
             return self.book.host(host_id).engine

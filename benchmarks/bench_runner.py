@@ -9,7 +9,7 @@ re-encoded, Redis duplicate check and metrics included); the bare loop is this f
 runs in its own process, measured from outside the same way: from the first consumed input until
 all N outputs are in the output queue. Best of REPEATS, alternating. Target: ratio >= 0.7.
 
-    .venv/bin/python benchmarks/bench_runner.py [--messages 20000] [--prefetch 5,50] [--repeats 2]
+    .venv/bin/python benchmarks/bench_runner.py [--messages 10000] [--prefetch 5,50] [--repeats 2]
 
 Prefetch 5 is the runner's default (and visp's); 50 shows what a deeper pipeline buys both.
 """
@@ -143,7 +143,7 @@ def measure(kind: str, prefetch: int, n: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--messages", type=int, default=20_000)
+    ap.add_argument("--messages", type=int, default=10_000)
     ap.add_argument("--prefetch", default="5,50", help="comma-separated prefetch values")
     ap.add_argument("--repeats", type=int, default=2)
     a = ap.parse_args()

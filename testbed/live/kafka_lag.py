@@ -47,8 +47,11 @@ def group_lag(topic: str, end: PartitionOffsets, start: PartitionOffsets, commit
 
 def fold_lags(wiring: Wiring, end: PartitionOffsets, start: PartitionOffsets,
               committed: Mapping[str, PartitionOffsets]) -> RunDepths:
-    """Lag per operator from end/start offsets of the run's topics and committed offsets per group."""
+    """Lag per operator from end/start offsets of the run's topics and committed offsets per group;
+    inflow = the records in the log of each input topic (end − start: all of them while retention
+    has deleted nothing, which holds for a run's length)."""
     depths = {o: 0 for o in wiring.operators}
+    inflow = {o: 0 for o in wiring.operators}
     missing = []
     topics = {t for t, _ in end}
     for e in wiring.edges:
@@ -56,7 +59,8 @@ def fold_lags(wiring: Wiring, end: PartitionOffsets, start: PartitionOffsets,
             missing.append(e.topic)  # not created yet: nothing published, nothing waiting
             continue
         depths[e.consumer] += group_lag(e.topic, end, start, committed.get(e.consumer_group, {}))
-    return RunDepths(depths, {o: 0 for o in wiring.operators}, tuple(dict.fromkeys(missing)))
+        inflow[e.consumer] += sum(max(0, o - start.get(tp, 0)) for tp, o in end.items() if tp[0] == e.topic)
+    return RunDepths(depths, {o: 0 for o in wiring.operators}, tuple(dict.fromkeys(missing)), inflow)
 
 
 @dataclass

@@ -12,6 +12,11 @@ may be listed without message counts (read as 0). Against a 15 s monitoring and 
 interval that lag is small; it does mean a depth read right after a burst may not show the burst
 yet. ``PassiveDepthReader`` gives exact ready counts at the instant of the call where that matters
 (tests, the final accounting of a run once every consumer has stopped, when unacked is 0).
+
+The same listing also gives ``message_stats.publish``, the messages routed into each queue since it
+was declared: the broker's own count of an operator's inflow (``RunDepths.inflow``), for checking a
+run's accounting without trusting the instances' counters. It is as stale as the depths: read it
+one refresh interval after the last publish.
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from operators.wiring import Wiring
 
-COLUMNS = "name,messages,messages_ready,messages_unacknowledged"
+COLUMNS = "name,messages,messages_ready,messages_unacknowledged,message_stats.publish"
 PAGE_SIZE = 500  # the API's maximum page; a run has 2 queues per edge (26 for the OEE topology)
 
 
@@ -39,6 +44,7 @@ class QueueStats:
     name: str
     ready: int
     unacked: int
+    published: Optional[int] = None  # messages routed into the queue since it was declared (None: unknown)
 
     @property
     def depth(self) -> int:
@@ -53,6 +59,9 @@ class RunDepths:
     depths: Dict[str, int]  # per operator: ready + unacked of its input queues
     dead_letters: Dict[str, int]  # per operator: messages in its input edges' dead-letter queues
     missing: Tuple[str, ...]  # queues of the wiring the broker did not list (not declared yet / deleted)
+    # per operator: items ever published into its input queues / topics, counted by the broker
+    # itself (independent of the instances' own counters); None where the source cannot tell
+    inflow: Optional[Dict[str, int]] = None
 
 
 def credentials_from_amqp_url(amqp_url: str) -> Tuple[str, str, str]:
@@ -96,13 +105,16 @@ def parse_queue_stats(payload: Any) -> Dict[str, QueueStats]:
             ready, unacked = _count(item, "messages_ready"), _count(item, "messages_unacknowledged")
         else:
             ready, unacked = _count(item, "messages"), 0
-        out[item["name"]] = QueueStats(item["name"], ready, unacked)
+        stats = item.get("message_stats")
+        published = _count(stats, "publish") if isinstance(stats, dict) else 0  # absent before a first publish
+        out[item["name"]] = QueueStats(item["name"], ready, unacked, published)
     return out
 
 
 def fold_depths(wiring: Wiring, stats: Mapping[str, QueueStats]) -> RunDepths:
     depths = {o: 0 for o in wiring.operators}
     dead = {o: 0 for o in wiring.operators}
+    inflow: Optional[Dict[str, int]] = {o: 0 for o in wiring.operators}
     missing = []
     for e in wiring.edges:
         q = stats.get(e.queue)
@@ -110,12 +122,17 @@ def fold_depths(wiring: Wiring, stats: Mapping[str, QueueStats]) -> RunDepths:
             missing.append(e.queue)
         else:
             depths[e.consumer] += q.depth
+            if inflow is not None:
+                if q.published is None:
+                    inflow = None
+                else:
+                    inflow[e.consumer] += q.published
         d = stats.get(e.dead_letter_queue)
         if d is None:
             missing.append(e.dead_letter_queue)
         else:
             dead[e.consumer] += d.depth
-    return RunDepths(depths, dead, tuple(missing))
+    return RunDepths(depths, dead, tuple(missing), inflow)
 
 
 class ManagementClient:

@@ -82,13 +82,16 @@ def test_depths_count_ready_and_unacked_per_operator_and_dead_letters(wired, rab
     assert got.depths == expected  # O3: 3 ready + 2 unacked
     assert got.dead_letters == {**{o: 0 for o in wiring.operators}, "O4": 1}
     assert got.missing == ()
+    # the broker's own count of what entered each operator's queues (the reject does not undo it)
+    got = poll(lambda: client.run_depths(wiring), lambda d: d.inflow == {**expected, "O4": 5, "O3": 5})
+    assert got.inflow == {**{o: 0 for o in wiring.operators}, "O1": 7, "O3": 5, "O4": 5, "O5": 5, "O7": 7}
 
     # passive declares: exact at once, ready only (O3's 2 unacked are not counted)
     passive = PassiveDepthReader(rabbitmq_url)
     try:
         exact = passive.run_depths(wiring)
         assert exact.depths == {**expected, "O3": 3}
-        assert exact.dead_letters["O4"] == 1
+        assert exact.dead_letters["O4"] == 1 and exact.inflow is None
         assert passive.ready(f"{wiring.prefix}.no-such-queue") is None
         assert passive.run_depths(wiring).depths == exact.depths  # the channel survives a 404
     finally:
@@ -247,6 +250,7 @@ def test_kafka_lag_per_operator(kafka_bootstrap, unique_prefix, cfg):
             time.sleep(0.5)
         assert (got["O3"], got["O4"], got["O5"]) == (7, 0, 12)
         assert got["O1"] == 0  # its topic (S2_production) does not exist: nothing waits
+        assert reader.run_depths(wiring).inflow["O5"] == 12
     finally:
         reader.close()
         admin.close()

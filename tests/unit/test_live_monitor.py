@@ -32,15 +32,16 @@ def wiring():
 
 def test_queue_listing_pages_and_lists_parse_to_ready_plus_unacked():
     page = {"items": [
-        {"name": "run1.O1.O3", "messages": 7, "messages_ready": 5, "messages_unacknowledged": 2},
+        {"name": "run1.O1.O3", "messages": 7, "messages_ready": 5, "messages_unacknowledged": 2,
+         "message_stats": {"publish": 40}},
         {"name": "run1.O1.O4"},  # declared less than one statistics refresh ago: no counts yet
         {"name": "run1.O1.O5", "messages": 4},  # only the total: taken as ready
         {"name": "run1.O3.O7", "messages_ready": None, "messages_unacknowledged": 3},
         {"messages": 9},  # no name: skipped
     ], "page": 1, "page_count": 1}
     stats = parse_queue_stats(page)
-    assert stats["run1.O1.O3"] == QueueStats("run1.O1.O3", 5, 2) and stats["run1.O1.O3"].depth == 7
-    assert stats["run1.O1.O4"].depth == 0
+    assert stats["run1.O1.O3"] == QueueStats("run1.O1.O3", 5, 2, 40) and stats["run1.O1.O3"].depth == 7
+    assert stats["run1.O1.O4"].depth == 0 and stats["run1.O1.O4"].published == 0  # nothing published yet
     assert (stats["run1.O1.O5"].ready, stats["run1.O1.O5"].unacked) == (4, 0)
     assert stats["run1.O3.O7"].depth == 3
     assert len(stats) == 4
@@ -51,7 +52,7 @@ def test_queue_listing_pages_and_lists_parse_to_ready_plus_unacked():
 
 def test_depths_sum_an_operators_input_edges_and_dead_letters_apart(wiring):
     stats = {q.name: q for q in (
-        QueueStats("run1.O3.O7", 10, 1), QueueStats("run1.O4.O7", 20, 0), QueueStats("run1.O5.O7", 0, 5),
+        QueueStats("run1.O3.O7", 10, 1, 30), QueueStats("run1.O4.O7", 20, 0, 25), QueueStats("run1.O5.O7", 0, 5, 5),
         QueueStats("run1.O2.O8", 3, 0), QueueStats("run1.O6.O8", 4, 0), QueueStats("run1.O9.O8", 0, 0),
         QueueStats("run1.S2_production.O1", 100, 5), QueueStats("run1.O4.O7.dead", 2, 0),
         QueueStats("run1.O1.O3.dead", 1, 0),
@@ -60,8 +61,11 @@ def test_depths_sum_an_operators_input_edges_and_dead_letters_apart(wiring):
     assert got.depths["O7"] == 36 and got.depths["O8"] == 7 and got.depths["O1"] == 105
     assert got.depths["O2"] == 0 and set(got.depths) == set(OPS)
     assert got.dead_letters == {**{o: 0 for o in OPS}, "O7": 2, "O3": 1}
+    assert got.inflow is None  # some queues' publish counts unknown (as from passive declares)
     assert "run1.O1.O3" in got.missing and "run1.O3.O7" not in got.missing
     assert len(got.missing) == 2 * len(wiring.edges) - len(stats)
+    known = {n: QueueStats(n, q.ready, q.unacked, q.published or 0) for n, q in stats.items()}
+    assert fold_depths(wiring, known).inflow == {**{o: 0 for o in OPS}, "O7": 60}
 
 
 def test_credentials_and_vhost_come_from_the_amqp_url():
@@ -98,6 +102,7 @@ def test_kafka_lag_is_end_minus_committed_or_minus_log_start_without_commit(wiri
     got = fold_lags(wiring, end, start, committed)
     assert got.depths["O3"] == 10 and got.depths["O4"] == 140 and got.depths["O5"] == 140
     assert got.depths["O9"] == 0 and got.depths["O1"] == 0
+    assert got.inflow["O3"] == got.inflow["O5"] == 140 and got.inflow["O9"] == 30 and got.inflow["O1"] == 0
     assert "run1.S2_production" in got.missing and t1 not in got.missing
     assert len(got.missing) == len(set(got.missing))
 

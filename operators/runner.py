@@ -86,6 +86,7 @@ class Runner:
         self._held_cond = threading.Condition()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._flusher_stop = threading.Event()  # metrics keep flowing while draining
         self._threads: List[threading.Thread] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -105,12 +106,17 @@ class Runner:
                  self.config.prefetch, self.config.parallel, self.config.transport)
 
     def run(self, timeout_s: float = 60.0) -> int:
-        """Start, run until ``request_stop`` (SIGTERM), drain, close. Exit status 0."""
+        """Start, run until ``request_stop`` (SIGTERM), drain, close. Exit status 0, or 1 when
+        the source failed for good (the container is restarted; held inputs come again)."""
         self.start(timeout_s)
+        failure = None
         while not self._stop.wait(1.0):
-            pass
+            failure = self.source.failure()
+            if failure:
+                log.error("input source failed: %s", failure)
+                break
         self.drain()
-        return 0
+        return 1 if failure else 0
 
     def drain(self) -> None:
         log.info("stopping: cancelling consumers, finishing %d held input(s)", self.held())
@@ -129,7 +135,7 @@ class Runner:
         for t in self._threads:
             if t is not self._flusher:
                 t.join(10.0)
-        self._stop.set()
+        self._flusher_stop.set()
         self._flusher.join(10.0)
         self.metrics.flush(self.redis)
         self.source.close()
@@ -324,7 +330,7 @@ class Runner:
             log.warning("could not record finished inputs: %r", exc)
 
     def _flush_loop(self) -> None:
-        while not self._stop.wait(self.config.metrics_flush_s):
+        while not self._flusher_stop.wait(self.config.metrics_flush_s):
             self.metrics.flush(self.redis)
 
 

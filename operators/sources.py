@@ -88,6 +88,10 @@ class RabbitSource:
             self._stopping.set()
             raise TransportError(f"RabbitMQ at {_safe(self.url)}: not consuming within {timeout_s:.0f} s")
 
+    def failure(self) -> Optional[str]:
+        """Never fatal: a lost connection is re-established."""
+        return None
+
     def current(self, delivery: Delivery) -> bool:
         """False for a delivery of a lost connection (the broker redelivers it)."""
         return delivery.token[0] == self._generation
@@ -308,6 +312,12 @@ class KafkaSource:
                 self._stopping.set()
                 raise TransportError(f"Kafka at {self.bootstrap}: consumers not ready within {timeout_s:.0f} s "
                                      f"({'; '.join(self._errors) or 'no error reported'})")
+
+    def failure(self) -> Optional[str]:
+        """What ended a poll thread that should still run (the client gave up)."""
+        if self._stopping.is_set() or all(t.is_alive() for t in self._threads):
+            return None
+        return "; ".join(self._errors) or "a consumer thread ended"
 
     def current(self, delivery: Delivery) -> bool:
         i, tp, gen, _offset = delivery.token

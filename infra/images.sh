@@ -48,16 +48,18 @@ for op in $OPERATORS; do
     --build-arg APT_PACKAGES="$(apt_packages "$op")" --build-arg PIP_PACKAGES="$(pip_packages "$op")"
 done
 
-# Sizes: SIZE is the whole image; the operator images share their lower layers (base, user, common
-# Python packages), so UNIQUE (layers no other image uses) is what each adds on disk.
-declare -A unique=()
-while read -r repo tag uniq; do unique["$repo:$tag"]=$uniq; done < <(
-  docker system df -v 2>/dev/null | awk '/^Images space usage/{on=1; next} /^Containers space usage/{on=0}
-    on && NF >= 8 && $1 != "REPOSITORY" {print $1, $2, $(NF-1)}')
+# Sizes: SIZE is the whole image. The operator images share their layers up to the per-type extras
+# (base, user, common Python packages; O2-O8 share all of them), so EXTRA, the size over the
+# smallest operator image, is what O1's tesseract and O9's PDF library add on disk.
+mb() { awk '{printf "%.0f MB", $1/1e6}'; }
+smallest=$(for name in "${built[@]}"; do
+  case $name in testbed-o[0-9]*) docker image inspect "$name" --format '{{.Size}}' ;; esac; done | sort -n | head -n 1)
 echo
-printf '%-28s %-10s %10s %10s\n' IMAGE OPERATOR SIZE UNIQUE
+printf '%-28s %-9s %9s %9s\n' IMAGE OPERATOR SIZE EXTRA
 for name in "$BASE" "${built[@]}"; do
-  size=$(docker image inspect "$name" --format '{{.Size}}' | awk '{printf "%.0f MB", $1/1e6}')
-  op=$(docker image inspect "$name" --format '{{index .Config.Labels "testbed.operator"}}' 2>/dev/null || true)
-  printf '%-28s %-10s %10s %10s\n' "$name" "${op:--}" "$size" "${unique[$name]:--}"
+  bytes=$(docker image inspect "$name" --format '{{.Size}}')
+  op=$(docker image inspect "$name" --format '{{with .Config.Labels}}{{index . "testbed.operator"}}{{end}}')
+  extra=-
+  case $name in testbed-o[0-9]*) extra=$(echo $((bytes - smallest)) | mb) ;; esac
+  printf '%-28s %-9s %9s %9s\n' "$name" "${op:--}" "$(echo "$bytes" | mb)" "$extra"
 done

@@ -350,6 +350,7 @@ class KafkaSource:
 
         class Listener(ConsumerRebalanceListener):
             def on_partitions_revoked(self, revoked):
+                source._apply_settled(state)
                 source._commit(consumer, state)
                 for tp in revoked:  # records still held come again to the partition's new owner
                     state.generation[tp] = state.generation.get(tp, 0) + 1
@@ -416,6 +417,12 @@ class KafkaSource:
             if state.committed.get(tp) != upto:
                 offsets[tp] = OffsetAndMetadata(upto, "", -1)
         if offsets:
-            consumer.commit(offsets)
+            from kafka.errors import KafkaError
+
+            try:
+                consumer.commit(offsets)
+            except KafkaError as exc:  # e.g. a rebalance under way: the next loop turn tries again
+                log.warning("kafka source (%s): commit failed: %r", state.edge.consumer_group, exc)
+                return
             for tp, om in offsets.items():
                 state.committed[tp] = om.offset

@@ -16,7 +16,10 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
+
+from kafka.errors import KafkaError
+from redis.exceptions import RedisError
 
 from data_provider.patterns import Pattern
 from operators.transports import create_topics, declare_wiring
@@ -25,9 +28,15 @@ from testbed.config import ExperimentConfig, TransportName
 from testbed.live.executor import LiveExecutor
 from testbed.live.monitor import LiveMonitor, record_reading
 from testbed.live.provider_thread import ProviderThread
-from testbed.live.rabbit_management import RunDepths
+from testbed.live.rabbit_management import ManagementError, RunDepths
 from testbed.model import InstanceState
-from testbed.monitoring import DurationWindows, SnapshotSettings, build_snapshot, counted, new_monitor_tables
+from testbed.monitoring import (
+    DurationWindows,
+    SnapshotSettings,
+    build_snapshot,
+    counted,
+    new_monitor_tables,
+)
 from testbed.policies.base import Policy, initial_deployment
 from testbed.rng import stream
 from testbed.sim.cluster import actions_table
@@ -35,6 +44,9 @@ from testbed.sim.simulator import SimulationResult
 from testbed.topology import Topology
 
 log = logging.getLogger(__name__)
+
+# what a monitoring read may raise while a service restarts; the run goes on without that reading
+MONITOR_ERRORS = (ManagementError, RedisError, KafkaError, OSError)
 
 
 class LiveRunError(RuntimeError):
@@ -139,6 +151,7 @@ class LiveRun:
         self.wall = wall
         self.sleep = sleep
         self._t0: Optional[float] = None  # wall time of the run's start: the provider's first tick
+        self.monitor_failures: List[str] = []
 
     def now(self) -> float:
         """Seconds since the run started; 0 during the initial deployment (as in the simulator)."""
@@ -167,7 +180,8 @@ class LiveRun:
             self._control_loop(pool, executor, monitor, provider, tables)
             flushed = provider.stop()
             end = self.now()
-            self._record(monitor, tables, executor.views(end), end)
+            if self._guard(end, monitor.observe, end) is not None:  # the last interval
+                self._record(monitor, tables, executor.views(end), end)
             accounting = self._drain_and_account(pool, monitor, provider)
             tables["load"] = provider.load_table()
             tables["actions"] = actions_table(executor.records, self.policy.name)
@@ -177,7 +191,7 @@ class LiveRun:
                 "provider_stats": provider.transport.stats.as_dict(), "accounting": accounting.as_dict(),
                 "instances": [dataclasses.asdict(r) for r in pool.records()],
                 "crashes": [dataclasses.asdict(c) for c in pool.crashed()],
-                "images": pool.image_digests(),
+                "images": pool.image_digests(), "monitor_failures": self.monitor_failures,
             }
             return SimulationResult(tables, end, details)
         finally:
@@ -238,6 +252,9 @@ class LiveRun:
             self.sleep(0.2)
 
     def _control_loop(self, pool, executor: LiveExecutor, monitor, provider: ProviderThread, tables) -> None:
+        """Until the run's end: the watchdog, migrations and releases every POLL_S; a monitoring read
+        every monitoring_s; a policy decision every reasoning_s on the durations of the last reads
+        and the queue depths of that moment (as VISP read them live at decision time)."""
         rt = self.cfg.runtime
         next_monitor, next_reasoning = rt.monitoring_s, rt.reasoning_s
         emitted_before, input_rate = 0, 0.0
@@ -247,28 +264,41 @@ class LiveRun:
                 return
             if provider.error is not None:
                 raise LiveRunError(f"the data provider failed: {provider.error!r}") from provider.error
-            self.sleep(max(0.0, min(self.POLL_S, next_monitor - t, self.duration_s - t)))
+            self.sleep(max(0.0, min(self.POLL_S, next_monitor - t, next_reasoning - t, self.duration_s - t)))
             t = self.now()
             pool.refresh()
             executor.replace_crashed(t)
             executor.progress(t)
             if t >= next_monitor:
+                next_monitor = self._next(next_monitor, rt.monitoring_s, t)
                 emitted = sum(provider.emitted().values())
-                input_rate = (emitted - emitted_before) / rt.monitoring_s
-                emitted_before = emitted
-                monitor.observe(t)
-                self._record(monitor, tables, executor.views(t), t, observe=False)
-                next_monitor += rt.monitoring_s
-                if t >= next_reasoning:  # as in the simulator: a reasoning cycle follows a monitoring read
-                    hosts, instances = executor.views(t)
-                    snap = monitor.snapshot(t, hosts, instances, executor.scalings, input_rate)
-                    executor.apply(t, self.policy.decide(snap))
-                    next_reasoning += rt.reasoning_s
+                input_rate, emitted_before = (emitted - emitted_before) / rt.monitoring_s, emitted
+                if self._guard(t, monitor.observe, t) is not None:
+                    self._record(monitor, tables, executor.views(t), t)
+            if t >= next_reasoning and t < self.duration_s:
+                next_reasoning = self._next(next_reasoning, rt.reasoning_s, t)
+                fresh = self._guard(t, monitor.read_depths)
+                if fresh is None or monitor.last is None:
+                    continue  # no decision on stale or missing data
+                hosts, instances = executor.views(t)
+                snap = monitor.snapshot(t, hosts, instances, executor.scalings, input_rate, depths=fresh.depths)
+                executor.apply(t, self.policy.decide(snap))
 
     @staticmethod
-    def _record(monitor, tables, views, t: float, observe: bool = True) -> None:
-        if observe:
-            monitor.observe(t)
+    def _next(due: float, every: float, t: float) -> float:
+        """The next due time after t (a slow cycle skips what it missed rather than bunching up)."""
+        return due + every * (1 + int((t - due) // every))
+
+    def _guard(self, t: float, read, *args):
+        try:
+            return read(*args)
+        except MONITOR_ERRORS as exc:  # e.g. a broker restart: go on without this reading
+            self.monitor_failures.append(f"t={t:.1f}s: {exc}")
+            log.warning("monitoring at t=%.1f s failed: %s", t, exc)
+            return None
+
+    @staticmethod
+    def _record(monitor, tables, views, t: float) -> None:
         hosts, instances = views
         record_reading(tables, monitor.last, monitor.operators, hosts, instances)
 

@@ -14,7 +14,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Dict, Iterator
 
 import pytest
 
@@ -169,3 +169,16 @@ def docker_url() -> str:
         if done.returncode != 0:
             raise RuntimeError(f"{script.name} {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
     return url
+
+
+@pytest.fixture(scope="session")
+def operator_images(docker_url) -> Dict[str, str]:
+    """Build (or refresh from the build cache) the nine operator images, as `make images` does
+    (infra/images.sh, without the provider image): tests never run stale operator code."""
+    t0 = time.monotonic()
+    done = subprocess.run(["bash", str(ROOT / "infra" / "images.sh")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=3600, env={**os.environ, "PROVIDER": "0"})
+    if done.returncode != 0:
+        raise RuntimeError(f"infra/images.sh failed:\n{done.stdout}\n{done.stderr}")
+    print(f"operator images built in {time.monotonic() - t0:.0f} s\n{done.stdout}")
+    return {f"O{i}": f"testbed-o{i}:latest" for i in range(1, 10)}

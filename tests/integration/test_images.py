@@ -15,7 +15,6 @@ import os
 import subprocess
 import time
 import uuid
-from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pika
@@ -27,7 +26,6 @@ from operators.envelope import Envelope, amqp_properties, image_payload
 from operators.topology import oee_topology
 from operators.wiring import Wiring, declare, delete, make_wiring
 
-from .conftest import ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -44,18 +42,6 @@ def image_name(op: str) -> str:
 
 def docker(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=check)
-
-
-@pytest.fixture(scope="session")
-def operator_images() -> Dict[str, str]:
-    """Build (or refresh from the build cache) the nine operator images, as `make images` does."""
-    t0 = time.monotonic()
-    done = subprocess.run(["bash", str(ROOT / "infra" / "images.sh")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=BUILD_TIMEOUT_S, env={**os.environ, "PROVIDER": "0"})
-    if done.returncode != 0:
-        raise RuntimeError(f"infra/images.sh failed:\n{done.stdout}\n{done.stderr}")
-    print(f"operator images built in {time.monotonic() - t0:.0f} s\n{done.stdout}")
-    return {op: image_name(op) for op in OPERATORS}
 
 
 @pytest.fixture(scope="session")

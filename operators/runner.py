@@ -39,6 +39,7 @@ from operators.transports import KafkaPublisher, OutMessage, RabbitPublisher, de
 log = logging.getLogger("operators.runner")
 
 BATCH = 32  # deliveries a worker takes at once (one Redis round trip for their duplicate check)
+STATS_LOG_S = 60.0
 
 
 @dataclass(eq=False)
@@ -330,8 +331,12 @@ class Runner:
             log.warning("could not record finished inputs: %r", exc)
 
     def _flush_loop(self) -> None:
+        last_log = time.monotonic()
         while not self._flusher_stop.wait(self.config.metrics_flush_s):
             self.metrics.flush(self.redis)
+            if time.monotonic() - last_log >= STATS_LOG_S:  # a sign of life in the container's log
+                last_log = time.monotonic()
+                log.info("%s, held %d", self.stats, self.held())
 
 
 # ---- assembly and entry point ----------------------------------------------------------------

@@ -38,6 +38,11 @@ class UtilityVariant(str, Enum):
     preprint = "preprint"  # W1*instances - W2*delay - W3*scalings + W4*queueLoad, delay=(d/slo)P
 
 
+class TriggerVariant(str, Enum):
+    paper = "paper"  # Algorithm 1: newest duration or its OLS trend above the SLO, and queue > scalingThreshold
+    visp2017 = "visp2017"  # as implemented: mean of the last N or a regression through the origin, or a long queue
+
+
 class Measurement(str, Enum):
     milliseconds = "milliseconds"
     seconds_truncated = "seconds_truncated"  # VISP: upstream send time truncated to whole seconds
@@ -79,6 +84,9 @@ class PolicyConfig:
     release_window_fraction: float = 0.05  # of the BTU
     release_window_min_s: float = 0.0  # VISP: 40 s; the reasoning interval is always a lower bound
     removal_cap: float = 0.2  # share of a type's instances a release may remove
+    trigger_variant: TriggerVariant = TriggerVariant.paper
+    trigger_queue_alone: int = 250  # visp2017 trigger: queue > this scales up alone, twice with a slow mean
+    prolong_after_lease_s: float = 0.0  # VISP: 180 s; a due host is prolonged while any host is this young
 
 
 @dataclass
@@ -262,6 +270,10 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _positive("policy.samples", p.samples)
     if not 0 < p.removal_cap <= 1:
         raise ConfigError("policy.removal_cap", f"must be in (0, 1], got {p.removal_cap}")
+    if p.trigger_queue_alone < p.scaling_threshold:
+        raise ConfigError("policy.trigger_queue_alone", f"must be >= policy.scaling_threshold ({p.scaling_threshold})")
+    if p.prolong_after_lease_s < 0:
+        raise ConfigError("policy.prolong_after_lease_s", "must be >= 0")
     if not 0 <= p.release_window_fraction < 1:
         raise ConfigError("policy.release_window_fraction", "must be in [0, 1)")
     infra = cfg.infrastructure

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from testbed.config import PolicyConfig, UtilityVariant
+from testbed.config import PolicyConfig, TriggerVariant, UtilityVariant
 from testbed.model import (
     Action,
     LeaseHost,
@@ -31,6 +31,7 @@ class Trigger:
     predicted: Optional[float]
     queue: int
     reason: str
+    instances: int = 1  # how many to start when up
 
 
 def upscaling_trigger(durations: Sequence[float], slo: float, queue: int, scaling_threshold: int) -> Trigger:
@@ -53,6 +54,27 @@ def upscaling_trigger(durations: Sequence[float], slo: float, queue: int, scalin
     trend = "" if predicted is None else f", predicted {predicted:.0f} ms"
     reason = f"d {d:.0f} ms{trend} vs slo {slo:.0f} ms, queue {queue} vs {scaling_threshold}"
     return Trigger(up and queue > scaling_threshold, d, predicted, queue, reason)
+
+
+def visp_upscaling_trigger(durations: Sequence[float], slo: float, queue: int, scaling_threshold: int,
+                           queue_alone: int) -> Trigger:
+    """The trigger of the original implementation (visp-reference-behaviour.md): the mean of the
+    last N durations above the SLO with queue > scalingThreshold (two instances when the queue also
+    exceeds queue_alone); or a least-squares line through the origin over i = 1..N, extrapolated to
+    N + 1 (about 1.6 x a weighted recent mean for N = 5), above the SLO with queue > scalingThreshold;
+    or queue > queue_alone on its own."""
+    long_queue = queue > queue_alone
+    if not durations:
+        return Trigger(long_queue, None, None, queue, f"queue {queue} vs {queue_alone}, no duration measured yet")
+    n = len(durations)
+    mean = sum(durations) / n
+    predicted = (n + 1) * sum(i * d for i, d in enumerate(durations, start=1)) / sum(i * i for i in range(1, n + 1))
+    slow = mean > slo
+    instances = 2 if slow and long_queue else 1
+    up = long_queue or ((slow or predicted > slo) and queue > scaling_threshold)
+    reason = (f"mean {mean:.0f} ms, through-origin prediction {predicted:.0f} ms vs slo {slo:.0f} ms, "
+              f"queue {queue} vs {scaling_threshold}/{queue_alone}")
+    return Trigger(up, mean, predicted, queue, reason, instances)
 
 
 def host_suitability(host: PlanHost, op: OperatorType, cache_factor: float) -> float:
@@ -110,17 +132,33 @@ class BtuPolicy:
             h.id for h in sorted(snapshot.hosts, key=lambda h: (h.btu_end, h.id))
             if not h.releasing and h.btu_end - snapshot.t <= window
         ]
+        young = self._young_host(snapshot)
         for k, host_id in enumerate(due):
+            if young is not None:  # VISP: a recent lease means load is rising; keep every due host
+                actions.append(ProlongHost(host_id, young))
+                continue
             # Hosts decided later in this cycle may go too: they are no migration target yet.
             plan, host_actions = self._release_or_prolong(snapshot, plan, host_id, window, due[k + 1 :])
             actions += host_actions
         for view in snapshot.operators.values():
-            trigger = upscaling_trigger(
-                view.durations[-self.cfg.samples :], view.type.slo_ms, view.queue, self.cfg.scaling_threshold
-            )
-            if trigger.up:
+            durations = view.durations[-self.cfg.samples :]
+            if self.cfg.trigger_variant == TriggerVariant.visp2017:
+                trigger = visp_upscaling_trigger(durations, view.type.slo_ms, view.queue, self.cfg.scaling_threshold,
+                                                 self.cfg.trigger_queue_alone)
+            else:
+                trigger = upscaling_trigger(durations, view.type.slo_ms, view.queue, self.cfg.scaling_threshold)
+            for _ in range(trigger.instances if trigger.up else 0):
                 actions += self._upscale(snapshot, plan, view.name, trigger.reason)
         return actions
+
+    def _young_host(self, snapshot: Snapshot) -> Optional[str]:
+        """The reason to prolong without checks when a host was leased less than
+        prolong_after_lease_s ago (0 = never); None otherwise."""
+        limit = self.cfg.prolong_after_lease_s
+        ages = sorted((snapshot.t - h.leased_at, h.id) for h in snapshot.hosts)
+        if limit <= 0 or not ages or ages[0][0] >= limit:
+            return None
+        return f"host {ages[0][1]} leased {ages[0][0]:.0f} s ago (< {limit:.0f} s): prolonged without further checks"
 
     # -- the upscaling procedure (§5) --------------------------------------------------------
     def _upscale(self, snapshot: Snapshot, plan: Plan, name: str, reason: str) -> List[Action]:

@@ -136,7 +136,8 @@ def test_committed_calibrated_profile_composes():
 def test_behaviour_variants_toggle_each_visp_switch():
     variants = {v.name: v for v in behaviour_variants("visp2017", "stepwise")}
     assert set(variants) == {"policy.up_threshold", "policy.up2_threshold", "policy.down_threshold",
-                             "policy.release_window_min_s", "runtime.measurement", "runtime.sampling"}
+                             "policy.release_window_min_s", "policy.trigger_variant", "policy.prolong_after_lease_s",
+                             "runtime.measurement", "runtime.sampling"}
     assert variants["policy.up_threshold"].overrides == ("policy.up_threshold=50",)
     assert variants["runtime.measurement"].overrides == ("runtime.measurement=milliseconds",)
     on = {v.name: v for v in behaviour_variants("paper", "stepwise")}

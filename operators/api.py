@@ -16,7 +16,11 @@ Redis keys of a run (``<prefix>`` = the run's broker prefix), written by the run
   ``operator``, ``instance``, ``kind`` (``sample`` | ``count``), ``t_ms`` (epoch ms), and
   ``duration_ms`` (``sample``) or ``processed`` / ``dead`` (``count``: items since the previous
   ``count`` entry of that instance);
-* hash ``<prefix>:processed``: field ``<operator>`` -> items processed (all instances, cumulative);
+* hash ``<prefix>:processed``: field ``<operator>`` -> items processed (all instances, cumulative;
+  written in one transaction with the finished inputs' ids, so a crash can neither lose nor double
+  a count);
+* hash ``<prefix>:emitted``: field ``<operator>`` -> emissions confirmed by the broker (cumulative,
+  written with the processed count);
 * hash ``<prefix>:dead``: field ``<operator>`` -> items dead-lettered (cumulative);
 * operator state under ``<prefix>:<operator>:...`` (each implementation documents its keys).
 """
@@ -34,6 +38,10 @@ def metrics_stream(prefix: str) -> str:
 
 def processed_hash(prefix: str) -> str:
     return f"{prefix}:processed"
+
+
+def emitted_hash(prefix: str) -> str:
+    return f"{prefix}:emitted"
 
 
 def dead_hash(prefix: str) -> str:

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional
 
-from operators.api import dead_hash, metrics_stream, processed_hash
+from operators.api import dead_hash, emitted_hash, metrics_stream, processed_hash
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,9 @@ class _Buffer:
     samples: List[tuple] = field(default_factory=list)  # (t_ms, duration_ms)
     processed: int = 0
     dead: int = 0
+    # cumulative counts whose transaction with the finished ids failed (Redis away): the next flush
+    unwritten_processed: int = 0
+    unwritten_emitted: int = 0
 
 
 class Metrics:
@@ -76,13 +79,28 @@ class Metrics:
             self._buf.processed += n
             self.totals.processed += n
 
+    def cumulative(self, pipe: Any, processed: int, emitted: int) -> None:
+        """Queue the cumulative counters on ``pipe``: the runner executes them in one transaction
+        with the finished inputs' ids, so the hashes stay exact even when an instance is killed."""
+        if processed:
+            pipe.hincrby(processed_hash(self.prefix), self.operator, processed)
+        if emitted:
+            pipe.hincrby(emitted_hash(self.prefix), self.operator, emitted)
+
+    def defer_cumulative(self, processed: int, emitted: int) -> None:
+        """The transaction failed: the next flush writes the counters instead."""
+        with self._lock:
+            self._buf.unwritten_processed += processed
+            self._buf.unwritten_emitted += emitted
+
     def dead(self, n: int = 1) -> None:
         with self._lock:
             self._buf.dead += n
             self.totals.dead += n
 
     def flush(self, redis: Any) -> bool:
-        """Write the recorded samples, one ``count`` entry and the cumulative hashes; False (and
+        """Write the recorded samples, one ``count`` entry, the dead-letter hash and deferred
+        cumulative counters; False (and
         the data kept for the next flush) when Redis fails."""
         with self._lock:
             buf, self._buf = self._buf, _Buffer()
@@ -94,8 +112,7 @@ class Metrics:
                 pipe.xadd(stream, {**base, "kind": "sample", "t_ms": t_ms, "duration_ms": d})
             pipe.xadd(stream, {**base, "kind": "count", "t_ms": self.now_ms(),
                                "processed": buf.processed, "dead": buf.dead})
-            if buf.processed:
-                pipe.hincrby(processed_hash(self.prefix), self.operator, buf.processed)
+            self.cumulative(pipe, buf.unwritten_processed, buf.unwritten_emitted)
             if buf.dead:
                 pipe.hincrby(dead_hash(self.prefix), self.operator, buf.dead)
             pipe.execute()
@@ -106,4 +123,6 @@ class Metrics:
                 self._buf.samples[:0] = buf.samples
                 self._buf.processed += buf.processed
                 self._buf.dead += buf.dead
+                self._buf.unwritten_processed += buf.unwritten_processed
+                self._buf.unwritten_emitted += buf.unwritten_emitted
             return False

@@ -49,6 +49,7 @@ class _Pending:
     delivery: Delivery
     input_id: Optional[str]  # None: a dead letter being written (Kafka)
     remaining: int
+    emissions: int = 0
 
 
 @dataclass
@@ -247,7 +248,7 @@ class Runner:
             self.sleep(0.5)  # no hot loop on a failing dependency
             self._settle(d, Outcome.REQUEUE)
             return
-        pending = _Pending(d, env.item_id, len(emissions))
+        pending = _Pending(d, env.item_id, len(emissions), len(emissions))
         if emissions:
             now = self.metrics.now_ms()
             self.publisher.publish_batch([self._message(e, env, now, pending) for e in emissions])
@@ -319,16 +320,23 @@ class Runner:
                 self._settle(p.delivery, Outcome.ACK)
 
     def _remember(self, finished: Sequence[_Pending]) -> None:
-        if not self.config.dedup_ttl_s or not finished:
+        """Record the finished inputs' ids and the cumulative counters in one transaction, before
+        the acks: after a crash, a redelivered input is recognised and counted nowhere twice."""
+        if not finished:
             return
+        processed, emitted = len(finished), sum(p.emissions for p in finished)
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            for p in finished:
-                key = seen_key(self.config.prefix, self.config.operator, p.delivery.edge.producer, p.input_id or "")
-                pipe.set(key, 1, ex=self.config.dedup_ttl_s)
+            pipe = self.redis.pipeline(transaction=True)
+            if self.config.dedup_ttl_s:
+                for p in finished:
+                    key = seen_key(self.config.prefix, self.config.operator, p.delivery.edge.producer,
+                                   p.input_id or "")
+                    pipe.set(key, 1, ex=self.config.dedup_ttl_s)
+            self.metrics.cumulative(pipe, processed, emitted)
             pipe.execute()
         except Exception as exc:  # noqa: BLE001 - only duplicate suppression is lost, never an item
             log.warning("could not record finished inputs: %r", exc)
+            self.metrics.defer_cumulative(processed, emitted)
 
     def _flush_loop(self) -> None:
         last_log = time.monotonic()

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from operators.api import dead_hash, metrics_stream, processed_hash
+from operators.api import dead_hash, emitted_hash, metrics_stream, processed_hash
 
 START_ID = "0-0"  # read a run's stream from its beginning (entries written before the monitor started)
 
@@ -159,3 +159,7 @@ class MetricsReader:
         pipe.hgetall(dead_hash(self.prefix))
         processed, dead = pipe.execute()
         return _decode_hash(processed), _decode_hash(dead)
+
+    def emitted_totals(self) -> Dict[str, int]:
+        """Cumulative emissions per operator (confirmed by the broker), for the final accounting."""
+        return _decode_hash(self.redis.hgetall(emitted_hash(self.prefix)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import redis as redis_lib
 
-from operators.api import dead_hash, metrics_stream, processed_hash
+from operators.api import dead_hash, emitted_hash, metrics_stream, processed_hash
 from operators.metrics import Metrics
 
 from .runner_helpers import REDIS_URL
@@ -21,8 +21,10 @@ def test_a_failed_flush_keeps_everything_for_the_next(unique_prefix):
             m.completed(sent_ms=1000, amqp_timestamp_s=None, completed_ms=1010 + k)
         m.processed(4)
         m.dead(1)
+        m.defer_cumulative(4, 12)  # the runner's transaction with the finished ids failed
         assert m.flush(unreachable) is False
         m.processed(2)
+        m.defer_cumulative(2, 6)
         assert m.flush(r) is True
         entries = [{k.decode(): v.decode() for k, v in f.items()} for _id, f in r.xrange(metrics_stream(unique_prefix))]
         assert entries == [
@@ -32,11 +34,13 @@ def test_a_failed_flush_keeps_everything_for_the_next(unique_prefix):
              "dead": "1"},
         ]
         assert r.hget(processed_hash(unique_prefix), "O3") == b"6"
+        assert r.hget(emitted_hash(unique_prefix), "O3") == b"18"
         assert r.hget(dead_hash(unique_prefix), "O3") == b"1"
         assert m.flush(r) is True  # an empty interval: a count entry of zeros, hashes unchanged
         last = r.xrevrange(metrics_stream(unique_prefix), count=1)[0][1]
         assert (last[b"processed"], last[b"dead"]) == (b"0", b"0")
         assert r.hget(processed_hash(unique_prefix), "O3") == b"6"
     finally:
-        r.delete(metrics_stream(unique_prefix), processed_hash(unique_prefix), dead_hash(unique_prefix))
+        r.delete(metrics_stream(unique_prefix), processed_hash(unique_prefix), emitted_hash(unique_prefix),
+                 dead_hash(unique_prefix))
         r.close()

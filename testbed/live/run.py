@@ -269,13 +269,15 @@ class LiveRun:
             pool.refresh()
             executor.replace_crashed(t)
             executor.progress(t)
+            if t >= self.duration_s:
+                return  # the last interval is read once the provider has stopped
             if t >= next_monitor:
                 next_monitor = self._next(next_monitor, rt.monitoring_s, t)
                 emitted = sum(provider.emitted().values())
                 input_rate, emitted_before = (emitted - emitted_before) / rt.monitoring_s, emitted
                 if self._guard(t, monitor.observe, t) is not None:
                     self._record(monitor, tables, executor.views(t), t)
-            if t >= next_reasoning and t < self.duration_s:
+            if t >= next_reasoning:
                 next_reasoning = self._next(next_reasoning, rt.reasoning_s, t)
                 fresh = self._guard(t, monitor.read_depths)
                 if fresh is None or monitor.last is None:

@@ -241,8 +241,8 @@ class LiveRun:
             crashed = pool.crashed()
             if crashed:
                 c = crashed[0]
-                raise LiveRunError(f"instance {c.instance} ({c.operator}) exited during the initial deployment: "
-                                   f"{c.reason}; last output:\n{c.log_tail}")
+                raise LiveRunError(f"instance {c.instance.id} ({c.instance.operator}) exited during the initial "
+                                   f"deployment (exit code {c.exit_code}): {c.error}")
             states = [i.state for i in pool.instance_views()]
             if states and all(s == InstanceState.running for s in states):
                 return

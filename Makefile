@@ -51,7 +51,11 @@ report: $(STAMP)
 patterns: $(STAMP)
 	$(BIN)/testbed patterns plot $(or $(OUT),runs)/patterns.png
 
+# The integration and live tests use the project's services: installed (Debian packages) and started
+# here, idempotently (quick when they run already).
 test: $(STAMP)
+	bash infra/services.sh install >/dev/null && bash infra/services.sh start >/dev/null
+	bash infra/docker.sh start >/dev/null
 	$(BIN)/pytest -q
 
 test-unit: $(STAMP)
@@ -64,6 +68,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_provider.py
 	$(BIN)/python benchmarks/bench_runner.py
 	$(BIN)/python benchmarks/bench_ocr.py
+	$(BIN)/python benchmarks/bench_live.py
 
 # Container images: the provider and one image per operator type (testbed-o1 ... testbed-o9), then a
 # table of their sizes (infra/images.sh). IMAGE_BASE: the official python slim image where it is

@@ -30,6 +30,7 @@ from typing import Dict, Optional, Tuple
 from PIL import Image, ImageDraw, ImageFont
 
 from data_provider.payloads import MACHINE_TYPES, STATUSES, ProductionRecord
+from operators.oee.display_parser import LABELS as DISPLAY_LABELS
 
 WIDTH, HEIGHT = 850, 300
 FONT_SIZE = 24
@@ -43,17 +44,8 @@ FONT_CANDIDATES = (
     "DejaVuSans.ttf",  # Pillow also searches the system font folders
 )
 
-# (label on the display, ProductionRecord field), in display order
-LINES: Tuple[Tuple[str, str], ...] = (
-    ("machine id", "machine_id"),
-    ("machine type", "machine_type"),
-    ("location", "location"),
-    ("produced units", "produced_units"),
-    ("defective units", "defective_units"),
-    ("planned production time", "planned_production_time_s"),
-    ("status", "status"),
-    ("timestamp", "timestamp_ms"),
-)
+# (label on the display, ProductionRecord field), in display order: the layout O1 parses
+LINES: Tuple[Tuple[str, str], ...] = DISPLAY_LABELS
 INT_FIELDS = {"produced_units", "defective_units", "planned_production_time_s", "timestamp_ms"}
 UNITS = {"planned_production_time_s": " s"}
 

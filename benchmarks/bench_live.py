@@ -12,6 +12,8 @@
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import subprocess
 import sys
@@ -88,21 +90,34 @@ def fill(cfg, wiring, topology) -> None:
     r.close()
 
 
-def bench_cycle(policy_name: str) -> None:
-    cfg = config("backend=docker", f"policy={policy_name}", "billing.btu_minutes=10",
-                 f"backend.live.image_prefix={BENCH_PREFIX}", f"backend.live.image_tag={BENCH_TAG}",
-                 "backend.live.stop_timeout_s=1", "infrastructure.lease_delay_s=[0,0]",
-                 "infrastructure.host_memory_mb=16384", "infrastructure.host_cpu_shares=16384")
-    topology = Topology.from_config(cfg.topology)
-    run_id = f"bench-{policy_name}-{int(time.time())}"
+@contextlib.contextmanager
+def live_pool(cfg, name: str):
+    """A host pool and the broker wiring of a benchmark run; everything removed afterwards."""
+    run_id = f"bench-{name}-{int(time.time())}"
     wiring = wiring_for(cfg.topology, run_id)
     t0 = time.monotonic()
     clock = lambda: time.monotonic() - t0  # noqa: E731
     pool = HostPool(cfg, run_id, clock)
     pool.check_engines()
     declare_wiring(cfg.backend.live.amqp_url, wiring)
-    executor = LiveExecutor(pool, topology.types, lambda o: operator_environment(cfg, wiring, o, 10))
     try:
+        yield pool, wiring, clock
+    finally:
+        pool.cleanup()
+        delete_wiring(cfg.backend.live.amqp_url, wiring)
+        r = redis.Redis.from_url(cfg.backend.live.redis_url)
+        r.delete(metrics_stream(wiring.prefix), processed_hash(wiring.prefix))
+        r.close()
+
+
+def bench_cycle(policy_name: str) -> None:
+    cfg = config("backend=docker", f"policy={policy_name}", "billing.btu_minutes=10",
+                 f"backend.live.image_prefix={BENCH_PREFIX}", f"backend.live.image_tag={BENCH_TAG}",
+                 "backend.live.stop_timeout_s=1", "infrastructure.lease_delay_s=[0,0]",
+                 "infrastructure.host_memory_mb=16384", "infrastructure.host_cpu_shares=16384")
+    topology = Topology.from_config(cfg.topology)
+    with live_pool(cfg, policy_name) as (pool, wiring, clock):
+        executor = LiveExecutor(pool, topology.types, lambda o: operator_environment(cfg, wiring, o, 10))
         actions = [LeaseHost(f"new:{h}", "bench") for h in range(HOSTS)]
         actions += [ScaleUp(topology.operators[k % 9], f"new:{k % HOSTS}", "bench") for k in range(INSTANCES)]
         started = time.monotonic()
@@ -136,29 +151,17 @@ def bench_cycle(policy_name: str) -> None:
               f"{med * 1000:.0f} ms, max {max(cycle) * 1000:.0f} ms (target <= 1000 ms); decision alone "
               f"{statistics.median(decide) * 1000:.1f} ms ({statistics.median(decide) / med:.2f} of the cycle); "
               f"watchdog refresh {statistics.median(refresh) * 1000:.0f} ms; last cycle issued {len(acts)} action(s)")
-        latencies = sorted(r.start_latency_s for r in pool.records() if r.start_latency_s is not None)[:INSTANCES]
+        latencies = [r.start_latency_s for r in pool.records()[:INSTANCES] if r.start_latency_s is not None]
         print(f"{'':>9} {INSTANCES} tiny containers started at once in {start_all_s:.1f} s: request -> running "
               f"median {statistics.median(latencies):.2f} s, max {max(latencies):.2f} s")
         monitor.close()
-    finally:
-        pool.cleanup()
-        delete_wiring(cfg.backend.live.amqp_url, wiring)
-        r = redis.Redis.from_url(cfg.backend.live.redis_url)
-        r.delete(metrics_stream(wiring.prefix), processed_hash(wiring.prefix))
 
 
 def bench_operator_start() -> None:
     """Request -> running of each real operator image, one at a time (what a scale-up waits for)."""
     cfg = config("backend=docker", "infrastructure.lease_delay_s=[0,0]", "backend.live.stop_timeout_s=5")
     topology = Topology.from_config(cfg.topology)
-    run_id = f"bench-start-{int(time.time())}"
-    wiring = wiring_for(cfg.topology, run_id)
-    t0 = time.monotonic()
-    clock = lambda: time.monotonic() - t0  # noqa: E731
-    pool = HostPool(cfg, run_id, clock)
-    pool.check_engines()
-    declare_wiring(cfg.backend.live.amqp_url, wiring)
-    try:
+    with live_pool(cfg, "start") as (pool, wiring, _clock):
         host = pool.lease(immediate=True)
         for o in topology.operators:
             pool.start_instance(o, host, operator_environment(cfg, wiring, o, 10), immediate=True)
@@ -166,9 +169,6 @@ def bench_operator_start() -> None:
         lat = [r.container_start_s for r in pool.records()]
         print(f"operator containers (testbed-o1..o9), one at a time: docker start -> running median "
               f"{statistics.median(lat):.2f} s, max {max(lat):.2f} s (the paper's VMs: 5-10 s)")
-    finally:
-        pool.cleanup()
-        delete_wiring(cfg.backend.live.amqp_url, wiring)
 
 
 def main() -> int:
@@ -176,7 +176,7 @@ def main() -> int:
     ops = [f"O{i}" for i in range(1, 10)]
     build_tiny_image(ops)
     subprocess.run(["bash", str(ROOT / "infra" / "images.sh")], check=True, capture_output=True,
-                   env={**__import__("os").environ, "PROVIDER": "0"})
+                   env={**os.environ, "PROVIDER": "0"})
     print("live control path:")
     for policy in ("btu", "threshold"):
         bench_cycle(policy)

@@ -56,22 +56,33 @@ def _flatten(node: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
     return out
 
 
+# Keys that form one behaviour and are switched together (the thresholds only make sense as a set).
+BEHAVIOUR_GROUPS: Dict[str, str] = {
+    "policy.up_threshold": "thresholds", "policy.up2_threshold": "thresholds", "policy.down_threshold": "thresholds",
+    "policy.trigger_variant": "trigger", "policy.trigger_queue_alone": "trigger",
+}
+
+
 def behaviour_variants(profile: str, pattern: str, behaviour_profile: str = "visp2017",
                        plain_profile: str = "paper", conf_dir: Path = CONF_DIR) -> List[Variant]:
-    """Per key the behaviour profile sets: the profile with that key toggled between the plain
-    profile's value (behaviour off) and the behaviour profile's value (on), whichever it lacks."""
+    """Per behaviour the behaviour profile switches on (a key, or a group of BEHAVIOUR_GROUPS): the
+    profile with it toggled between the plain profile's values (off) and the behaviour profile's
+    (on), whichever the profile lacks."""
     behaviours = OmegaConf.to_container(OmegaConf.load(Path(conf_dir) / "profile" / f"{behaviour_profile}.yaml"))
     assert isinstance(behaviours, dict)
     plain = OmegaConf.structured(compose_experiment([f"pattern={pattern}", f"profile={plain_profile}"], conf_dir))
     mine = OmegaConf.structured(compose_experiment([f"pattern={pattern}", f"profile={profile}"], conf_dir))
-    out = []
+    groups: Dict[str, List[Tuple[str, Any]]] = {}
     for key, on in sorted(_flatten(behaviours).items()):
-        if key == "profile":
-            continue
-        off = _plain(OmegaConf.select(plain, key))
-        current = _plain(OmegaConf.select(mine, key))
-        target, label = (off, f"off ({plain_profile}: {off})") if current == _plain(on) else (on, f"on ({on})")
-        out.append(Variant("behaviour", key, label, (f"{key}={literal(target)}",)))
+        if key != "profile":
+            groups.setdefault(BEHAVIOUR_GROUPS.get(key, key), []).append((key, _plain(on)))
+    out = []
+    for name, members in groups.items():
+        has = all(_plain(OmegaConf.select(mine, key)) == on for key, on in members)
+        target = [(key, _plain(OmegaConf.select(plain, key)) if has else on) for key, on in members]
+        values = "/".join(str(v) for _, v in target)
+        label = f"off ({plain_profile}: {values})" if has else f"on ({values})"
+        out.append(Variant("behaviour", name, label, tuple(f"{key}={literal(v)}" for key, v in target)))
     return out
 
 

@@ -37,7 +37,8 @@ class FidelityConfig:
     duration_min: float = 120.0
     sweep_pattern: str = "stepwise"  # the sweeps run on the calibration pattern
     sweep_reps: int = 1
-    sweeps: bool = True
+    validation: bool = True  # false: only the sweeps (e.g. after changing a profile's switches)
+    sweeps: List[str] = field(default_factory=lambda: ["sensitivity", "behaviours"])
     behaviour_profile: str = "visp2017"  # whose switches are toggled one at a time
     plain_profile: str = "paper"  # the values those switches take when off
     calibrated_on: str = "stepwise"  # named in the report: the other patterns are held out
@@ -49,6 +50,9 @@ class FidelityConfig:
         for key in ("profile", "behaviour_profile", "plain_profile"):
             if not (CONF_DIR / "profile" / f"{getattr(self, key)}.yaml").is_file():
                 raise ConfigError(key, f"no profile {getattr(self, key)!r} in {CONF_DIR}/profile")
+        unknown = sorted(set(self.sweeps) - {"sensitivity", "behaviours"})
+        if unknown:
+            raise ConfigError("sweeps", f"unknown sweep(s) {unknown}; known: sensitivity, behaviours")
         for i, p in enumerate([*self.patterns, self.sweep_pattern]):
             if not (CONF_DIR / "pattern" / f"{p}.yaml").is_file():
                 key = f"patterns[{i}]" if i < len(self.patterns) else "sweep_pattern"
@@ -65,25 +69,27 @@ def run_fidelity(cfg: FidelityConfig, log=None) -> Path:
     folder = out / FIDELITY_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     timings = {}
-    for pattern in cfg.patterns:
+    for pattern in cfg.patterns if cfg.validation else []:
         t0 = time.perf_counter()
         run_setting(Setting(pattern, cfg.profile, cfg.reps, cfg.seed, cfg.duration_min), out)
         timings[f"validation {pattern}"] = round(time.perf_counter() - t0, 1)
         if log:
             print(f"validation {pattern}: {timings[f'validation {pattern}']} s", file=log, flush=True)
-    if cfg.sweeps:
-        reference = load_reference()
-        for name, variants in (
-            ("sensitivity", parameter_variants(cfg.profile, cfg.sweep_pattern)),
-            ("behaviours", behaviour_variants(cfg.profile, cfg.sweep_pattern, cfg.behaviour_profile, cfg.plain_profile)),
-        ):
-            t0 = time.perf_counter()
-            table = sweep(cfg.profile, cfg.sweep_pattern, variants, reference, cfg.sweep_reps, cfg.seed,
-                          cfg.duration_min, log=log)
-            table.to_csv(folder / f"{name}.csv", index=False)
-            timings[name] = round(time.perf_counter() - t0, 1)
-    (folder / "fidelity.json").write_text(json.dumps({"config": asdict(cfg), "seconds": timings}, indent=1) + "\n",
-                                          encoding="utf-8")
+    reference = load_reference()
+    for name in cfg.sweeps:
+        if name == "sensitivity":
+            variants = parameter_variants(cfg.profile, cfg.sweep_pattern)
+        else:
+            variants = behaviour_variants(cfg.profile, cfg.sweep_pattern, cfg.behaviour_profile, cfg.plain_profile)
+        t0 = time.perf_counter()
+        table = sweep(cfg.profile, cfg.sweep_pattern, variants, reference, cfg.sweep_reps, cfg.seed,
+                      cfg.duration_min, log=log)
+        table.to_csv(folder / f"{name}.csv", index=False)
+        timings[name] = round(time.perf_counter() - t0, 1)
+    meta_path = folder / "fidelity.json"
+    if meta_path.is_file():  # a partial rerun keeps the timings of the parts it did not redo
+        timings = {**json.loads(meta_path.read_text(encoding="utf-8")).get("seconds", {}), **timings}
+    meta_path.write_text(json.dumps({"config": asdict(cfg), "seconds": timings}, indent=1) + "\n", encoding="utf-8")
     return folder
 
 

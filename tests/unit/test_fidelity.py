@@ -135,13 +135,17 @@ def test_committed_calibrated_profile_composes():
 
 def test_behaviour_variants_toggle_each_visp_switch():
     variants = {v.name: v for v in behaviour_variants("visp2017", "stepwise")}
-    assert set(variants) == {"policy.up_threshold", "policy.up2_threshold", "policy.down_threshold",
-                             "policy.release_window_min_s", "policy.trigger_variant", "policy.prolong_after_lease_s",
+    assert set(variants) == {"thresholds", "trigger", "policy.release_window_min_s", "policy.prolong_after_lease_s",
                              "runtime.measurement", "runtime.sampling"}
-    assert variants["policy.up_threshold"].overrides == ("policy.up_threshold=50",)
+    assert variants["thresholds"].overrides == ("policy.down_threshold=1", "policy.up2_threshold=250",
+                                                "policy.up_threshold=50")
     assert variants["runtime.measurement"].overrides == ("runtime.measurement=milliseconds",)
     on = {v.name: v for v in behaviour_variants("paper", "stepwise")}
-    assert on["policy.down_threshold"].overrides == ("policy.down_threshold=20",)
+    assert on["thresholds"].overrides == ("policy.down_threshold=20", "policy.up2_threshold=1250",
+                                          "policy.up_threshold=250")
+    assert on["trigger"].label == "on (visp2017)"
+    for v in [*variants.values(), *on.values()]:  # every toggled profile is a valid config
+        compose_experiment(["profile=visp2017", *v.overrides])
 
 
 def _sensitivity():

@@ -105,8 +105,9 @@ def _effects_table(table: pd.DataFrame, caption: str) -> Table:
     rows = [[str(r["name"]), str(r["variant"]), *[number(r[c], 1, signed=True) for c in value_columns],
              number(r["distance"], 2)] for _, r in effects.iterrows()]
     profile_distance = float(table["profile_distance"].iloc[0]) if not table.empty else float("nan")
-    return Table(f"{caption} (change against the profile; btu = mean over BTU 10/30/60; the profile's own "
-                 f"distance is {profile_distance:.2f})", headers, rows)
+    return Table(f"{caption} (change against the profile: compliance in pp, resource cost in price units; "
+                 f"btu = mean over BTU 10/30/60; distance to the pattern's published cells, the profile's own is "
+                 f"{profile_distance:.2f})", headers, rows)
 
 
 def fidelity_section(inputs: FidelityInputs, comparison: pd.DataFrame, claims: pd.DataFrame) -> Section:

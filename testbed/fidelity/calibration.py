@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from reporting.paper_comparison import compare, load_reference
 from testbed.config import CONF_DIR, ConfigError
-from testbed.fidelity.arguments import parse_arguments
+from testbed.fidelity.arguments import parse_arguments, parse_command
 from testbed.fidelity.distance import cell_gaps
 from testbed.fidelity.evaluation import Setting, compose_experiment, evaluate
 from testbed.fidelity.parameters import SEARCH_SPACE, Kind, config_values, current_values, round3
@@ -187,15 +187,9 @@ def write_record(result: CalibrationResult) -> List[Path]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in ("-h", "--help"):
-        print(__doc__, file=sys.stderr)
-        return 0
-    try:
-        cfg = parse_config(args)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
+    cfg = parse_command(CalibrationConfig, argv, __doc__ or "")
+    if isinstance(cfg, int):
+        return cfg
     result = calibrate(cfg, log=sys.stderr)
     b = result.best
     print(f"best trial {b.number}: distance {b.distance:.4f}, {b.within}/{b.cells} cells within target")

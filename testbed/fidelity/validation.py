@@ -20,7 +20,7 @@ from typing import List, Optional, Sequence
 
 from reporting.paper_comparison import load_reference
 from testbed.config import CONF_DIR, ConfigError
-from testbed.fidelity.arguments import parse_arguments
+from testbed.fidelity.arguments import parse_arguments, parse_command
 from testbed.fidelity.evaluation import Setting, run_setting
 from testbed.fidelity.sensitivity import behaviour_variants, parameter_variants, sweep
 
@@ -94,15 +94,9 @@ def run_fidelity(cfg: FidelityConfig, log=None) -> Path:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in ("-h", "--help"):
-        print(__doc__, file=sys.stderr)
-        return 0
-    try:
-        cfg = parse_config(args)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
+    cfg = parse_command(FidelityConfig, argv, __doc__ or "")
+    if isinstance(cfg, int):
+        return cfg
     folder = run_fidelity(cfg, log=sys.stderr)
     print(f"wrote the validation runs below {cfg.out} and the sweeps in {folder}; "
           f"next: testbed report {cfg.out}")

@@ -172,7 +172,7 @@ def write_record(result: CalibrationResult) -> List[Path]:
     pd.DataFrame(rows).to_csv(csv_path, index=False)
     gaps = result.gaps[["config", "metric", "mean_paper", "mean_measured", "gap", "unit", "within"]]
     record = {
-        "config": asdict(cfg) | {"conf_dir": "experiments/conf", "record_dir": "experiments/calibration"},
+        "config": asdict(cfg) | {"conf_dir": _relative(cfg.conf_dir), "record_dir": _relative(cfg.record_dir)},
         "search": {"library": f"optuna {optuna.__version__}", "sampler": "TPESampler(multivariate, seeded)",
                    "space": [{"name": p.name, "kind": p.kind.value, "keys": list(p.keys), "low": p.low, "high": p.high,
                               "choices": list(p.choices), "range_ratio": p.range_ratio, "doc": p.doc}
@@ -184,6 +184,13 @@ def write_record(result: CalibrationResult) -> List[Path]:
     }
     json_path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return [csv_path, json_path]
+
+
+def _relative(path: str) -> str:
+    """A path inside the project relative to its root (records do not name the checkout's place)."""
+    root = CONF_DIR.parent.parent
+    p = Path(path).resolve()
+    return str(p.relative_to(root)) if p.is_relative_to(root) else str(p)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

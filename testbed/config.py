@@ -163,6 +163,7 @@ class LiveConfig:
     amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/%2F"
     management_url: str = "http://127.0.0.1:15672"  # RabbitMQ management API (credentials from amqp_url)
     kafka_bootstrap: str = "127.0.0.1:9092"
+    kafka_partitions: int = 8  # per topic: the most instances of one operator type that share work on Kafka
     redis_url: str = "redis://127.0.0.1:6379/0"
     image_prefix: str = "testbed-"  # operator images are <prefix><operator, lower case>:<image_tag>
     image_tag: str = "latest"
@@ -310,6 +311,7 @@ def _validate_live(cfg: ExperimentConfig) -> None:
         if "://" not in getattr(live, key):
             raise ConfigError(f"backend.live.{key}", f"{getattr(live, key)!r} is not a URL")
     _positive("backend.live.prefetch", live.prefetch)
+    _positive("backend.live.kafka_partitions", live.kafka_partitions)
     _positive("backend.live.parallel", live.parallel)
     if live.stop_timeout_s < 0:
         raise ConfigError("backend.live.stop_timeout_s", "must be >= 0")

@@ -21,7 +21,7 @@ class ProviderThread:
         self.cfg = ProviderConfig(
             pattern=cfg.pattern, topology=cfg.topology, transport=TransportName(live.transport.value),
             seed=seed, run_id=wiring.prefix, prefix=wiring.prefix, amqp_url=live.amqp_url,
-            kafka_bootstrap=live.kafka_bootstrap, declare=True,
+            kafka_bootstrap=live.kafka_bootstrap, kafka_partitions=live.kafka_partitions, declare=True,
         )
         self.transport = make_transport(self.cfg, wiring)
         tick_s = cfg.topology.tick_ms / 1000.0

@@ -211,7 +211,7 @@ class LiveRun:
             declare_wiring(live.amqp_url, self.wiring)
         else:
             create_topics(live.kafka_bootstrap, kafka_topics(self.wiring)
-                          + tuple(e.dead_letter_queue for e in self.wiring.edges))
+                          + tuple(e.dead_letter_queue for e in self.wiring.edges), live.kafka_partitions)
 
     def _undeclare(self) -> None:
         live = self.cfg.backend.live

@@ -9,7 +9,7 @@ from collections import Counter
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, List, Sequence
+from typing import List, Sequence
 
 import pytest
 import redis

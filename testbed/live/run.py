@@ -311,13 +311,13 @@ class LiveRun:
             pool.stop_instance(inst.id)
         if not pool.wait_idle(self.cfg.backend.live.stop_timeout_s + 30.0):
             log.warning("some instances of %s did not stop in time", self.prefix)
-        processed, dead = monitor.totals()
-        emitted_ops = monitor.metrics.emitted_totals()
+        processed, _ = monitor.totals()  # dead-lettered: counted where they are, in the dead-letter queues
         depths = exact_depths(self.cfg, self.wiring)
         emitted = provider.emitted()
+        published = {**monitor.metrics.emitted_totals(), **emitted}  # per producer: sources and operators
         inflow = {o: 0 for o in self.topology.operators}
         for e in self.wiring.edges:
-            inflow[e.consumer] += emitted.get(e.producer, 0) if e.producer in emitted else emitted_ops.get(e.producer, 0)
+            inflow[e.consumer] += published.get(e.producer, 0)
         queued = {o: depths.depths.get(o, 0) for o in self.topology.operators}
         dead_letters = {o: depths.dead_letters.get(o, 0) for o in self.topology.operators}
         missing = {o: inflow[o] - processed[o] - queued[o] - dead_letters[o] for o in self.topology.operators}

@@ -175,6 +175,7 @@ class LiveConfig:
     cgroup_parent: bool = False  # enforce each logical host's CPU and memory with a cgroup parent
     work_ms: Dict[str, float] = field(default_factory=dict)  # optional emulated work per operator
     keep_broker_state: bool = False  # keep the run's queues and Redis keys after it (debugging)
+    report_operator: str = "O9"  # its PDF reports go to <run folder>/reports (engines on this machine)
 
 
 @dataclass

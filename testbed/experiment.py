@@ -109,7 +109,7 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
             from testbed.live.run import LiveRun
 
             result = LiveRun(run_cfg, policy, pattern, spec.seed, spec.btu_minutes,
-                             f"{spec.pattern}/{spec.config}/{spec.rep}").run()
+                             f"{spec.pattern}/{spec.config}/{spec.rep}", spec.run_dir).run()
         else:
             result = Simulation(run_cfg, policy, pattern, spec.seed, spec.btu_minutes).run()
         log = EventLog(spec.run_dir)

@@ -3,7 +3,7 @@ check (reachable, operator images present), and the container an operator instan
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Mapping, Sequence
 
 import docker
@@ -71,13 +71,14 @@ class ContainerSpec:
     memory_mb: int  # soft reservation, no hard limit (VISP behaviour)
     network_mode: str
     cgroup_parent: str = ""  # the logical host's cgroup (HostHolder), "" = the engine's default
+    volumes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # host path -> {bind, mode}
 
     def run(self, client: DockerClient):
         """Create and start the container (detached); returns the SDK's Container."""
         return client.containers.run(
             self.image, detach=True, name=self.name, environment=dict(self.environment), labels=dict(self.labels),
             cpu_shares=self.cpu_shares, mem_reservation=f"{self.memory_mb}m", network_mode=self.network_mode,
-            cgroup_parent=self.cgroup_parent or None,
+            cgroup_parent=self.cgroup_parent or None, volumes={k: dict(v) for k, v in self.volumes.items()} or None,
         )
 
 

@@ -35,7 +35,7 @@ class Pool(Protocol):
     def release(self, host_id: str, t: float) -> None: ...
 
     def start_instance(self, operator: str, host_id: str, env: Mapping[str, str], t: float,
-                       immediate: bool = False) -> str: ...
+                       immediate: bool = False, volumes: Mapping[str, Mapping[str, str]] = ...) -> str: ...
 
     def stop_instance(self, instance_id: str) -> None: ...
 
@@ -47,10 +47,12 @@ class Pool(Protocol):
 
 
 class LiveExecutor:
-    def __init__(self, pool: Pool, types: Mapping[str, OperatorType], env_for: Callable[[str], Mapping[str, str]]):
+    def __init__(self, pool: Pool, types: Mapping[str, OperatorType], env_for: Callable[[str], Mapping[str, str]],
+                 volumes_for: Callable[[str], Mapping[str, Mapping[str, str]]] = lambda _: {}):
         self.pool = pool
         self.types = types
         self.env_for = env_for  # operator -> container environment
+        self.volumes_for = volumes_for  # operator -> bind mounts (e.g. where O9 writes its PDF reports)
         self.scalings: Dict[str, int] = {o: 0 for o in types}
         self.records: List[ActionRecord] = []
         self._migrations: Dict[str, str] = {}  # new copy -> old instance (stopped once the copy runs)
@@ -92,7 +94,8 @@ class LiveExecutor:
         self.progress(t)
 
     def _start(self, t: float, operator: str, host: str, immediate: bool = False) -> str:
-        return self.pool.start_instance(operator, host, self.env_for(operator), t, immediate=immediate)
+        return self.pool.start_instance(operator, host, self.env_for(operator), t, immediate=immediate,
+                                        volumes=self.volumes_for(operator))
 
     def _record(self, t: float, a: Action, operator, instance, host, target) -> None:
         self.records.append(ActionRecord(t, a.kind, operator, instance, host, target, a.reason))

@@ -347,7 +347,7 @@ class HostPool:
 
     # -- instances -------------------------------------------------------------------------
     def start_instance(self, operator: str, host_id: str, env: Mapping[str, str], t: Optional[float] = None,
-                       immediate: bool = False) -> str:
+                       immediate: bool = False, volumes: Optional[Mapping[str, Mapping[str, str]]] = None) -> str:
         """Request an instance; returns its id at once. The container is created in the background
         once the host is ready and the image pulled; the state turns running when Docker says so."""
         if self._closed:
@@ -361,6 +361,7 @@ class HostPool:
                 labels={RUN_LABEL: self.run_id, HOST_LABEL: inst.host, OPERATOR_LABEL: operator,
                         INSTANCE_LABEL: inst.id},
                 cpu_shares=cfg.cpu, memory_mb=cfg.memory, network_mode=self.live.network_mode,
+                volumes=volumes or {},
             )
             ops = _Ops()
             self._ops[inst.id] = ops

@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from kafka.errors import KafkaError
@@ -44,6 +46,8 @@ from testbed.sim.simulator import SimulationResult
 from testbed.topology import Topology
 
 log = logging.getLogger(__name__)
+
+REPORTS_MOUNT = "/reports"  # where the report operator writes inside its container
 
 # what a monitoring read may raise while a service restarts; the run goes on without that reading
 MONITOR_ERRORS = (ManagementError, RedisError, KafkaError, OSError)
@@ -137,7 +141,8 @@ class LiveRun:
     DEPLOY_TIMEOUT_S = 300.0
 
     def __init__(self, cfg: ExperimentConfig, policy: Policy, pattern: Pattern, seed: int, btu_minutes: int,
-                 run_id: str, wall: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+                 run_id: str, run_dir: Optional[Path] = None, wall: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
         self.cfg = cfg
         self.policy = policy
         self.pattern = pattern
@@ -148,6 +153,7 @@ class LiveRun:
         self.topology = Topology.from_config(cfg.topology)
         self.wiring = wiring_for(cfg.topology, self.prefix)
         self.duration_s = cfg.duration_min * 60.0
+        self.run_dir = run_dir
         self.wall = wall
         self.sleep = sleep
         self._t0: Optional[float] = None  # wall time of the run's start: the provider's first tick
@@ -168,9 +174,7 @@ class LiveRun:
         monitor = None
         try:
             self._declare()
-            sample_every = cfg.runtime.sample_every
-            executor = LiveExecutor(pool, self.topology.types,
-                                    lambda o: operator_environment(cfg, self.wiring, o, sample_every))
+            executor = self._executor(pool)
             self._deploy(pool, executor)
             provider = ProviderThread(cfg, self.pattern, self.wiring, self.seed, self.duration_s)
             provider.start()
@@ -204,6 +208,31 @@ class LiveRun:
                 monitor.close()
             if not live.keep_broker_state:
                 self._undeclare()
+
+    def _executor(self, pool) -> LiveExecutor:
+        """Instances get their operator's environment; the report operator also a folder of the run
+        for its PDFs, where the engines are on this machine (a bind mount names a path there)."""
+        live = self.cfg.backend.live
+        reports = None
+        if self.run_dir is not None and live.report_operator in self.topology.operators \
+                and all(e.url.startswith("unix://") for e in live.engines):
+            reports = self.run_dir / "reports"
+            shutil.rmtree(reports, ignore_errors=True)
+            reports.mkdir(parents=True)
+            reports.chmod(0o777)  # operators run as an unprivileged user
+
+        def env_for(operator: str) -> Dict[str, str]:
+            env = operator_environment(self.cfg, self.wiring, operator, self.cfg.runtime.sample_every)
+            if reports is not None and operator == live.report_operator:
+                env["OPERATOR_PARAMS"] = json.dumps({"report_dir": REPORTS_MOUNT})
+            return env
+
+        def volumes_for(operator: str) -> Dict[str, Dict[str, str]]:
+            if reports is None or operator != live.report_operator:
+                return {}
+            return {str(reports.resolve()): {"bind": REPORTS_MOUNT, "mode": "rw"}}
+
+        return LiveExecutor(pool, self.topology.types, env_for, volumes_for)
 
     def _declare(self) -> None:
         live = self.cfg.backend.live

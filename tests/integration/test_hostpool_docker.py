@@ -241,3 +241,77 @@ def test_cgroup_parent_enforces_the_hosts_cpu_and_memory(make_pool, client):
     pool.release(host)
     wait_for(lambda: run_containers(client, pool.run_id) == [], what="instance and holder removed")
     assert pool.leases(end_t=pool.clock())["released"] == [True]
+
+
+# -- the executor on the real pool: the simulator's semantics for migrations, releases and crashes --
+
+def _executor(pool: HostPool):
+    from testbed.live.executor import LiveExecutor
+    from testbed.topology import Topology
+
+    return LiveExecutor(pool, Topology.from_config(compose_config().topology).types, lambda o: {"DRAIN_S": "0.3"})
+
+
+def test_executor_migrates_then_drains_the_old_copy(make_pool):
+    from testbed.model import LeaseHost, Migrate, ScaleUp
+
+    pool = make_pool()
+    ex = _executor(pool)
+    ex.apply(0.0, [LeaseHost("new:a", "t"), ScaleUp("O3", "new:a", "t"), LeaseHost("new:b", "t")], immediate=True)
+    [old] = pool.instance_views()
+    wait_for(lambda: states(pool)[old.id] == InstanceState.running, what="the first copy")
+    host_a, host_b = old.host, next(h.id for h in pool.host_views() if h.id != old.host)
+    ex.apply(1.0, [Migrate("O3", old.id, host_a, host_b, "t")])
+    hosts, instances = ex.views(1.0)
+    assert {i.id: i.state for i in instances}[old.id] == InstanceState.draining  # no longer counted
+    assert next(h for h in hosts if h.id == host_a).cpu_free == 4096  # nor reserved
+    new = next(i.id for i in instances if i.id != old.id)
+
+    def moved() -> bool:
+        ex.progress(2.0)
+        return states(pool).get(new) == InstanceState.running and old.id not in states(pool)
+
+    wait_for(moved, what="the copy running and the old instance drained")
+    assert [(r.action, r.host, r.target_host) for r in ex.records][-1] == ("migrate", host_a, host_b)
+
+
+def test_executor_releases_a_host_once_its_instances_have_stopped(make_pool):
+    from testbed.model import LeaseHost, ReleaseHost, ScaleDown, ScaleUp
+
+    pool = make_pool()
+    ex = _executor(pool)
+    ex.apply(0.0, [LeaseHost("new:a", "t"), ScaleUp("O5", "new:a", "t")], immediate=True)
+    [inst] = pool.instance_views()
+    wait_for(lambda: states(pool)[inst.id] == InstanceState.running, what="the instance")
+    ex.apply(1.0, [ReleaseHost(inst.host, "t")])
+    hosts, _ = ex.views(1.0)
+    assert [h.releasing for h in hosts] == [True] and states(pool)[inst.id] == InstanceState.running
+    ex.apply(2.0, [ScaleDown("O5", inst.id, inst.host, "t")])
+
+    def released() -> bool:
+        ex.progress(3.0)
+        return not pool.host_views()
+
+    wait_for(released, what="the release")
+    assert pool.leases(10.0)["released"] == [True]
+
+
+def test_executor_watchdog_replaces_a_killed_container(make_pool, client):
+    from testbed.model import LeaseHost, ScaleUp
+
+    pool = make_pool()
+    ex = _executor(pool)
+    ex.apply(0.0, [LeaseHost("new:a", "t"), ScaleUp("O4", "new:a", "t")], immediate=True)
+    [inst] = pool.instance_views()
+    wait_for(lambda: states(pool)[inst.id] == InstanceState.running, what="the instance")
+    client.containers.get(inst.id).kill()
+
+    def replaced() -> bool:
+        pool.refresh()
+        ex.replace_crashed(5.0)
+        return any(r.action == "replace" for r in ex.records)
+
+    wait_for(replaced, what="the watchdog")
+    [record] = [r for r in ex.records if r.action == "replace"]
+    assert record.operator == "O4" and inst.id in record.reason
+    wait_for(lambda: states(pool).get(record.instance) == InstanceState.running, what="the replacement")

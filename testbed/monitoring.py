@@ -121,9 +121,7 @@ class DurationWindows:
 
     def push_ordered(self, means: Sequence[Optional[float]]) -> None:
         """Means given in the operators' order (as `SampleRecorder.interval_means` returns them)."""
-        for o, mean in zip(self.operators, means):
-            if mean is not None:
-                self._windows[o].append(mean)
+        self.push(dict(zip(self.operators, means)))
 
     def of(self, operator: str) -> Tuple[float, ...]:
         return tuple(self._windows[operator])

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Sequence, Tuple
 
 from operators.wiring import Wiring
-from testbed.config import ExperimentConfig, TransportName
+from testbed.config import ExperimentConfig, LiveConfig, TransportName
 from testbed.live.metrics_reader import MetricsReader, Sample
 from testbed.live.rabbit_management import ManagementClient, PassiveDepthReader, RunDepths
 from testbed.model import HostView, InstanceView, Snapshot
@@ -38,6 +38,18 @@ class DepthSource(Protocol):
     """Queue depths of a run per operator (ManagementClient, PassiveDepthReader, KafkaLagReader)."""
 
     def run_depths(self, wiring: Wiring) -> RunDepths: ...
+
+
+def depth_source(live: LiveConfig, exact: bool = False) -> DepthSource:
+    """Consumer lag on Kafka; on RabbitMQ the management API, or passive declares when ``exact``
+    (ready messages only: exact once no consumer holds any, as after a run's drain)."""
+    if live.transport == TransportName.kafka:
+        from testbed.live.kafka_lag import KafkaLagReader
+
+        return KafkaLagReader(live.kafka_bootstrap)
+    if exact:
+        return PassiveDepthReader(live.amqp_url)
+    return ManagementClient(live.management_url, live.amqp_url)
 
 
 @dataclass(frozen=True)
@@ -85,14 +97,7 @@ class LiveMonitor:
         ``exact_depths``: RabbitMQ depths by passive declares instead (exact, ready only; see
         testbed/live/rabbit_management.py for why the management API is the default)."""
         live = cfg.backend.live
-        if live.transport == TransportName.kafka:
-            from testbed.live.kafka_lag import KafkaLagReader
-
-            source: DepthSource = KafkaLagReader(live.kafka_bootstrap)
-        elif exact_depths:
-            source = PassiveDepthReader(live.amqp_url)
-        else:
-            source = ManagementClient(live.management_url, live.amqp_url)
+        source = depth_source(live, exact_depths)
         if redis is None:
             import redis as redis_lib
 

@@ -30,7 +30,6 @@ class ProviderThread:
         self.emitter = Emitter(tick_s, ticks_for(duration_s, tick_s), self.provider.emit_tick, self.provider.clock)
         self._thread = threading.Thread(target=self._run, name="provider", daemon=True)
         self.error: Optional[BaseException] = None
-        self._lock = threading.Lock()
 
     def start(self, timeout_s: float = 30.0) -> None:
         self.transport.start(timeout_s)

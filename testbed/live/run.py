@@ -28,7 +28,7 @@ from operators.transports import create_topics, declare_wiring
 from operators.wiring import Wiring, kafka_topics, wiring_for
 from testbed.config import ExperimentConfig, TransportName
 from testbed.live.executor import LiveExecutor
-from testbed.live.monitor import LiveMonitor, record_reading
+from testbed.live.monitor import LiveMonitor, depth_source, record_reading
 from testbed.live.provider_thread import ProviderThread
 from testbed.live.rabbit_management import ManagementError, RunDepths
 from testbed.model import InstanceState
@@ -74,15 +74,7 @@ class Accounting:
 
 def exact_depths(cfg: ExperimentConfig, wiring: Wiring) -> RunDepths:
     """Depths read from the broker itself (after the drain: nothing is unacknowledged any more)."""
-    live = cfg.backend.live
-    if live.transport == TransportName.kafka:
-        from testbed.live.kafka_lag import KafkaLagReader
-
-        reader = KafkaLagReader(live.kafka_bootstrap)
-    else:
-        from testbed.live.rabbit_management import PassiveDepthReader
-
-        reader = PassiveDepthReader(live.amqp_url)
+    reader = depth_source(cfg.backend.live, exact=True)
     try:
         return reader.run_depths(wiring)
     finally:

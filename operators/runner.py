@@ -363,10 +363,10 @@ def build_runner(config: RunnerConfig, operator: Operator, redis: Any, clock: Ca
     edges = wiring.inputs(config.operator)
     if config.transport == "rabbitmq":
         declare_wiring(config.amqp_url, wiring, sorted({e.producer for e in edges}) + [config.operator], timeout_s)
-        source: Any = RabbitSource(config.amqp_url, wiring, edges, config.prefetch, clock)
+        source: Any = RabbitSource(config.amqp_url, edges, config.prefetch)
         publisher: Any = RabbitPublisher(config.amqp_url, wiring, (config.operator,), declare=False)
     else:
-        source = KafkaSource(config.kafka_bootstrap, wiring, edges, config.prefetch, config.instance, clock)
+        source = KafkaSource(config.kafka_bootstrap, edges, config.prefetch, config.instance)
         publisher = KafkaPublisher(config.kafka_bootstrap, wiring, (config.operator,), create=True,
                                    client_id=config.instance, extra_topics=[dead_letter_topic(e) for e in edges])
         publisher.on_error = lambda m, exc: _resend_later(publisher, m, exc)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from operators.transports import TransportError, _safe, create_topics
-from operators.wiring import Edge, Wiring
+from operators.wiring import Edge
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,6 @@ class Delivery:
     edge: Edge
     token: Any  # the source's handle (connection generation and tag / partition and offset)
     amqp_timestamp_s: Optional[int] = None
-    redelivered: bool = False
-    received_ms: int = 0
 
 
 DeliveryCallback = Callable[[Delivery], None]
@@ -53,17 +51,13 @@ DeliveryCallback = Callable[[Delivery], None]
 class RabbitSource:
     dead_letters_by_publish = False  # the broker dead-letters a nack(requeue=False)
 
-    def __init__(self, url: str, wiring: Wiring, edges: Sequence[Edge], prefetch: int,
-                 clock: Callable[[], float] = time.time,
+    def __init__(self, url: str, edges: Sequence[Edge], prefetch: int,
                  reconnect_initial_s: float = 0.2, reconnect_max_s: float = 5.0):
         self.url = url
-        self.wiring = wiring
         self.edges = tuple(edges)
         self.prefetch = prefetch
-        self.clock = clock
         self.reconnect_initial_s = reconnect_initial_s
         self.reconnect_max_s = reconnect_max_s
-        self.reconnects = 0
         self._on_delivery: Optional[DeliveryCallback] = None
         self._lock = threading.Lock()
         self._generation = 0  # bumped per connection: older deliveries are stale
@@ -164,7 +158,6 @@ class RabbitSource:
                 break
             if had_channel:
                 backoff = self.reconnect_initial_s
-            self.reconnects += 1
             log.warning("rabbit source: connection lost; reconnecting in %.1f s", backoff)
             self._stopping.wait(backoff)
             backoff = min(backoff * 2, self.reconnect_max_s)
@@ -206,9 +199,7 @@ class RabbitSource:
     def _handler(self, edge: Edge, generation: int) -> Callable[..., None]:
         def on_message(_channel: Any, method: Any, props: Any, body: bytes) -> None:
             self._on_delivery(Delivery(  # type: ignore[misc]
-                body=body, edge=edge, token=(generation, method.delivery_tag),
-                amqp_timestamp_s=props.timestamp, redelivered=bool(method.redelivered),
-                received_ms=int(self.clock() * 1000)))
+                body=body, edge=edge, token=(generation, method.delivery_tag), amqp_timestamp_s=props.timestamp))
         return on_message
 
     def _on_channel_closed(self, _channel: Any, reason: Any) -> None:
@@ -278,14 +269,11 @@ def dead_letter_topic(edge: Edge) -> str:
 class KafkaSource:
     dead_letters_by_publish = True  # the runner publishes the raw message to dead_letter_topic
 
-    def __init__(self, bootstrap: str, wiring: Wiring, edges: Sequence[Edge], prefetch: int, client_id: str,
-                 clock: Callable[[], float] = time.time, poll_ms: int = 100):
+    def __init__(self, bootstrap: str, edges: Sequence[Edge], prefetch: int, client_id: str, poll_ms: int = 100):
         self.bootstrap = bootstrap
-        self.wiring = wiring
         self.edges = tuple(edges)
         self.prefetch = prefetch
         self.client_id = client_id
-        self.clock = clock
         self.poll_ms = poll_ms
         self._on_delivery: Optional[DeliveryCallback] = None
         self._states = [_EdgeState(e) for e in self.edges]
@@ -303,7 +291,7 @@ class KafkaSource:
         for i, state in enumerate(self._states):
             ev = threading.Event()
             ready.append(ev)
-            t = threading.Thread(target=self._poll_thread, args=(state, ev), name=f"kafka-source-{i}", daemon=True)
+            t = threading.Thread(target=self._poll_thread, args=(i, state, ev), name=f"kafka-source-{i}", daemon=True)
             t.start()
             self._threads.append(t)
         deadline = time.monotonic() + timeout_s
@@ -342,7 +330,7 @@ class KafkaSource:
 
     # -- poll threads ------------------------------------------------------------------------
 
-    def _poll_thread(self, state: _EdgeState, ready: threading.Event) -> None:
+    def _poll_thread(self, index: int, state: _EdgeState, ready: threading.Event) -> None:
         from kafka import ConsumerRebalanceListener, KafkaConsumer
         from kafka.errors import KafkaError
 
@@ -385,8 +373,7 @@ class KafkaSource:
                         state.next_offset[tp] = r.offset + 1
                         state.held += 1
                         self._on_delivery(Delivery(  # type: ignore[misc]
-                            body=r.value, edge=state.edge, token=(self._states.index(state), tp, gen, r.offset),
-                            received_ms=int(self.clock() * 1000)))
+                            body=r.value, edge=state.edge, token=(index, tp, gen, r.offset)))
             self._apply_settled(state)
             self._commit(consumer, state)
         except Exception as exc:  # noqa: BLE001 - logged; held records come again after a restart

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Mapping
 
-from operators.oee.redis_values import text
+from operators.oee.redis_values import MachineScript, text
 
 # KEYS[1] machine hash, KEYS[2] seen key; ARGV[1] ttl, ARGV[2..] field, increment, field, ...
 _ADD_ONCE = """
@@ -31,17 +31,9 @@ return encoded
 """
 
 
-class CumulativeCounters:
+class CumulativeCounters(MachineScript):
     def __init__(self, redis: Any, prefix: str, operator: str, dedup_ttl_s: int):
-        self._script = redis.register_script(_ADD_ONCE)
-        self._base = f"{prefix}:{operator}"
-        self._ttl = int(dedup_ttl_s)
-
-    def machine_key(self, machine_id: str) -> str:
-        return f"{self._base}:machine:{machine_id}"
-
-    def seen_key(self, item_id: str) -> str:
-        return f"{self._base}:seen:{item_id}"
+        super().__init__(redis, _ADD_ONCE, prefix, operator, dedup_ttl_s)
 
     def add_once(self, item_id: str, machine_id: str, increments: Mapping[str, int]) -> Dict[str, int]:
         """The machine's totals after adding ``increments`` for input ``item_id`` (added at most once)."""

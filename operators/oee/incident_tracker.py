@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.oee.redis_values import text
+from operators.oee.redis_values import MachineScript, text
 
 # KEYS[1] machine hash, KEYS[2] seen key; ARGV[1] 1 if the reading is in incident, ARGV[2] its ms,
 # ARGV[3] ttl. Returns 0 or the opened incident's number.
@@ -43,17 +43,9 @@ return opened
 """
 
 
-class IncidentTracker:
+class IncidentTracker(MachineScript):
     def __init__(self, redis: Any, prefix: str, operator: str, dedup_ttl_s: int):
-        self._script = redis.register_script(_APPLY)
-        self._base = f"{prefix}:{operator}"
-        self._ttl = int(dedup_ttl_s)
-
-    def machine_key(self, machine_id: str) -> str:
-        return f"{self._base}:machine:{machine_id}"
-
-    def seen_key(self, item_id: str) -> str:
-        return f"{self._base}:seen:{item_id}"
+        super().__init__(redis, _APPLY, prefix, operator, dedup_ttl_s)
 
     def apply(self, item_id: str, machine_id: str, in_incident: bool, timestamp_ms: int) -> int:
         """0, or the number (1, 2, ...) of the incident this reading opened (a warning is due)."""

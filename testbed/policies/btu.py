@@ -133,13 +133,13 @@ class BtuPolicy:
             if not h.releasing and h.btu_end - snapshot.t <= window
         ]
         young = self._young_host(snapshot)
-        for k, host_id in enumerate(due):
-            if young is not None:  # VISP: a recent lease means load is rising; keep every due host
-                actions.append(ProlongHost(host_id, young))
-                continue
-            # Hosts decided later in this cycle may go too: they are no migration target yet.
-            plan, host_actions = self._release_or_prolong(snapshot, plan, host_id, window, due[k + 1 :])
-            actions += host_actions
+        if young is not None:  # VISP: a recent lease means load is rising; keep every due host
+            actions += [ProlongHost(host_id, young) for host_id in due]
+        else:
+            for k, host_id in enumerate(due):
+                # Hosts decided later in this cycle may go too: they are no migration target yet.
+                plan, host_actions = self._release_or_prolong(snapshot, plan, host_id, window, due[k + 1 :])
+                actions += host_actions
         for view in snapshot.operators.values():
             durations = view.durations[-self.cfg.samples :]
             if self.cfg.trigger_variant == TriggerVariant.visp2017:
@@ -155,10 +155,12 @@ class BtuPolicy:
         """The reason to prolong without checks when a host was leased less than
         prolong_after_lease_s ago (0 = never); None otherwise."""
         limit = self.cfg.prolong_after_lease_s
-        ages = sorted((snapshot.t - h.leased_at, h.id) for h in snapshot.hosts)
-        if limit <= 0 or not ages or ages[0][0] >= limit:
+        if limit <= 0 or not snapshot.hosts:
             return None
-        return f"host {ages[0][1]} leased {ages[0][0]:.0f} s ago (< {limit:.0f} s): prolonged without further checks"
+        age, host_id = min((snapshot.t - h.leased_at, h.id) for h in snapshot.hosts)
+        if age >= limit:
+            return None
+        return f"host {host_id} leased {age:.0f} s ago (< {limit:.0f} s): prolonged without further checks"
 
     # -- the upscaling procedure (§5) --------------------------------------------------------
     def _upscale(self, snapshot: Snapshot, plan: Plan, name: str, reason: str) -> List[Action]:

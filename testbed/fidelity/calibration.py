@@ -108,13 +108,14 @@ def calibrate(cfg: CalibrationConfig, log=None) -> CalibrationResult:
     study = optuna.create_study(direction="minimize", sampler=sampler)
     study.enqueue_trial(current_values(base))  # the base profile's own estimates first
     trials: List[Trial] = []
+    summaries: Dict[int, pd.DataFrame] = {}  # per trial number: the best trial's cells come from it
     started = time.perf_counter()
 
     def objective(trial: optuna.Trial) -> float:
         t0 = time.perf_counter()
         values = _suggest(trial)
         setting = Setting(cfg.pattern, cfg.base_profile, cfg.reps, cfg.seed, cfg.duration_min, values)
-        _, d = evaluate(setting, reference, Path(cfg.conf_dir))
+        summaries[trial.number], d = evaluate(setting, reference, Path(cfg.conf_dir))
         trials.append(Trial(trial.number, values, d.value, d.within, d.cells,
                             f"{d.worst_metric} {d.worst_config}", time.perf_counter() - t0))
         if log:
@@ -125,10 +126,7 @@ def calibrate(cfg: CalibrationConfig, log=None) -> CalibrationResult:
 
     study.optimize(objective, n_trials=cfg.budget)
     best = min(trials, key=lambda t: (t.distance, t.number))
-    # the best trial again, for its cells (deterministic: same seeds, same values)
-    setting = Setting(cfg.pattern, cfg.base_profile, cfg.reps, cfg.seed, cfg.duration_min, best.values)
-    summary, _ = evaluate(setting, reference, Path(cfg.conf_dir))
-    gaps = cell_gaps(compare(summary, reference[reference["pattern"] == cfg.pattern]))
+    gaps = cell_gaps(compare(summaries[best.number], reference[reference["pattern"] == cfg.pattern]))
     wall = time.perf_counter() - started
     profile_path = write_profile(cfg, best)
     result = CalibrationResult(cfg, best, trials, gaps, wall, profile_path)

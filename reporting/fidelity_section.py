@@ -15,8 +15,8 @@ from reporting.paper_comparison import HOLDS
 from reporting.report_document import Block, Section, Table, number
 from testbed.fidelity.distance import cell_gaps, is_compliance
 from testbed.fidelity.sensitivity import strongest, summarise_effects
+from testbed.fidelity.validation import FIDELITY_FOLDER
 
-FOLDER = "fidelity"
 CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "experiments" / "calibration"
 
 
@@ -31,7 +31,7 @@ class FidelityInputs:
 
 
 def load_fidelity(runs_dir: Path, calibration_dir: Path = CALIBRATION_DIR) -> Optional[FidelityInputs]:
-    folder = Path(runs_dir) / FOLDER
+    folder = Path(runs_dir) / FIDELITY_FOLDER
     if not (folder / "fidelity.json").is_file():
         return None
     meta = json.loads((folder / "fidelity.json").read_text(encoding="utf-8"))

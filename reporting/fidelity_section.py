@@ -126,7 +126,7 @@ def fidelity_section(inputs: FidelityInputs, comparison: pd.DataFrame, claims: p
         blocks.append(f"Calibration: {rec['trials']} trials of {rec['search']['library']} "
                       f"({rec['search']['sampler']}, seed {rec['config']['seed']}, {rec['config']['reps']} repetition(s) "
                       f"per trial) took {rec['wall_time_s'] / 60:.1f} min; best trial {best['number']} at distance "
-                      f"{best['distance']:.3f} with {best['within']}/{best['cells']} stepwise cells within target. "
+                      f"{best['distance']:.3f} with {best['within']}/{best['cells']} {rec['config']['pattern']} cells within target. "
                       "Values: " + ", ".join(f"{k} = {v}" for k, v in best["values"].items()) + ".")
     blocks += [_pattern_table(gaps, claims, calibrated_on), _gap_table(gaps)]
     blocks.append("Misses and the parameters that move them:")

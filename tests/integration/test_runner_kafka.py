@@ -8,7 +8,6 @@ import time
 from typing import List
 
 import pytest
-import redis as redis_lib
 
 from operators.api import dead_hash, processed_hash
 from operators.envelope import Envelope
@@ -16,7 +15,7 @@ from operators.sources import dead_letter_topic
 from operators.transports import create_topics
 from operators.wiring import make_wiring
 
-from .runner_helpers import REDIS_URL, RunnerProcess, items, runner_env
+from .runner_helpers import RunnerProcess, items, runner_env
 
 # kafka-python reads its protocol schemas with deprecated importlib.resources calls
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -48,13 +47,13 @@ def read_topic(bootstrap: str, topic: str, want: int, timeout_s: float, proc: Ru
     return got
 
 
-def test_kafka_round_trip_dead_letters_commits_and_drains(kafka_bootstrap, unique_prefix, tmp_path):
+def test_kafka_round_trip_dead_letters_commits_and_drains(kafka_bootstrap, redis_client, unique_prefix, tmp_path):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     wiring = make_wiring(TOPOLOGY["sources"], TOPOLOGY["operators"], unique_prefix)
     edge = wiring.edge("S", "A")
     create_topics(kafka_bootstrap, [wiring.topic("S"), wiring.topic("A"), dead_letter_topic(edge)])
-    r = redis_lib.Redis.from_url(REDIS_URL)
+    r = redis_client
     runner = RunnerProcess(runner_env("A", unique_prefix, TOPOLOGY, OPERATOR_IMPL="passthrough", TRANSPORT="kafka",
                                       KAFKA_BOOTSTRAP=kafka_bootstrap, PREFETCH=5), tmp_path / "A.log")
     try:
@@ -86,7 +85,3 @@ def test_kafka_round_trip_dead_letters_commits_and_drains(kafka_bootstrap, uniqu
         assert committed == 31  # every input settled (30 processed, 1 dead-lettered) is committed
     finally:
         runner.stop()
-        keys = list(r.scan_iter(f"{unique_prefix}:*", count=1000))
-        if keys:
-            r.delete(*keys)
-        r.close()

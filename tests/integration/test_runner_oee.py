@@ -10,7 +10,6 @@ import time
 import pika
 import pika.exceptions
 import pytest
-import redis as redis_lib
 
 from data_provider.display_image import render_display
 from data_provider.payloads import ProductionRecord
@@ -21,7 +20,7 @@ from operators.topology import oee_topology
 from operators.transports import declare_wiring
 from operators.wiring import delete, make_wiring
 
-from .runner_helpers import REDIS_URL, RunnerProcess, drain, publish, queue_state, runner_env, wait_for
+from .runner_helpers import RunnerProcess, drain, publish, queue_state, runner_env, wait_for
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(shutil.which("tesseract") is None, reason="O1 needs tesseract (infra/services.sh)")]
@@ -29,14 +28,14 @@ pytestmark = [pytest.mark.integration,
 OPERATORS = ("O1", "O3", "O4", "O5", "O7", "O9", "O8")  # the production item's path (O2, O6: other sources)
 
 
-def test_one_production_item_yields_its_oee_and_a_report(rabbitmq_url, unique_prefix, tmp_path):
+def test_one_production_item_yields_its_oee_and_a_report(rabbitmq_url, redis_client, unique_prefix, tmp_path):
     topology = oee_topology()
     wiring = make_wiring(topology["sources"], topology["operators"], unique_prefix)
     declare_wiring(rabbitmq_url, wiring)
     conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
     ch = conn.channel()
     ch.confirm_delivery()
-    r = redis_lib.Redis.from_url(REDIS_URL)
+    r = redis_client
     taps = {}
     for producer in ("O7", "O9"):  # extra queues on the fanout exchanges: what O7 and O9 emit
         taps[producer] = f"{unique_prefix}.tap.{producer}"
@@ -87,7 +86,3 @@ def test_one_production_item_yields_its_oee_and_a_report(rabbitmq_url, unique_pr
             ch.queue_delete(tap)
         delete(ch, wiring)
         conn.close()
-        keys = list(r.scan_iter(f"{unique_prefix}:*", count=1000))
-        if keys:
-            r.delete(*keys)
-        r.close()

@@ -9,7 +9,6 @@ from typing import List
 import pika
 import pika.exceptions
 import pytest
-import redis as redis_lib
 
 from operators.api import dead_hash, metrics_stream, processed_hash
 from operators.envelope import Envelope
@@ -17,7 +16,7 @@ from operators.transports import declare_wiring
 from operators.wiring import delete, make_wiring
 
 from .conftest import wait_for_rabbit
-from .runner_helpers import REDIS_URL, RunnerProcess, drain, items, publish, queue_state, runner_env, wait_for
+from .runner_helpers import RunnerProcess, drain, items, publish, queue_state, runner_env, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -26,11 +25,8 @@ TWO_STAGES = {"sources": {"S": ["A"]}, "operators": {"A": ["B"], "B": ["sink"], 
 
 
 @pytest.fixture
-def redis():
-    client = redis_lib.Redis.from_url(REDIS_URL)
-    client.ping()
-    yield client
-    client.close()
+def redis(redis_client):
+    return redis_client  # the run's Redis keys are deleted after the test
 
 
 @pytest.fixture
@@ -73,9 +69,6 @@ def run(rabbitmq_url, unique_prefix, tmp_path, redis):
     for w in wirings:
         delete(conn.channel(), w)
     conn.close()
-    keys = list(redis.scan_iter(f"{unique_prefix}:*", count=1000))
-    if keys:
-        redis.delete(*keys)
 
 
 def consuming(channel, queue: str, n: int = 1):

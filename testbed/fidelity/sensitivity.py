@@ -15,8 +15,8 @@ from omegaconf import OmegaConf
 
 from reporting.paper_comparison import compare
 from testbed.config import CONF_DIR
-from testbed.fidelity.distance import cell_gaps, distance
-from testbed.fidelity.evaluation import Setting, compose_experiment, scratch, run_setting
+from testbed.fidelity.distance import cell_gaps
+from testbed.fidelity.evaluation import Setting, compose_experiment, evaluate
 from testbed.fidelity.parameters import SEARCH_SPACE, current_values, literal, to_overrides
 
 CELL_COLUMNS = ["config", "metric", "mean_paper", "mean_measured", "gap", "unit"]
@@ -95,10 +95,9 @@ def sweep(profile: str, pattern: str, variants: Sequence[Variant], reference: pd
     """Run the profile and each variant on one pattern (same seeds); per variant and published cell:
     the measured value, the profile's value and the difference, plus the variant's distance."""
     def run(extra: Sequence[str]) -> Tuple[pd.DataFrame, float]:
-        setting = Setting(pattern, profile, reps, seed, duration_min, None, tuple(extra))
-        with scratch() as out:
-            summary = run_setting(setting, out, conf_dir)
-        return _cells(summary, reference, pattern), distance(summary, reference, pattern).value
+        summary, d = evaluate(Setting(pattern, profile, reps, seed, duration_min, None, tuple(extra)), reference,
+                              conf_dir)
+        return _cells(summary, reference, pattern), d.value
 
     base_cells, base_distance = run(())
     frames = []

@@ -2,12 +2,10 @@
 pattern (threshold + BTU 10/30/60), summarise it with reporting.summary and measure the distance."""
 from __future__ import annotations
 
-import shutil
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import pandas as pd
 from hydra import compose, initialize_config_dir
@@ -47,15 +45,6 @@ class Setting:
                 *to_overrides(self.values or {}), *self.extra]
 
 
-@contextmanager
-def scratch(parent: Optional[Path] = None) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fidelity-", dir=parent))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def run_setting(setting: Setting, out: Path, conf_dir: Path = CONF_DIR) -> pd.DataFrame:
     """Run the matrix of a setting into `out` (one process: the machine's other core is not ours)
     and return its summary (long format of the published table)."""
@@ -65,9 +54,8 @@ def run_setting(setting: Setting, out: Path, conf_dir: Path = CONF_DIR) -> pd.Da
     return summarise(Path(out) / setting.pattern)
 
 
-def evaluate(setting: Setting, reference: pd.DataFrame, conf_dir: Path = CONF_DIR,
-             work_dir: Optional[Path] = None) -> tuple[pd.DataFrame, Distance]:
+def evaluate(setting: Setting, reference: pd.DataFrame, conf_dir: Path = CONF_DIR) -> tuple[pd.DataFrame, Distance]:
     """Summary and distance to the published table of one setting; its runs are thrown away."""
-    with scratch(work_dir) as out:
-        summary = run_setting(setting, out, conf_dir)
+    with tempfile.TemporaryDirectory(prefix="fidelity-", ignore_cleanup_errors=True) as out:
+        summary = run_setting(setting, Path(out), conf_dir)
     return summary, distance(summary, reference, setting.pattern)

@@ -19,12 +19,18 @@ consumers, finishes and acknowledges what it holds, flushes its metrics and exit
 """
 from __future__ import annotations
 
-import importlib
-import logging
-import queue
 import signal
 import sys
-import threading
+
+# A stop can come while the instance is still starting (a scale-down or the end of a run right
+# after a start). As PID 1 of a container, a process ignores a SIGTERM it has no handler for, so
+# until the runner installs its draining handler a stop simply ends the instance: it holds nothing.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+import importlib  # noqa: E402
+import logging  # noqa: E402
+import queue  # noqa: E402
+import threading  # noqa: E402
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence

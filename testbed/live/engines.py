@@ -76,7 +76,9 @@ class ContainerSpec:
     def run(self, client: DockerClient):
         """Create and start the container (detached); returns the SDK's Container."""
         return client.containers.run(
-            self.image, detach=True, name=self.name, environment=dict(self.environment), labels=dict(self.labels),
+            # init: a signal-forwarding PID 1, so that a process without a handler still stops on SIGTERM
+            self.image, detach=True, init=True, name=self.name, environment=dict(self.environment),
+            labels=dict(self.labels),
             cpu_shares=self.cpu_shares, mem_reservation=f"{self.memory_mb}m", network_mode=self.network_mode,
             cgroup_parent=self.cgroup_parent or None, volumes={k: dict(v) for k, v in self.volumes.items()} or None,
         )

@@ -32,6 +32,12 @@ SCHEMA_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 ACTIONS = ("lease", "prolong", "release", "scale_up", "scale_down", "migrate", "replace")
 STATUSES = ("running", "complete", "incomplete")
+BILLING_MODES = ("own", "rebill")
+
+
+def billing_mode(manifest: "Manifest") -> str:
+    """The manifest's billing mode; runs older than the field: the BTU policy billed itself."""
+    return manifest.billing or ("own" if manifest.policy == "btu" else "rebill")
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -196,6 +202,9 @@ class Manifest:
     status: str = "running"
     error: Optional[str] = None
     sim_duration_s: float = 0.0
+    # how reporting bills the run: "own" = by the BTU length it ran with (btu_minutes); "rebill" = under
+    # each of billing.rebill_minutes (BTU-agnostic approaches). Empty in runs written before it existed.
+    billing: str = ""
     details: Dict[str, Any] = field(default_factory=dict)  # backend facts, e.g. live image digests, accounting
 
 

@@ -1,0 +1,20 @@
+"""First fit: the first host, in lease order, with room (the threshold baseline's placement)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from testbed.model import OperatorType
+from testbed.placement.base import Placement, PlacementConfig, register_placement
+from testbed.policies.planning import Plan
+
+
+class FirstFit(Placement):
+    name = "first_fit"
+
+    def host_for(self, plan: Plan, op: OperatorType) -> Optional[str]:
+        return next((h.id for h in plan.candidate_hosts() if h.fits(op)), None)
+
+
+@register_placement("first_fit")
+def _make(cfg: PlacementConfig) -> Placement:
+    return FirstFit()

@@ -6,15 +6,18 @@ them, so an unknown key or a value of the wrong type fails at composition, namin
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from data_provider.patterns import PatternConfig
+from testbed.placement.base import PlacementConfig, placements
+from testbed.policies.registry import policies as registered_policies
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "experiments" / "conf"
 
@@ -25,22 +28,6 @@ class ConfigError(ValueError):
     def __init__(self, key: str, message: str):
         super().__init__(f"{key}: {message}")
         self.key = key
-
-
-class PolicyName(str, Enum):
-    matrix = "matrix"  # the paper's matrix: threshold + BTU policy under each of matrix_btu_minutes
-    threshold = "threshold"
-    btu = "btu"
-
-
-class UtilityVariant(str, Enum):
-    paper = "paper"  # 1 + W1*instances + W2*queueLoad - W3*delay - W4*scalings, delay=(d/slo)(1+P)
-    preprint = "preprint"  # W1*instances - W2*delay - W3*scalings + W4*queueLoad, delay=(d/slo)P
-
-
-class TriggerVariant(str, Enum):
-    paper = "paper"  # Algorithm 1: newest duration or its OLS trend above the SLO, and queue > scalingThreshold
-    visp2017 = "visp2017"  # as implemented: mean of the last N or a regression through the origin, or a long queue
 
 
 class Measurement(str, Enum):
@@ -63,30 +50,42 @@ class TransportName(str, Enum):
     kafka = "kafka"
 
 
+class BillingMode(str, Enum):
+    own = "own"  # billed by the BTU length the run used (an approach that plans around BTUs)
+    rebill = "rebill"  # BTU-agnostic: billed after the run under each of billing.rebill_minutes
+
+
 @dataclass
-class PolicyConfig:
-    name: PolicyName = PolicyName.matrix
-    matrix_btu_minutes: List[int] = field(default_factory=lambda: [10, 30, 60])
-    # threshold baseline (§9)
-    up_threshold: int = 50  # queue > this: start one instance
-    up2_threshold: int = 250  # queue > this: start two
-    down_threshold: int = 1  # queue < this and n >= 2: stop one
-    # BTU policy (§4-§8, §10)
-    scaling_threshold: int = 50
-    samples: int = 5  # N durations in the regression
-    cache_factor: float = 0.01  # CF
-    queue_load: float = 100.0  # QL
-    w1: float = 1.0
-    w2: float = 1.0
-    w3: float = 1.0
-    w4: float = 1.0
-    utility_variant: UtilityVariant = UtilityVariant.paper
-    release_window_fraction: float = 0.05  # of the BTU
-    release_window_min_s: float = 0.0  # VISP: 40 s; the reasoning interval is always a lower bound
-    removal_cap: float = 0.2  # share of a type's instances a release may remove
-    trigger_variant: TriggerVariant = TriggerVariant.paper
-    trigger_queue_alone: int = 250  # visp2017 trigger: queue > this scales up alone, twice with a slow mean
-    prolong_after_lease_s: float = 0.0  # VISP: 180 s; a due host is prolonged while any host is this young
+class RunConfiguration:
+    """One named configuration of an evaluation: a policy with its parameters, placement and billing."""
+
+    name: str = MISSING  # the run folder's name, e.g. btu-10
+    policy: str = MISSING  # a registered policy (testbed/policies/registry.py)
+    billing: BillingMode = BillingMode.rebill
+    btu_minutes: Optional[int] = None  # the BTU length it runs with; None = billing.btu_minutes
+    params: Dict[str, Any] = field(default_factory=dict)  # on top of policies.<policy>
+    placement: str = ""  # a registered placement; "" = the policy's default
+
+
+@dataclass
+class EvaluationConfig:
+    """What one published evaluation compares (experiments/conf/evaluation/): its workloads, its named
+    configurations, the reference table and the claims checked by the report."""
+
+    name: str = "btu"
+    title: str = ""
+    workloads: List[str] = field(default_factory=list)  # patterns it is published for
+    configurations: List[RunConfiguration] = field(default_factory=list)
+    only: List[str] = field(default_factory=list)  # run just these configurations (names); empty: all
+    reference: str = ""  # the published table (long format), relative to the project
+    claims: str = ""  # the set of claims the report checks (reporting)
+
+
+@dataclass
+class PolicySelection:
+    """`policy=<name>` runs that one policy instead of the evaluation's configurations."""
+
+    name: str = "matrix"  # matrix: every configuration of the evaluation
 
 
 @dataclass
@@ -196,19 +195,31 @@ class RuntimeConfig:
     sampling: Sampling = Sampling.every_nth
     measurement: Measurement = Measurement.milliseconds
     initial_instances: int = 1
+    history: int = 60  # monitoring intervals a snapshot's histories keep (durations, rates)
+
+
+def _policies_node() -> Any:
+    """The `policies` node: one field per registered policy, typed by its parameter dataclass, so
+    that `policies.btu.samples=abc` or a misspelt key fails at composition, naming the key. Built
+    from the registry when a config is made (after `to_typed` it is a plain name -> params dict)."""
+    entries = registered_policies()
+    cls = make_dataclass("Policies", [(n, e.params, field(default_factory=e.params)) for n, e in entries.items()])
+    return cls()
 
 
 @dataclass
 class ExperimentConfig:
     pattern: PatternConfig = field(default_factory=PatternConfig)
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    policy: PolicySelection = field(default_factory=PolicySelection)
+    policies: Any = field(default_factory=_policies_node)  # parameters of every registered policy
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     billing: BillingConfig = field(default_factory=BillingConfig)
     infrastructure: InfrastructureConfig = field(default_factory=InfrastructureConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     profile: str = "paper"
-    experiment: str = "btu_provisioning"  # names the evaluation in every run's manifest
     reps: int = 3
     seed: int = 1
     out: str = "runs"
@@ -224,11 +235,13 @@ def register() -> None:
 
 
 def to_typed(cfg: DictConfig | ExperimentConfig) -> ExperimentConfig:
-    if isinstance(cfg, ExperimentConfig):
-        return cfg
-    obj = OmegaConf.to_object(cfg)
-    assert isinstance(obj, ExperimentConfig)
-    return obj
+    if not isinstance(cfg, ExperimentConfig):
+        obj = OmegaConf.to_object(cfg)
+        assert isinstance(obj, ExperimentConfig)
+        cfg = obj
+    if not isinstance(cfg.policies, dict):  # plain classes pickle (worker processes); the schema's do not
+        cfg.policies = {f.name: getattr(cfg.policies, f.name) for f in fields(cfg.policies)}
+    return cfg
 
 
 def to_plain(cfg: ExperimentConfig) -> Dict[str, Any]:
@@ -260,24 +273,12 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     if cfg.workers < 0:
         raise ConfigError("workers", f"must be >= 0, got {cfg.workers}")
     _positive("billing.btu_minutes", cfg.billing.btu_minutes)
-    for i, m in enumerate(cfg.policy.matrix_btu_minutes):
-        _positive(f"policy.matrix_btu_minutes[{i}]", m)
     for i, m in enumerate(cfg.billing.rebill_minutes):
         _positive(f"billing.rebill_minutes[{i}]", m)
     if cfg.billing.penalty_per_item < 0:
         raise ConfigError("billing.penalty_per_item", "must be >= 0")
-    p = cfg.policy
-    if not p.up_threshold < p.up2_threshold:
-        raise ConfigError("policy.up2_threshold", f"must exceed policy.up_threshold ({p.up_threshold})")
-    _positive("policy.samples", p.samples)
-    if not 0 < p.removal_cap <= 1:
-        raise ConfigError("policy.removal_cap", f"must be in (0, 1], got {p.removal_cap}")
-    if p.trigger_queue_alone < p.scaling_threshold:
-        raise ConfigError("policy.trigger_queue_alone", f"must be >= policy.scaling_threshold ({p.scaling_threshold})")
-    if p.prolong_after_lease_s < 0:
-        raise ConfigError("policy.prolong_after_lease_s", "must be >= 0")
-    if not 0 <= p.release_window_fraction < 1:
-        raise ConfigError("policy.release_window_fraction", "must be in [0, 1)")
+    _validate_policies(cfg)
+    _validate_evaluation(cfg)
     infra = cfg.infrastructure
     _positive("infrastructure.host_cpu_shares", infra.host_cpu_shares)
     _positive("infrastructure.host_memory_mb", infra.host_memory_mb)
@@ -293,10 +294,70 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _positive("runtime.reasoning_s", rt.reasoning_s)
     _positive("runtime.sample_every", rt.sample_every)
     _positive("runtime.initial_instances", rt.initial_instances)
+    _positive("runtime.history", rt.history)
     _validate_topology(cfg.topology, infra)
     if cfg.backend.name == BackendName.docker:
         _validate_live(cfg)
     return cfg
+
+
+def _validate_policies(cfg: ExperimentConfig) -> None:
+    known = registered_policies()
+    for name, params in cfg.policies.items():
+        if name not in known:
+            raise ConfigError(f"policies.{name}", f"no such policy; registered: {sorted(known)}")
+        _check_params(f"policies.{name}", params)
+    if cfg.policy.name != "matrix" and cfg.policy.name not in known:
+        raise ConfigError("policy.name", f"{cfg.policy.name!r} is neither 'matrix' nor a registered policy: {sorted(known)}")
+    if cfg.placement.name and cfg.placement.name not in placements():
+        raise ConfigError("placement.name", f"unknown placement {cfg.placement.name!r}; known: {sorted(placements())}")
+    if cfg.placement.cache_factor < 0:
+        raise ConfigError("placement.cache_factor", "must be >= 0")
+
+
+def _check_params(key: str, params: Any) -> None:
+    check = getattr(params, "validate", None)
+    if check is None:
+        return
+    try:
+        check()
+    except ValueError as exc:  # "<field>: <message>"
+        field_name, _, message = str(exc).partition(": ")
+        raise ConfigError(f"{key}.{field_name}", message) from exc
+
+
+def _validate_evaluation(cfg: ExperimentConfig) -> None:
+    ev = cfg.evaluation
+    if cfg.policy.name == "matrix" and not ev.configurations:
+        raise ConfigError("evaluation.configurations", f"evaluation {ev.name!r} names no configuration")
+    names = set()
+    for i, conf in enumerate(ev.configurations):
+        key = f"evaluation.configurations[{i}]"
+        if conf.name in names:
+            raise ConfigError(f"{key}.name", f"{conf.name!r} appears twice")
+        names.add(conf.name)
+        if not conf.name or "/" in conf.name or conf.name.startswith("."):
+            raise ConfigError(f"{key}.name", f"{conf.name!r} is not a folder name")
+        if conf.policy not in cfg.policies:
+            raise ConfigError(f"{key}.policy", f"no such policy {conf.policy!r}; registered: {sorted(cfg.policies)}")
+        if conf.btu_minutes is not None:
+            _positive(f"{key}.btu_minutes", conf.btu_minutes)
+        if conf.placement and conf.placement not in placements():
+            raise ConfigError(f"{key}.placement", f"unknown placement {conf.placement!r}; known: {sorted(placements())}")
+        _check_params(f"{key}.params", policy_params(cfg, conf.policy, conf.params, f"{key}.params"))
+    for i, name in enumerate(ev.only):
+        if name not in names:
+            raise ConfigError(f"evaluation.only[{i}]", f"no configuration {name!r} in evaluation {ev.name!r}: {sorted(names)}")
+
+
+def policy_params(cfg: ExperimentConfig, policy: str, overrides: Dict[str, Any], key: str = "params") -> Any:
+    """policies.<policy> with a configuration's overrides on top, typed; errors name the key."""
+    base = OmegaConf.structured(cfg.policies[policy])
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(base, overrides))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{key}.{exc.full_key}" if getattr(exc, "full_key", None) else key,
+                          str(exc).splitlines()[0]) from exc
 
 
 def _validate_live(cfg: ExperimentConfig) -> None:

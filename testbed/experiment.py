@@ -13,7 +13,7 @@ from typing import List
 import numpy as np
 
 from data_provider.patterns import Pattern, PatternConfig, make_pattern
-from testbed.config import BackendName, ExperimentConfig, PolicyName, to_plain
+from testbed.config import BackendName, BillingMode, ExperimentConfig, RunConfiguration, policy_params, to_plain
 from testbed.eventlog import (
     TABLES,
     EventLog,
@@ -25,7 +25,8 @@ from testbed.eventlog import (
     utc_now,
     write_manifest,
 )
-from testbed.policies.base import make_policy
+from testbed.placement.base import make_placement
+from testbed.policies.registry import Policy, make_policy, policy_entry
 from testbed.rng import stream
 
 
@@ -33,7 +34,7 @@ from testbed.rng import stream
 class RunSpec:
     pattern: str
     config: str  # threshold | btu-10 | ... (live runs: threshold-live, btu-10-live): the folder name
-    policy: PolicyName
+    policy: str
     btu_minutes: int
     rep: int  # 1-based
     seed: int  # of this run; the same for every configuration of one repetition
@@ -45,34 +46,53 @@ def run_seed(seed: int, rep: int) -> int:
     return int(np.random.SeedSequence([seed, rep]).generate_state(1)[0])
 
 
+def configurations(cfg: ExperimentConfig) -> List[RunConfiguration]:
+    """The configurations an experiment runs: the evaluation's, or the one policy `policy=` names
+    (named <policy>-<BTU minutes> if it bills by its own BTU, else <policy>)."""
+    if cfg.policy.name == "matrix":
+        only = cfg.evaluation.only
+        return [c for c in cfg.evaluation.configurations if not only or c.name in only]
+    entry = policy_entry(cfg.policy.name)
+    billing = BillingMode(entry.billing)
+    name = f"{entry.name}-{cfg.billing.btu_minutes}" if billing == BillingMode.own else entry.name
+    return [RunConfiguration(name=name, policy=entry.name, billing=billing)]
+
+
 def plan_runs(cfg: ExperimentConfig) -> List[RunSpec]:
-    if cfg.policy.name == PolicyName.matrix:
-        configs = [("threshold", PolicyName.threshold, cfg.billing.btu_minutes)] + [
-            (f"btu-{m}", PolicyName.btu, m) for m in cfg.policy.matrix_btu_minutes
-        ]
-    elif cfg.policy.name == PolicyName.btu:
-        configs = [(f"btu-{cfg.billing.btu_minutes}", PolicyName.btu, cfg.billing.btu_minutes)]
-    else:
-        configs = [(cfg.policy.name.value, cfg.policy.name, cfg.billing.btu_minutes)]
-    if cfg.backend.name == BackendName.docker:  # live runs sit beside simulated ones in one report
-        configs = [(f"{name}-live", policy, btu) for name, policy, btu in configs]
-    return [
-        RunSpec(cfg.pattern.name, name, policy, btu, rep, run_seed(cfg.seed, rep),
-                run_dir_for(cfg.out, cfg.pattern.name, name, rep))
-        for name, policy, btu in configs
-        for rep in range(1, cfg.reps + 1)
-    ]
+    runs = []
+    for conf in configurations(cfg):
+        name = f"{conf.name}-live" if cfg.backend.name == BackendName.docker else conf.name  # beside simulated ones
+        btu = conf.btu_minutes if conf.btu_minutes is not None else cfg.billing.btu_minutes
+        for rep in range(1, cfg.reps + 1):
+            runs.append(RunSpec(cfg.pattern.name, name, conf.policy, btu, rep, run_seed(cfg.seed, rep),
+                                run_dir_for(cfg.out, cfg.pattern.name, name, rep)))
+    return runs
+
+
+def configuration_of(cfg: ExperimentConfig, spec: RunSpec) -> RunConfiguration:
+    name = spec.config.removesuffix("-live") if cfg.backend.name == BackendName.docker else spec.config
+    return next(c for c in configurations(cfg) if c.name == name)
 
 
 def config_for(cfg: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
-    """The resolved config of one run: one policy, one BTU length."""
+    """The resolved config of one run: one configuration (policy, its parameters, placement), one BTU length."""
+    conf = configuration_of(cfg, spec)
     run_cfg = copy.deepcopy(cfg)
-    run_cfg.policy.name = spec.policy
+    run_cfg.policy.name = conf.policy
+    run_cfg.policies = {conf.policy: policy_params(cfg, conf.policy, conf.params)}
+    run_cfg.placement.name = conf.placement or cfg.placement.name or policy_entry(conf.policy).placement
+    run_cfg.evaluation.configurations = [conf]
     run_cfg.billing.btu_minutes = spec.btu_minutes
     # load_scale is applied here, once: the run's resolved config holds the effective tick
     run_cfg.topology.tick_ms = cfg.topology.tick_ms / cfg.load_scale
     run_cfg.load_scale = 1.0
     return run_cfg
+
+
+def policy_for(run_cfg: ExperimentConfig) -> Policy:
+    """The policy object of a run (from `config_for`'s resolved config)."""
+    name = run_cfg.policy.name
+    return make_policy(name, run_cfg.policies[name], make_placement(run_cfg.placement.name, run_cfg.placement))
 
 
 def build_pattern(pattern: PatternConfig, seed: int) -> Pattern:
@@ -96,15 +116,16 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
     _clear(spec.run_dir)
     pattern_seed = cfg.seed + cfg.pattern.seed_offset  # see build_pattern
     write_manifest(spec.run_dir, Manifest(
-        run_id=f"{spec.pattern}/{spec.config}/{spec.rep}", experiment=cfg.experiment, pattern=spec.pattern,
-        config=spec.config, policy=spec.policy.value, btu_minutes=spec.btu_minutes, rep=spec.rep,
+        run_id=f"{spec.pattern}/{spec.config}/{spec.rep}", experiment=cfg.evaluation.name, pattern=spec.pattern,
+        config=spec.config, policy=spec.policy, btu_minutes=spec.btu_minutes, rep=spec.rep,
+        billing=run_cfg.evaluation.configurations[0].billing.value,
         seed=spec.seed, seeds={"run": spec.seed, "pattern": pattern_seed}, backend=cfg.backend.name.value,
         resolved_config=to_plain(run_cfg), code_revision=code_revision(), versions=package_versions(),
         started_at=utc_now(), status="running",
     ))
     try:
         pattern = build_pattern(run_cfg.pattern, cfg.seed)
-        policy = make_policy(run_cfg.policy)
+        policy = policy_for(run_cfg)
         if run_cfg.backend.name == BackendName.docker:
             from testbed.live.run import LiveRun
 

@@ -103,7 +103,7 @@ class LiveMonitor:
 
             redis = redis_lib.Redis.from_url(live.redis_url)
         return cls(topology, wiring, source, MetricsReader(redis, wiring.prefix, run_start_s),
-                   SnapshotSettings.from_config(cfg, btu_s), cfg.policy.samples)
+                   SnapshotSettings.from_config(cfg, btu_s), cfg.runtime.history)
 
     def read_depths(self) -> RunDepths:
         return self.depth_source.run_depths(self.wiring)

@@ -253,7 +253,7 @@ class LiveRun:
         hosts, instances = executor.views(0.0)
         snap = build_snapshot(0.0, self.topology.types, self.topology.operators,
                               counted(self.topology.operators, instances), {o: 0 for o in self.topology.operators},
-                              DurationWindows(self.topology.operators, self.cfg.policy.samples), executor.scalings,
+                              DurationWindows(self.topology.operators, self.cfg.runtime.history), executor.scalings,
                               hosts, instances, 0.0, SnapshotSettings.from_config(self.cfg, self.btu_s))
         executor.apply(0.0, initial_deployment(snap, self.cfg.runtime.initial_instances), immediate=True)
         deadline = self.wall() + self.DEPLOY_TIMEOUT_S

@@ -1,42 +1,23 @@
-"""The policy interface: a pure function of an immutable snapshot to a list of actions."""
+"""What every policy shares: the interface (re-exported from the registry) and the deployment every
+run starts from."""
 from __future__ import annotations
 
-from typing import List, Protocol
+from typing import List
 
-from testbed.config import PolicyConfig, PolicyName
-from testbed.model import Action, LeaseHost, OperatorType, ScaleUp, Snapshot
+from testbed.model import Action, LeaseHost, ScaleUp, Snapshot
+from testbed.placement.first_fit import FirstFit
 from testbed.policies.planning import Plan
+from testbed.policies.registry import Policy, make_policy
 
-
-class Policy(Protocol):
-    name: str
-
-    def decide(self, snapshot: Snapshot) -> List[Action]:
-        """Never sleeps, reads a clock or does I/O: everything it needs is in the snapshot."""
-        ...
-
-
-def make_policy(cfg: PolicyConfig) -> Policy:
-    from testbed.policies.btu import BtuPolicy
-    from testbed.policies.threshold import ThresholdPolicy
-
-    if cfg.name == PolicyName.threshold:
-        return ThresholdPolicy(cfg)
-    if cfg.name == PolicyName.btu:
-        return BtuPolicy(cfg)
-    raise ValueError(f"policy.name: {cfg.name.value!r} is a matrix, not one policy")
-
-
-def first_fit(plan: Plan, op: OperatorType) -> str | None:
-    return next((h.id for h in plan.candidate_hosts() if h.fits(op)), None)
+__all__ = ["Policy", "initial_deployment", "make_policy"]
 
 
 def initial_deployment(snapshot: Snapshot, instances_per_type: int = 1) -> List[Action]:
     """The deployment every run starts from: instances of each type, first fit on new hosts."""
-    plan, actions = Plan(snapshot), []  # type: tuple[Plan, List[Action]]
+    plan, actions, first_fit = Plan(snapshot), [], FirstFit()  # type: tuple[Plan, List[Action], FirstFit]
     for name, view in snapshot.operators.items():
         for _ in range(instances_per_type):
-            host = first_fit(plan, view.type)
+            host = first_fit.host_for(plan, view.type)
             if host is None:
                 host = plan.lease()
                 actions.append(LeaseHost(host, "initial deployment"))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from testbed.config import PolicyConfig, TriggerVariant, UtilityVariant
 from testbed.model import (
     Action,
     LeaseHost,
@@ -19,7 +19,52 @@ from testbed.model import (
     ScaleUp,
     Snapshot,
 )
-from testbed.policies.planning import Plan, PlanHost
+from testbed.placement.base import Placement
+from testbed.policies.planning import Plan
+from testbed.policies.registry import register_policy
+
+
+class UtilityVariant(str, Enum):
+    paper = "paper"  # 1 + W1*instances + W2*queueLoad - W3*delay - W4*scalings, delay=(d/slo)(1+P)
+    preprint = "preprint"  # W1*instances - W2*delay - W3*scalings + W4*queueLoad, delay=(d/slo)P
+
+
+class TriggerVariant(str, Enum):
+    paper = "paper"  # Algorithm 1: newest duration or its OLS trend above the SLO, and queue > scalingThreshold
+    visp2017 = "visp2017"  # as implemented: mean of the last N or a regression through the origin, or a long queue
+
+
+@dataclass
+class BtuParams:
+    """The BTU policy's parameters (the paper's configuration; the BTU length is billing's)."""
+
+    scaling_threshold: int = 50
+    samples: int = 5  # N durations in the regression
+    queue_load: float = 100.0  # QL
+    w1: float = 1.0
+    w2: float = 1.0
+    w3: float = 1.0
+    w4: float = 1.0
+    utility_variant: UtilityVariant = UtilityVariant.paper
+    release_window_fraction: float = 0.05  # of the BTU
+    release_window_min_s: float = 0.0  # VISP: 40 s; the reasoning interval is always a lower bound
+    removal_cap: float = 0.2  # share of a type's instances a release may remove
+    trigger_variant: TriggerVariant = TriggerVariant.paper
+    trigger_queue_alone: int = 250  # visp2017 trigger: queue > this scales up alone, twice with a slow mean
+    prolong_after_lease_s: float = 0.0  # VISP: 180 s; a due host is prolonged while any host is this young
+
+    def validate(self) -> None:
+        """Raises ValueError naming the field (the config prefixes it with `policies.btu.`)."""
+        if self.samples <= 0:
+            raise ValueError("samples: must be > 0")
+        if not 0 < self.removal_cap <= 1:
+            raise ValueError(f"removal_cap: must be in (0, 1], got {self.removal_cap}")
+        if self.trigger_queue_alone < self.scaling_threshold:
+            raise ValueError(f"trigger_queue_alone: must be >= scaling_threshold ({self.scaling_threshold})")
+        if self.prolong_after_lease_s < 0:
+            raise ValueError("prolong_after_lease_s: must be >= 0")
+        if not 0 <= self.release_window_fraction < 1:
+            raise ValueError("release_window_fraction: must be in [0, 1)")
 
 
 @dataclass(frozen=True)
@@ -77,18 +122,8 @@ def visp_upscaling_trigger(durations: Sequence[float], slo: float, queue: int, s
     return Trigger(up, mean, predicted, queue, reason, instances)
 
 
-def host_suitability(host: PlanHost, op: OperatorType, cache_factor: float) -> float:
-    """Algorithm 2: lower is better, -1 when the instance does not fit."""
-    f = min(host.cpu_free / op.cpu, host.memory_free / op.memory)
-    if f < 1:
-        return -1.0
-    diff = abs((host.cpu_free - op.cpu) / host.cpu - (host.memory_free - op.memory) / host.memory)
-    s = diff / f
-    return s * cache_factor if op.name in host.images else s
-
-
 def downscale_utility(
-    name: str, plan: Plan, queue: int, duration: Optional[float], penalty: float, cfg: PolicyConfig
+    name: str, plan: Plan, queue: int, duration: Optional[float], penalty: float, cfg: BtuParams
 ) -> float:
     """Algorithm 3: how suitable the type is for losing an instance; higher is better, < 0 never."""
     n = plan.n[name]
@@ -114,15 +149,17 @@ def release_window_s(fraction: float, minimum_s: float, btu_s: float, reasoning_
     return max(fraction * btu_s, minimum_s, reasoning_s)
 
 
-def release_window(cfg: PolicyConfig, btu_s: float, reasoning_s: float) -> float:
+def release_window(cfg: BtuParams, btu_s: float, reasoning_s: float) -> float:
     return release_window_s(cfg.release_window_fraction, cfg.release_window_min_s, btu_s, reasoning_s)
 
 
+@register_policy("btu", BtuParams, billing="own", placement="suitability")
 class BtuPolicy:
     name = "btu"
 
-    def __init__(self, cfg: PolicyConfig):
+    def __init__(self, cfg: BtuParams, placement: Placement):
         self.cfg = cfg
+        self.placement = placement
 
     def decide(self, snapshot: Snapshot) -> List[Action]:
         plan = Plan(snapshot)
@@ -192,9 +229,7 @@ class BtuPolicy:
         return self._best_host(plan, op), actions
 
     def _best_host(self, plan: Plan, op: OperatorType) -> Optional[str]:
-        scored = [(host_suitability(h, op, self.cfg.cache_factor), k, h.id) for k, h in enumerate(plan.candidate_hosts())]
-        fitting = [s for s in scored if s[0] >= 0]
-        return min(fitting)[2] if fitting else None
+        return self.placement.host_for(plan, op)
 
     def _utilities(self, snapshot: Snapshot, plan: Plan, names) -> Dict[str, float]:
         ops = snapshot.operators

@@ -54,7 +54,7 @@ class Simulation:
             self.topology, cfg.infrastructure, self.btu_s,
             price_per_btu(btu_minutes, cfg.billing.price_per_10_minutes), stream(seed, "cloud"),
         )
-        self.durations = DurationWindows(ops, cfg.policy.samples)
+        self.durations = DurationWindows(ops, cfg.runtime.history)
         self.snapshot_settings = SnapshotSettings.from_config(cfg, self.btu_s)
         self.service_s = {o: services[o].mean_ms / 1000.0 for o in ops}
         self._emitted_since_monitor = 0

@@ -21,7 +21,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from testbed.config import CONF_DIR, register, to_typed, validate  # noqa: E402
 from testbed.eventlog import EventLog  # noqa: E402
 from testbed.experiment import build_pattern, config_for, plan_runs, run_experiment  # noqa: E402
-from testbed.policies.base import make_policy  # noqa: E402
+from testbed.experiment import policy_for  # noqa: E402
 from testbed.sim.simulator import Simulation  # noqa: E402
 
 PATTERNS = ("stepwise", "two_level", "random_walk_1", "random_walk_2")
@@ -38,7 +38,7 @@ def one_run(out: Path, *overrides: str):
     run_cfg = config_for(cfg, spec)
     start = time.perf_counter()
     pattern = build_pattern(run_cfg.pattern, cfg.seed)
-    result = Simulation(run_cfg, make_policy(run_cfg.policy), pattern, spec.seed, spec.btu_minutes).run()
+    result = Simulation(run_cfg, policy_for(run_cfg), pattern, spec.seed, spec.btu_minutes).run()
     simulated = time.perf_counter() - start
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     log = EventLog(spec.run_dir)

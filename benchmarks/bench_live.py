@@ -37,7 +37,7 @@ from testbed.live.hostpool import HostPool  # noqa: E402
 from testbed.live.monitor import LiveMonitor  # noqa: E402
 from testbed.live.run import delete_wiring, operator_environment  # noqa: E402
 from testbed.model import InstanceState, LeaseHost, ScaleUp  # noqa: E402
-from testbed.policies.base import make_policy  # noqa: E402
+from testbed.experiment import config_for, plan_runs, policy_for  # noqa: E402
 from testbed.topology import Topology  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +127,7 @@ def bench_cycle(policy_name: str) -> None:
         fill(cfg, wiring, topology)
         time.sleep(6)  # one management statistics refresh
         monitor = LiveMonitor.from_config(cfg, topology, wiring, time.time() - 15, 600.0)
-        policy = make_policy(cfg.policy)
+        policy = policy_for(config_for(cfg, plan_runs(cfg)[0]))
         cycle, decide, refresh = [], [], []
         for _ in range(CYCLES):
             a = time.perf_counter()

@@ -3,7 +3,8 @@
 Renders IMAGES displays of the provider's machines (all statuses, as the provider draws them) and
 runs O1 on each, one at a time: prints the wall time per image (tesseract process + parse; mean,
 median, p90, max), the CPU time of the tesseract children per image, and how many images were
-read back exactly. The original operator spent ~450 ms per image (visp-reference-behaviour.md).
+read back exactly. The original operator spent ~450 ms per image
+(docs/papers/btu-provisioning.md#visp-operators).
 
     .venv/bin/python benchmarks/bench_ocr.py [IMAGES=40]
 """

@@ -1,9 +1,10 @@
 """The simulator's unknowns: values the paper never published, as a search space over config keys.
 
 Each parameter sets one or more keys of the experiment config (testbed/config.py) and is searched
-within bounds chosen from what the papers and visp-reference-behaviour.md say about the original
-system. Values are rounded to three significant digits before use, so a written profile holds
-exactly the values that were evaluated.
+within bounds chosen from what the papers and the description of the original system
+(docs/papers/btu-provisioning.md#original-visp-implementation) say about it. Values are rounded to
+three significant digits before use, so a written profile holds exactly the values that were
+evaluated.
 """
 from __future__ import annotations
 

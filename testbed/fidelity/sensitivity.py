@@ -58,8 +58,9 @@ def _flatten(node: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
 
 # Keys that form one behaviour and are switched together (the thresholds only make sense as a set).
 BEHAVIOUR_GROUPS: Dict[str, str] = {
-    "policy.up_threshold": "thresholds", "policy.up2_threshold": "thresholds", "policy.down_threshold": "thresholds",
-    "policy.trigger_variant": "trigger", "policy.trigger_queue_alone": "trigger",
+    "policies.threshold.up_threshold": "thresholds", "policies.threshold.up2_threshold": "thresholds",
+    "policies.threshold.down_threshold": "thresholds",
+    "policies.btu.trigger_variant": "trigger", "policies.btu.trigger_queue_alone": "trigger",
 }
 
 

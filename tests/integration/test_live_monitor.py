@@ -167,7 +167,7 @@ def test_monitor_observes_builds_snapshots_and_event_log_rows(wired, rabbitmq_ur
     topology = Topology.from_config(cfg.topology)
     settings = SnapshotSettings.from_config(cfg, 600.0)
     monitor = LiveMonitor(topology, wiring, ManagementClient(MANAGEMENT_URL, rabbitmq_url),
-                          MetricsReader(redis_client, unique_prefix, RUN_START), settings, cfg.policy.samples)
+                          MetricsReader(redis_client, unique_prefix, RUN_START), settings, cfg.runtime.history)
     ops = topology.operators
     instances = tuple(
         InstanceView(f"c{i}", ops[i % len(ops)], f"h{i % 10}", InstanceState.running, 0.0) for i in range(100)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.config import PolicyConfig, PolicyName, UtilityVariant
+from testbed.placement.base import PlacementConfig
+from testbed.placement.suitability import host_suitability
 from testbed.model import OperatorType
-from testbed.policies.btu import downscale_utility, host_suitability, release_window, upscaling_trigger
+from testbed.policies.btu import BtuParams, UtilityVariant, downscale_utility, release_window, upscaling_trigger
 from testbed.policies.planning import Plan
 
 from tests.unit.policy_fixtures import World, plan_host
@@ -96,7 +97,7 @@ CF = 0.01
 
 
 def test_cache_factor_default():
-    assert PolicyConfig().cache_factor == 0.01
+    assert PlacementConfig().cache_factor == 0.01
 
 
 @pytest.mark.parametrize(
@@ -140,10 +141,10 @@ def test_suitability_does_not_fit(cpu_free, memory_free):
 P = 0.0001
 
 
-def _utility(world: World, name: str, cfg: PolicyConfig | None = None, penalty: float = P) -> float:
+def _utility(world: World, name: str, cfg: BtuParams | None = None, penalty: float = P) -> float:
     snap = world.snapshot()
     view = snap.operators[name]
-    return downscale_utility(name, Plan(snap), view.queue, view.duration, penalty, cfg or PolicyConfig())
+    return downscale_utility(name, Plan(snap), view.queue, view.duration, penalty, cfg or BtuParams())
 
 
 def _three_types() -> World:
@@ -206,20 +207,20 @@ def test_utility_queue_load_only_below_one(queue, expected):
 
 
 def test_utility_weights_paper():
-    cfg = PolicyConfig(w1=2, w2=3, w3=5, w4=7)
+    cfg = BtuParams(w1=2, w2=3, w3=5, w4=7)
     # B: 1 + W1*(1/3) + W2*100 - W3*2.0002 - W4*0.25
     assert _utility(_three_types(), "B", cfg) == pytest.approx(1 + 2 / 3 + 300 - 5 * 2.0002 - 7 * 0.25)
 
 
 def test_utility_preprint_variant():
-    cfg = PolicyConfig(utility_variant=UtilityVariant.preprint)
+    cfg = BtuParams(utility_variant=UtilityVariant.preprint)
     w = _three_types()
     # A: W1*1 - W2*(500/1000)*0.0001 - W3*3/4 + W4*0 = 1 - 0.00005 - 0.75 = 0.24995 (no constant 1)
     assert _utility(w, "A", cfg) == pytest.approx(0.24995)
     # B: 1/3 - (1000/500)*0.0001 - 1/4 + 100
     assert _utility(w, "B", cfg) == pytest.approx(1 / 3 - 0.0002 - 0.25 + 100)
     assert _utility(w, "C", cfg) == -1
-    weighted = PolicyConfig(utility_variant=UtilityVariant.preprint, w1=2, w2=3, w3=5, w4=7)
+    weighted = BtuParams(utility_variant=UtilityVariant.preprint, w1=2, w2=3, w3=5, w4=7)
     # B: W1*(1/3) - W2*0.0002 - W3*0.25 + W4*100
     assert _utility(w, "B", weighted) == pytest.approx(2 / 3 - 3 * 0.0002 - 5 * 0.25 + 700)
 
@@ -231,7 +232,7 @@ def test_utility_follows_the_plan():
     plan.n["A"] = 3  # as if one A had been removed: n 3, scalings 4, sum 5
     plan.scalings["A"] = 4
     # 1 + (3-1)/(3-1) + 0 - 0.50005 - 4/5 = 0.69995
-    assert downscale_utility("A", plan, 10, 500.0, P, PolicyConfig()) == pytest.approx(0.69995)
+    assert downscale_utility("A", plan, 10, 500.0, P, BtuParams()) == pytest.approx(0.69995)
 
 
 # -- release window (§8 Decision) --------------------------------------------------------------
@@ -248,5 +249,5 @@ def test_utility_follows_the_plan():
     ],
 )
 def test_release_window(btu_s, reasoning_s, min_s, expected):
-    cfg = PolicyConfig(name=PolicyName.btu, release_window_min_s=min_s)
+    cfg = BtuParams(release_window_min_s=min_s)
     assert release_window(cfg, btu_s, reasoning_s) == pytest.approx(expected)

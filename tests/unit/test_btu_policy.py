@@ -8,7 +8,6 @@ import copy
 
 import pytest
 
-from testbed.config import PolicyConfig, PolicyName
 from testbed.model import (
     NEW_HOST_PREFIX,
     LeaseHost,
@@ -18,15 +17,15 @@ from testbed.model import (
     ScaleDown,
     ScaleUp,
 )
-from testbed.policies.btu import BtuPolicy
+from testbed.policies.btu import BtuParams, BtuPolicy
 
 from tests.unit.policy_fixtures import World, kinds
 
-CFG = PolicyConfig(name=PolicyName.btu)
+CFG = BtuParams()
 T = 1000.0
 
 
-def decide(world: World, cfg: PolicyConfig = CFG):
+def decide(world: World, cfg: BtuParams = CFG):
     return BtuPolicy(cfg).decide(world.snapshot())
 
 

@@ -24,7 +24,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_experiment_runs_the_matrix_and_prints_the_summary(tmp_path):
     out = tmp_path / "runs"
-    proc = run_cli("experiment", "pattern=two_level", "policy.scaling_threshold=100", "reps=1",
+    proc = run_cli("experiment", "pattern=two_level", "policies.btu.scaling_threshold=100", "reps=1",
                    "duration_min=10", f"out={out}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     for config in ("threshold", "btu-10", "btu-30", "btu-60"):

@@ -10,7 +10,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
-from testbed.config import ConfigError, PolicyName
+from testbed.config import ConfigError
 from testbed.experiment import plan_runs
 from tests.conftest import compose_config
 
@@ -31,13 +31,27 @@ def test_default_is_the_paper_matrix_for_stepwise():
 def test_one_configuration_and_top_level_keys():
     cfg = compose_config("policy=btu", "billing.btu_minutes=10", "reps=1", "out=/tmp/x", "pattern=two_level")
     [spec] = plan_runs(cfg)
-    assert (spec.config, spec.policy, spec.btu_minutes) == ("btu-10", PolicyName.btu, 10)
+    assert (spec.config, spec.policy, spec.btu_minutes) == ("btu-10", "btu", 10)
     assert spec.run_dir == Path("/tmp/x/two_level/btu-10/1")
-    assert compose_config("pattern=two_level", "policy.scaling_threshold=100").policy.scaling_threshold == 100
+    cfg = compose_config("pattern=two_level", "policies.btu.scaling_threshold=100")
+    assert cfg.policies["btu"].scaling_threshold == 100
+    [spec] = plan_runs(compose_config("policy=threshold", "reps=1"))
+    assert (spec.config, spec.policy, spec.btu_minutes) == ("threshold", "threshold", 60)
+
+
+def test_evaluation_names_its_configurations_and_defaults():
+    cfg = compose_config()
+    assert cfg.evaluation.name == "btu" and cfg.profile == "paper_calibrated"  # the calibrated profile by default
+    assert [(c.name, c.policy, c.billing.value, c.btu_minutes) for c in cfg.evaluation.configurations] == [
+        ("threshold", "threshold", "rebill", None), ("btu-10", "btu", "own", 10), ("btu-30", "btu", "own", 30),
+        ("btu-60", "btu", "own", 60)]
+    assert cfg.evaluation.workloads == ["stepwise", "two_level", "random_walk_1", "random_walk_2"]
+    assert [s.config for s in plan_runs(compose_config("profile=preprint", "reps=1"))] == ["threshold", "btu-10"]
+    assert [s.config for s in plan_runs(compose_config("evaluation.only=[btu-30]", "reps=1"))] == ["btu-30"]
 
 
 def test_paper_values_are_configuration():
-    cfg = compose_config()
+    cfg = compose_config("profile=paper")
     ops = cfg.topology.operators
     assert sorted(ops) == [f"O{i}" for i in range(1, 10)]
     assert (ops["O1"].slo_ms, ops["O1"].cpu_shares, ops["O1"].memory_mb, ops["O1"].image_mb) == (1500, 660, 452, 89)
@@ -45,14 +59,14 @@ def test_paper_values_are_configuration():
     assert ops["O1"].downstream == ["O3", "O4", "O5"]
     assert (cfg.infrastructure.host_cpu_shares, cfg.infrastructure.host_memory_mb) == (4096, 7168)
     assert (cfg.billing.price_per_10_minutes, cfg.billing.penalty_per_item) == (1.0, 0.0001)
-    p = cfg.policy
+    p, b = cfg.policies["threshold"], cfg.policies["btu"]
     assert (p.up_threshold, p.up2_threshold, p.down_threshold) == (50, 250, 1)
-    assert (p.scaling_threshold, p.samples, p.cache_factor, p.queue_load) == (50, 5, 0.01, 100)
+    assert (b.scaling_threshold, b.samples, cfg.placement.cache_factor, b.queue_load) == (50, 5, 0.01, 100)
 
 
 @pytest.mark.parametrize("profile, thresholds", [("paper", (50, 250, 1)), ("preprint", (250, 1000, 1)), ("visp2017", (250, 1250, 20))])
 def test_profiles_set_thresholds(profile, thresholds):
-    p = compose_config(f"profile={profile}").policy
+    p = compose_config(f"profile={profile}").policies["threshold"]
     assert (p.up_threshold, p.up2_threshold, p.down_threshold) == thresholds
 
 
@@ -60,13 +74,13 @@ def test_profile_details_and_command_line_wins():
     pre = compose_config("profile=preprint")
     assert (pre.infrastructure.host_cpu_shares, pre.infrastructure.host_memory_mb) == (3072, 5120)
     assert pre.topology.operators["O1"].slo_ms == 900 and pre.runtime.reasoning_s == 20
-    visp = compose_config("profile=visp2017", "policy.down_threshold=5")
-    assert visp.runtime.measurement.value == "seconds_truncated" and visp.policy.down_threshold == 5
+    visp = compose_config("profile=visp2017", "policies.threshold.down_threshold=5")
+    assert visp.runtime.measurement.value == "seconds_truncated" and visp.policies["threshold"].down_threshold == 5
 
 
 def test_misspelt_key_is_named():
     with pytest.raises(ConfigCompositionException) as err:
-        compose_config("policy.scaling_treshold=100")
+        compose_config("policies.btu.scaling_treshold=100")
     assert "scaling_treshold" in str(err.value)
 
 
@@ -85,7 +99,14 @@ def test_unknown_pattern_is_named():
 @pytest.mark.parametrize("override, key", [
     ("billing.btu_minutes=0", "billing.btu_minutes"),
     ("reps=0", "reps"),
-    ("policy.up2_threshold=10", "policy.up2_threshold"),
+    ("policies.threshold.up2_threshold=10", "policies.threshold.up2_threshold"),
+    ("policies.btu.removal_cap=2", "policies.btu.removal_cap"),
+    ("policy.name=nosuch", "policy.name"),
+    ("evaluation.only=[btu-7]", "evaluation.only[0]"),
+    ("evaluation.configurations.1.policy=nosuch", "evaluation.configurations[1].policy"),
+    ("+evaluation.configurations.1.params.samples=0", "evaluation.configurations[1].params.samples"),
+    ("+evaluation.configurations.1.params.samplez=3", "evaluation.configurations[1].params"),
+    ("placement.name=nosuch", "placement.name"),
     ("infrastructure.lease_delay_s=[60,30]", "infrastructure.lease_delay_s"),
     ("topology.operators.O1.cpu_shares=5000", "topology.operators.O1"),
     ("topology.operators.O2.downstream=[O42]", "topology.operators.O2.downstream"),

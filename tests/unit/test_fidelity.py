@@ -118,7 +118,7 @@ def test_calibration_is_reproducible_and_its_profile_loads(tmp_path):
     loaded = compose_experiment(["profile=tiny_calibrated"], conf_a)
     assert loaded.profile == "tiny_calibrated"
     assert current_values(loaded) == a.best.values
-    assert loaded.policy.up2_threshold == 1250  # from visp2017
+    assert loaded.policies["threshold"].up2_threshold == 1250  # from visp2017
     assert loaded == compose_experiment(["profile=visp2017", *to_overrides(a.best.values), "profile=tiny_calibrated"], conf_a)
     record = pd.read_csv(a.record_paths[0])
     assert list(record["trial"]) == [0, 1] and record["distance"].min() == pytest.approx(a.best.distance)
@@ -129,20 +129,22 @@ def test_committed_calibrated_profile_composes():
     if not path.is_file():
         pytest.skip("no calibrated profile yet (testbed calibrate writes it)")
     cfg = compose_experiment(["profile=paper_calibrated", "pattern=two_level"])
-    assert cfg.profile == "paper_calibrated" and cfg.policy.up_threshold == 250
+    assert cfg.profile == "paper_calibrated" and cfg.policies["threshold"].up_threshold == 250
     assert isinstance(cfg.runtime.measurement, Measurement)
 
 
 def test_behaviour_variants_toggle_each_visp_switch():
     variants = {v.name: v for v in behaviour_variants("visp2017", "stepwise")}
-    assert set(variants) == {"thresholds", "trigger", "policy.release_window_min_s", "policy.prolong_after_lease_s",
+    assert set(variants) == {"thresholds", "trigger", "policies.btu.release_window_min_s", "policies.btu.prolong_after_lease_s",
                              "runtime.measurement", "runtime.sampling"}
-    assert variants["thresholds"].overrides == ("policy.down_threshold=1", "policy.up2_threshold=250",
-                                                "policy.up_threshold=50")
+    assert variants["thresholds"].overrides == ("policies.threshold.down_threshold=1",
+                                                "policies.threshold.up2_threshold=250",
+                                                "policies.threshold.up_threshold=50")
     assert variants["runtime.measurement"].overrides == ("runtime.measurement=milliseconds",)
     on = {v.name: v for v in behaviour_variants("paper", "stepwise")}
-    assert on["thresholds"].overrides == ("policy.down_threshold=20", "policy.up2_threshold=1250",
-                                          "policy.up_threshold=250")
+    assert on["thresholds"].overrides == ("policies.threshold.down_threshold=20",
+                                          "policies.threshold.up2_threshold=1250",
+                                          "policies.threshold.up_threshold=250")
     assert on["trigger"].label == "on (visp2017)"
     for v in [*variants.values(), *on.values()]:  # every toggled profile is a valid config
         compose_experiment(["profile=visp2017", *v.overrides])

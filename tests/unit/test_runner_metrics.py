@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from operators.metrics import Metrics, duration_ms
+from operators.metrics import BusyTime, Metrics, duration_ms
 
 
 def test_milliseconds_is_completion_minus_the_upstream_send_time():
@@ -34,3 +34,70 @@ def test_counters_accumulate_into_totals():
     m.processed()
     m.dead()
     assert (m.totals.processed, m.totals.dead) == (4, 1)
+
+
+class Clock:
+    def __init__(self, t: float = 0.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_busy_time_is_split_exactly_at_each_take_and_summed_over_slots():
+    clock = Clock()
+    busy = BusyTime(clock)
+    busy.start(0)
+    clock.t = 1.0
+    assert busy.take() == 1.0  # slot 0 busy for the whole interval
+    busy.start(1)
+    clock.t = 1.5
+    busy.stop(0)
+    clock.t = 3.0
+    assert busy.take() == 0.5 + 2.0  # slot 0 until it stopped, slot 1 since it started
+    busy.stop(1)
+    assert busy.take() == 0.0 and busy.busy_slots() == 0
+
+
+class Pipe:
+    """Records a metrics flush (a redis pipeline's xadd / hincrby)."""
+
+    def __init__(self, fail: bool = False):
+        self.fail = fail
+        self.entries = []
+
+    def pipeline(self, transaction=False):
+        return self
+
+    def xadd(self, _stream, fields):
+        self.entries.append(fields)
+
+    def hincrby(self, *_args):
+        pass
+
+    def execute(self):
+        if self.fail:
+            raise ConnectionError("Redis away")
+
+
+def test_count_entries_carry_emitted_and_busy_ms_since_the_previous_one():
+    m = Metrics("p", "O3", "i", clock=lambda: 5.0)
+    clock = Clock()
+    m.busy = BusyTime(clock)
+    m.busy.start(0)
+    clock.t = 0.2004
+    m.busy.stop(0)
+    m.processed(2, emitted=6)
+    assert m.flush(Pipe(fail=True)) is False  # kept for the next flush
+    m.processed(1, emitted=3)
+    m.busy.start(0)  # still busy at the flush: counted up to it
+    clock.t = 0.5
+    redis = Pipe()
+    assert m.flush(redis) is True
+    [count] = redis.entries
+    assert (count["processed"], count["emitted"], count["busy_ms"], count["dead"]) == (3, 9, 500, 0)
+    clock.t = 0.7  # 0.2 s more and the 0.4 ms not written before
+    redis = Pipe()
+    m.flush(redis)
+    assert redis.entries[0]["busy_ms"] == 200 and redis.entries[0]["emitted"] == 0
+    assert (m.totals.processed, m.totals.emitted) == (3, 9) and m.busy_total_s == pytest.approx(0.7)

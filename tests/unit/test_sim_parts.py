@@ -16,7 +16,7 @@ from tests.unit.test_simulator import frame, simulate
 
 @pytest.fixture
 def cluster():
-    cfg = compose_config()
+    cfg = compose_config("profile=paper")  # the paper's infrastructure values, not the calibrated ones
     return SimCluster(Topology.from_config(cfg.topology), cfg.infrastructure, btu_s=600.0, price_per_btu=1.0,
                       rng=np.random.default_rng(5))
 

@@ -7,9 +7,8 @@ import pandas as pd
 import pytest
 
 from testbed.eventlog import TABLES, EventLog, read_manifest
-from testbed.experiment import build_pattern, config_for, execute, plan_runs
+from testbed.experiment import build_pattern, config_for, execute, plan_runs, policy_for
 from testbed.model import Action, ReleaseHost, Snapshot
-from testbed.policies.base import make_policy
 from testbed.policies.btu import release_window
 from testbed.sim.simulator import Simulation
 from tests.conftest import compose_config
@@ -33,7 +32,7 @@ def simulate(*overrides: str, seed: int = 7):
     cfg = compose_config("reps=1", *overrides)
     [spec] = plan_runs(cfg)
     run_cfg = config_for(cfg, spec)
-    policy = Recording(make_policy(run_cfg.policy))
+    policy = Recording(policy_for(run_cfg))
     pattern = build_pattern(run_cfg.pattern, cfg.seed)
     result = Simulation(run_cfg, policy, pattern, seed, spec.btu_minutes).run()
     return result, policy, run_cfg
@@ -76,7 +75,7 @@ def test_btu_policy_releases_only_inside_the_release_window(btu_run):
     _, policy, cfg = btu_run
     releases = 0
     for snapshot, actions in policy.calls:
-        window = release_window(cfg.policy, snapshot.btu_s, snapshot.reasoning_s)
+        window = release_window(cfg.policies["btu"], snapshot.btu_s, snapshot.reasoning_s)
         for a in actions:
             if isinstance(a, ReleaseHost):
                 releases += 1

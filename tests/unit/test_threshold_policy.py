@@ -6,18 +6,17 @@ import copy
 
 import pytest
 
-from testbed.config import PolicyConfig, PolicyName
 from testbed.model import NEW_HOST_PREFIX, LeaseHost, ReleaseHost, ScaleDown, ScaleUp
-from testbed.policies.threshold import ThresholdPolicy
+from testbed.policies.threshold import ThresholdParams, ThresholdPolicy
 
 from tests.conftest import compose_config
 from tests.unit.policy_fixtures import World, kinds
 
-CFG = PolicyConfig(name=PolicyName.threshold)  # 50 / 250 / 1
+CFG = ThresholdParams()  # 50 / 250 / 1
 T = 1000.0
 
 
-def decide(world: World, cfg: PolicyConfig = CFG):
+def decide(world: World, cfg: ThresholdParams = CFG):
     return ThresholdPolicy(cfg).decide(world.snapshot())
 
 
@@ -127,7 +126,7 @@ def test_threshold_ignores_the_btu():
     assert decide(w) == []
 
 
-VISP = PolicyConfig(name=PolicyName.threshold, up_threshold=250, up2_threshold=1250, down_threshold=20)
+VISP = ThresholdParams(up_threshold=250, up2_threshold=1250, down_threshold=20)
 
 
 @pytest.mark.parametrize(
@@ -147,7 +146,7 @@ def test_profile_thresholds_250_1250_20(queue, n, expected):
 
 
 def test_visp2017_profile_reaches_the_policy():
-    cfg = compose_config("profile=visp2017").policy
+    cfg = compose_config("profile=visp2017").policies["threshold"]
     assert kinds(decide(_one_type(251), cfg)) == ["scale_up"]
     assert kinds(decide(_one_type(19, 2), cfg)) == ["scale_down"]
     assert kinds(decide(_one_type(1251), cfg)) == ["scale_up", "scale_up"]

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.config import PolicyConfig, PolicyName, TriggerVariant
 from testbed.model import ProlongHost, ScaleUp
-from testbed.policies.btu import BtuPolicy, visp_upscaling_trigger
+from testbed.policies.btu import BtuParams, BtuPolicy, TriggerVariant, visp_upscaling_trigger
 
 from tests.unit.policy_fixtures import World, kinds
 
@@ -36,10 +35,10 @@ def test_policy_starts_two_instances_on_a_slow_operator_with_a_long_queue():
     w = World(t=1000.0)
     w.op("A", cpu=512, memory=1024, slo_ms=700, queue=300, durations=(1000.0,) * 5)
     w.host("h1", "A")
-    cfg = PolicyConfig(name=PolicyName.btu, trigger_variant=TriggerVariant.visp2017)
+    cfg = BtuParams(trigger_variant=TriggerVariant.visp2017)
     actions = BtuPolicy(cfg).decide(w.snapshot())
     assert kinds(actions) == ["scale_up", "scale_up"] and all(isinstance(a, ScaleUp) for a in actions)
-    paper = BtuPolicy(PolicyConfig(name=PolicyName.btu)).decide(w.snapshot())
+    paper = BtuPolicy(BtuParams()).decide(w.snapshot())
     assert kinds(paper) == ["scale_up"]  # Algorithm 1 starts one
 
 
@@ -49,7 +48,7 @@ def test_due_host_prolonged_while_a_recent_lease_is_young(young_age, prolonged):
     w.op("A", cpu=512, memory=1024)
     w.host("old", "A", btu_end=1020.0, leased_at=420.0)  # 20 s left: in the 60 s window
     w.host("new", "A", leased_at=1000.0 - young_age)
-    cfg = PolicyConfig(name=PolicyName.btu, prolong_after_lease_s=180.0)
+    cfg = BtuParams(prolong_after_lease_s=180.0)
     actions = BtuPolicy(cfg).decide(w.snapshot())
     if prolonged:
         assert kinds(actions) == ["prolong"] and isinstance(actions[0], ProlongHost) and actions[0].host == "old"

@@ -103,7 +103,7 @@ def test_service_noise_has_the_configured_mean_and_cv():
 
 
 def test_cpu_contention_slows_a_crowded_host():
-    common = ("policy=threshold", "pattern=constant", "pattern.levels=[8]", "duration_min=8")
+    common = ("policy=threshold", "profile=paper", "pattern=constant", "pattern.levels=[8]", "duration_min=8")
     free, _, _ = simulate(*common)
     crowded, _, _ = simulate(*common, "backend.cpu_contention=true")
     o1 = lambda r: frame(r, "samples").query("operator == 'O1'").duration_ms.mean()  # noqa: E731

@@ -4,7 +4,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-PATTERN ?= stepwise
+# EVAL: an evaluation (testbed evaluations lists them; default btu); WORKLOAD (or PATTERN): one of its
+# workloads, default the evaluation's first.
+EVAL    ?=
+WORKLOAD ?= $(PATTERN)
+PATTERN ?=
 POLICY  ?=
 BTU     ?=
 REPS    ?=
@@ -16,11 +20,12 @@ SCALE   ?=
 ARGS    ?=
 # `make report`: the runs folder to report (default: the pattern's folder) and report overrides,
 # e.g. REPORT_ARGS="spark.master=spark://host:7077 out=/tmp/report"
-RUNS        ?= $(or $(OUT),runs)/$(PATTERN)
+RUNS        ?= $(or $(OUT),runs)/$(or $(WORKLOAD),stepwise)
 REPORT_ARGS ?=
 
 # Make variables -> Hydra overrides (only those given).
-OVERRIDES := pattern=$(PATTERN) \
+OVERRIDES := $(if $(EVAL),evaluation=$(EVAL)) \
+	$(if $(WORKLOAD),pattern=$(WORKLOAD)) \
 	$(if $(POLICY),policy=$(POLICY)) \
 	$(if $(BTU),billing.btu_minutes=$(BTU)) \
 	$(if $(REPS),reps=$(REPS)) \
@@ -43,7 +48,7 @@ $(STAMP): pyproject.toml
 
 experiment: $(STAMP)
 	$(BIN)/testbed experiment $(OVERRIDES)
-	$(BIN)/testbed report $(or $(OUT),runs)/$(PATTERN) $(REPORT_ARGS)
+	$(BIN)/testbed report $(or $(OUT),runs)/$(or $(WORKLOAD),$$($(BIN)/testbed evaluations $(or $(EVAL),btu) workload)) $(REPORT_ARGS)
 
 report: $(STAMP)
 	$(BIN)/testbed report $(RUNS) $(REPORT_ARGS)

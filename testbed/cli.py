@@ -1,6 +1,7 @@
 """The `testbed` command.
 
     testbed experiment [OVERRIDES...]   run an experiment (Hydra: key=value overrides, -m for sweeps)
+    testbed evaluations                  the published evaluations (evaluation=<name>) and their configurations
     testbed patterns plot [PNG] [MINUTES] plot every configured arrival pattern (the paper's Fig. 7)
     testbed summary RUNS_DIR             the summary table of the runs below a folder
     testbed provider run [OVERRIDES...]  run the data provider (e.g. pattern=stepwise duration=10m transport=rabbitmq)
@@ -102,7 +103,13 @@ def fidelity(argv: List[str]) -> int:
     return fidelity_main(argv)
 
 
-COMMANDS = {"experiment": experiment, "patterns": patterns, "summary": summary, "report": report,
+def evaluations(argv: List[str]) -> int:
+    from testbed.evaluations import main as evaluations_main
+
+    return evaluations_main(argv)
+
+
+COMMANDS = {"experiment": experiment, "evaluations": evaluations, "patterns": patterns, "summary": summary, "report": report,
             "provider": provider, "calibrate": calibrate, "fidelity": fidelity}
 
 

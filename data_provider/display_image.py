@@ -1,6 +1,6 @@
 """The production display image: render a ProductionRecord as an 850×300 PNG and read it back.
 
-The image is what VISP's provider sent (visp-reference-behaviour.md "Data provider"): white
+The image is what VISP's provider sent (docs/papers/btu-provisioning.md#visp-data-provider): white
 background, black text, eight lines ``key  :  value`` (machine id, machine type, location,
 produced units, defective units, planned production time, status, timestamp), ~12 kB.
 

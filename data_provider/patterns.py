@@ -1,4 +1,5 @@
-"""Arrival patterns: the number of active machines (data sources) over time (spec §11).
+"""Arrival patterns: the number of active machines (data sources) over time
+(docs/workloads.md#btu-arrival-patterns).
 
 A pattern is a pure function of the time since the run's start, shared by the simulator and the
 live data provider. Three kinds exist:

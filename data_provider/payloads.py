@@ -1,5 +1,6 @@
-"""Seeded sensor payloads of one simulated manufacturing machine (spec §2, plausible values as
-visp-reference-behaviour.md "Data provider" asks).
+"""Seeded sensor payloads of one simulated manufacturing machine
+(docs/papers/btu-provisioning.md#sources), with plausible values, unlike the original provider's
+(docs/papers/btu-provisioning.md#visp-data-provider).
 
 Each machine has its own named RNG streams (``provider.<machine>.<kind>`` from the run seed), so a
 machine's readings do not depend on how many other machines are active, and adding a stream never

@@ -18,7 +18,8 @@ trap 'rm -rf "$root"' EXIT
 debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
   "$SUITE" "$root" "$MIRROR" >/tmp/testbed-debootstrap.log 2>&1 \
   || { echo "debootstrap failed; see /tmp/testbed-debootstrap.log" >&2; exit 1; }
-# Trust the machine's CA bundle so pip inside builds reaches the package index (ARCHITECTURE.md).
+# Trust the machine's CA bundle so pip inside builds reaches the package index
+# (docs/architecture.md#running-services-without-a-registry).
 cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
 tar -C "$root" -c . | docker import \

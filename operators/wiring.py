@@ -5,7 +5,7 @@ Derived from the topology config (``topology.sources`` and ``topology.operators`
 without repeating it. All names start with a configurable prefix (the run id), so parallel runs on
 one broker never collide.
 
-RabbitMQ (the visp layout, visp-reference-behaviour.md "Operators"):
+RabbitMQ (the visp layout, docs/papers/btu-provisioning.md#visp-operators):
 
 * every producer (a source or an operator type) publishes to its own durable **fanout** exchange
   ``<prefix>.<producer>``;

@@ -1,4 +1,6 @@
-"""Billing per started BTU (spec §10, §12). Pure functions, shared by simulator, runtime and reports."""
+"""Billing per started BTU: prices in docs/papers/btu-provisioning.md#evaluation-configuration,
+resource cost in docs/papers/btu-provisioning.md#metrics. Pure functions, shared by simulator,
+runtime and reports."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""The event log of one run: the only module that knows its schema (ARCHITECTURE.md, "Event log").
+"""The event log of one run: the only module that knows its schema (described in docs/event-log.md).
 
 A run folder holds `manifest.json` and one Parquet file per table. Times are float64 seconds since
 the run's start. Reports read run folders only through this module, so a schema change happens

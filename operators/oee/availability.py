@@ -1,5 +1,5 @@
 """O4 "calculate availability": (total − scheduled downtime − unscheduled downtime) / total,
-cumulative per machine (spec §2).
+cumulative per machine (docs/papers/btu-provisioning.md#operators).
 
 Per production record (one reporting cycle of ``reporting_cycle_s``, 60 s): total time += the
 cycle; scheduled downtime += the cycle minus the planned production time (the provider plans 0 s

@@ -1,6 +1,6 @@
 """O1 "parse and distribute": OCR of a machine's production display image (tesseract), parse its
 fields, and publish one ``production_record`` to O1's fanout exchange, which copies it to O3, O4
-and O5 (so one emission here is the spec's 1:3).
+and O5 (so one emission here is the 1:3 of docs/papers/btu-provisioning.md#operators).
 
 Input: ``production`` items of S2 (payload ``png_b64``, ``operators.envelope.image_payload``).
 Output: one ``production_record`` (``records.ProductionRecord``), id ``<input id>/<op>``, with

@@ -1,5 +1,5 @@
 """O3 "calculate performance": performance = produced × idealProductionTime / reportingCycle
-(spec §2), per production record; stateless.
+(docs/papers/btu-provisioning.md#operators), per production record; stateless.
 
 idealProductionTime is the ideal time per unit of the machine's type (``ideal_cycle_s``, by
 machine type). The default, 1.2 s for every type, is the provider's production model

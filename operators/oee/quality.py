@@ -1,4 +1,5 @@
-"""O5 "calculate quality": (produced − defective) / produced, cumulative per machine (spec §2).
+"""O5 "calculate quality": (produced − defective) / produced, cumulative per machine
+(docs/papers/btu-provisioning.md#operators).
 
 The counters ``produced`` and ``defective`` (units) are kept in Redis and applied once per input
 (``operators.oee.cumulative_counters``: hash ``<prefix>:<op>:machine:<machine_id>``,

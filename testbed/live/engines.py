@@ -67,7 +67,7 @@ class ContainerSpec:
     image: str
     environment: Mapping[str, str]
     labels: Mapping[str, str]
-    cpu_shares: int  # relative CPU weight, 1024 = one core (spec §2)
+    cpu_shares: int  # relative CPU weight, 1024 = one core (docs/papers/btu-provisioning.md#operators)
     memory_mb: int  # soft reservation, no hard limit (VISP behaviour)
     network_mode: str
     cgroup_parent: str = ""  # the logical host's cgroup (HostHolder), "" = the engine's default

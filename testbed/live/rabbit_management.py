@@ -1,11 +1,12 @@
 """Queue depths of a run from RabbitMQ: the management HTTP API (ready + unacknowledged, one request
 for all of a run's queues) and, as an exact alternative, AMQP passive declares (ready only).
 
-Which one the snapshot uses, and why: the **management API**. Spec §3 defines an operator's queue
-as ready + unacknowledged, which only the management API reports (a passive ``queue_declare``
-returns ``message_count`` = ready messages only, so the items held by instances under their
-prefetch, up to instances × prefetch, would be missing), it is what the original system read
-(visp-reference-behaviour.md "Runtime"), and one HTTP request covers every queue of the run.
+Which one the snapshot uses, and why: the **management API**. An operator's queue is ready +
+unacknowledged (docs/papers/btu-provisioning.md#what-a-policy-sees), which only the management
+API reports (a passive ``queue_declare`` returns ``message_count`` = ready messages only, so the
+items held by instances under their prefetch, up to instances × prefetch, would be missing), it is
+what the original system read (docs/papers/btu-provisioning.md#visp-runtime), and one HTTP request
+covers every queue of the run.
 The price is staleness: the broker refreshes these statistics every ``collect_statistics_interval``
 (5 s by default), so a depth can be up to ~5 s old, and a queue declared less than one refresh ago
 may be listed without message counts (read as 0). Against a 15 s monitoring and 60 s reasoning

@@ -8,6 +8,7 @@
     testbed report RUNS_DIR [key=value]  the PySpark report (tables, figures, index.html, report.md)
     testbed calibrate [key=value...]     fit the simulator's unknowns to one pattern's published table (a profile)
     testbed fidelity [key=value...]      a profile on every pattern, plus sensitivity sweeps for the report
+    testbed odp solve|study [key=value...] ODP: solve a placement ILP (INSTANCE.json), or the scalability study
 """
 from __future__ import annotations
 
@@ -103,6 +104,12 @@ def fidelity(argv: List[str]) -> int:
     return fidelity_main(argv)
 
 
+def odp(argv: List[str]) -> int:
+    from testbed.placement.odp.cli import main as odp_main
+
+    return odp_main(argv)
+
+
 def evaluations(argv: List[str]) -> int:
     from testbed.evaluations import main as evaluations_main
 
@@ -111,6 +118,7 @@ def evaluations(argv: List[str]) -> int:
 
 COMMANDS = {"experiment": experiment, "evaluations": evaluations, "patterns": patterns, "summary": summary, "report": report,
             "provider": provider, "calibrate": calibrate, "fidelity": fidelity}
+COMMANDS["odp"] = odp
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -1,0 +1,108 @@
+"""`testbed odp solve INSTANCE.json [key=value...]` and `testbed odp study [key=value...]`."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from testbed.placement.odp.instance import InstanceError, load_instance
+from testbed.placement.odp.model import ObjectiveForm, ResponseTimeForm
+from testbed.placement.odp.result import SolverName, SolverSettings
+
+USAGE = """usage:
+  testbed odp solve INSTANCE.json [solver=highs|cbc] [time_limit_s=S] [threads=1] [seed=1]
+                                  [mip_rel_gap=1e-4] [objective=normalised|raw_r]
+                                  [rt_form=auto|paths|potentials] [log=false]
+  testbed odp study [grid=reduced|full] [out=DIR] [time_limit_s=S] [seed=1] [seeds=N] [solver=highs|cbc]"""
+
+
+class UsageError(ValueError):
+    pass
+
+
+def parse_pairs(args: List[str], parsers: Dict[str, Callable[[str], object]]) -> Dict[str, object]:
+    out: Dict[str, object] = {}
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            raise UsageError(f"expected key=value, not {arg!r}")
+        if key not in parsers:
+            raise UsageError(f"unknown key {key!r} (known: {', '.join(sorted(parsers))})")
+        try:
+            out[key] = parsers[key](value)
+        except ValueError as exc:
+            raise UsageError(f"{key}: {exc}") from None
+    return out
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(f"must be > 0, not {text}")
+    return value
+
+
+SOLVE_KEYS: Dict[str, Callable[[str], object]] = {
+    "solver": SolverName, "time_limit_s": _positive, "threads": int, "seed": int, "mip_rel_gap": float,
+    "objective": ObjectiveForm, "rt_form": ResponseTimeForm, "log": _bool,
+}
+
+
+def solve_command(argv: List[str]) -> int:
+    from testbed.placement.odp.solve import solve
+
+    if not argv or "=" in argv[0]:
+        print(USAGE, file=sys.stderr)
+        return 2
+    try:
+        opts = parse_pairs(argv[1:], SOLVE_KEYS)
+        if "objective" in opts:
+            opts["objective_form"] = opts.pop("objective")
+        settings = SolverSettings(**opts)  # type: ignore[arg-type]
+        instance = load_instance(Path(argv[0]))
+    except (UsageError, InstanceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {argv[0]}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        result = solve(instance, settings)
+    except ValueError as exc:  # e.g. raw_r with availability weights
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.to_json(), indent=2))
+    return 0
+
+
+def study_command(argv: List[str]) -> int:
+    from testbed.placement.odp.study import STUDY_KEYS, run_study_command
+
+    try:
+        opts = parse_pairs(argv, STUDY_KEYS)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return run_study_command(opts)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    commands = {"solve": solve_command, "study": study_command}
+    if not args or args[0] not in commands:
+        print(USAGE, file=sys.stderr)
+        return 2
+    return commands[args[0]](args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

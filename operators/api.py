@@ -14,18 +14,46 @@ Redis keys of a run (``<prefix>`` = the run's broker prefix), written by the run
 
 * stream ``<prefix>:metrics``: one entry per sampled item and one per counter flush, fields
   ``operator``, ``instance``, ``kind`` (``sample`` | ``count``), ``t_ms`` (epoch ms), and
-  ``duration_ms`` (``sample``) or ``processed`` / ``dead`` (``count``: items since the previous
-  ``count`` entry of that instance);
+  ``duration_ms`` (``sample``) or, for ``count``, since the previous ``count`` entry of that
+  instance: ``processed`` / ``dead`` (items), ``emitted`` (emissions confirmed by the broker, counted
+  when their input finishes) and ``busy_ms`` (wall time the instance's worker slots were occupied:
+  decoding, duplicate check, ``WORK_MS``, the operator call and handing the emissions to the
+  publisher, whose confirms come asynchronously while the slot takes the next item; summed over
+  the ``PARALLEL`` slots, so utilisation = ``busy_ms`` / (interval x ``PARALLEL``)). Entries of
+  older writers lack ``emitted`` and ``busy_ms`` (read as 0);
+* per-edge counts: an operator publishes each emission once, to its own fanout exchange (Kafka: its
+  own topic, read by one consumer group per downstream operator), so every downstream operator's
+  edge receives exactly the operator's ``emitted`` items: the count of edge ``A -> B`` is ``A``'s
+  ``emitted``, for each ``B`` in ``A``'s downstream list;
 * hash ``<prefix>:processed``: field ``<operator>`` -> items processed (all instances, cumulative;
   written in one transaction with the finished inputs' ids, so a crash can neither lose nor double
   a count);
 * hash ``<prefix>:emitted``: field ``<operator>`` -> emissions confirmed by the broker (cumulative,
   written with the processed count);
 * hash ``<prefix>:dead``: field ``<operator>`` -> items dead-lettered (cumulative);
+* hash ``<prefix>:instance_state``: field ``<instance>`` -> JSON ``{"state": ..., "t_ms": ...}``
+  (``InstanceReport``; ``t_ms``: the instance's epoch ms when it wrote the state), ``state`` one of
+  ``active`` (consuming, may hold inputs), ``inactive`` (consumes nothing and holds nothing: every
+  input it had is acknowledged or back in its queue, and the broker has applied those
+  settlements) or ``stopped`` (exited after draining);
 * operator state under ``<prefix>:<operator>:...`` (each implementation documents its keys).
+
+Written by the live runtime, read by the runner:
+
+* string ``<prefix>:active:<instance>`` (pool activation of a pre-started replica): ``0`` switches
+  the instance off, ``1`` (or no key: the default) on. The runner polls it every
+  ``ACTIVATION_POLL_S``. Switching off: it cancels its consumers (Kafka: stops fetching), hands
+  back the inputs it holds but has not started (RabbitMQ: nack with requeue, so other replicas get
+  them at once; Kafka: left uncommitted), finishes and acknowledges those in process, makes sure
+  the broker has applied every settlement (RabbitMQ: a synchronous round trip on the channel;
+  Kafka: commit, then leave the consumer group so its partitions go to the active members), and
+  only then reports ``inactive``. Switching on: it claims ``active`` in one atomic step with
+  reading the flag (a Lua script: no claim while the flag is ``0``) and only then consumes again,
+  so an ``inactive`` report read after setting the flag to ``0`` is final.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
@@ -46,6 +74,45 @@ def emitted_hash(prefix: str) -> str:
 
 def dead_hash(prefix: str) -> str:
     return f"{prefix}:dead"
+
+
+def activation_key(prefix: str, instance: str) -> str:
+    """The live runtime's on/off flag of one instance: ``1`` (or absent) active, ``0`` inactive."""
+    return f"{prefix}:active:{instance}"
+
+
+def instance_state_hash(prefix: str) -> str:
+    return f"{prefix}:instance_state"
+
+
+ACTIVE, INACTIVE, STOPPED = "active", "inactive", "stopped"
+INACTIVE_FLAG = "0"  # any other value of the activation key (or none) means active
+
+
+def activation_wanted(raw: Any) -> bool:
+    """The activation key's value (``GET``: None, bytes or str) as on (True) or off."""
+    return raw not in (INACTIVE_FLAG, INACTIVE_FLAG.encode())
+
+
+@dataclass(frozen=True)
+class InstanceReport:
+    """An instance's own report of its activation state (hash ``instance_state_hash``)."""
+
+    state: str  # ACTIVE | INACTIVE | STOPPED
+    t_ms: int  # epoch ms of the report (the instance's clock)
+
+    def encode(self) -> str:
+        return json.dumps({"state": self.state, "t_ms": self.t_ms})
+
+    @classmethod
+    def decode(cls, raw: Any) -> Optional["InstanceReport"]:
+        """None for a value that is not a report (bytes or str accepted)."""
+        try:
+            value = json.loads(raw)
+            report = cls(str(value["state"]), int(value["t_ms"]))
+        except (ValueError, TypeError, KeyError):
+            return None
+        return report if report.state in (ACTIVE, INACTIVE, STOPPED) else None
 
 
 class PoisonItem(Exception):

@@ -1,4 +1,5 @@
-"""Duration samples and processed/dead counters of one instance, written to Redis in batches.
+"""Duration samples, processed/dead/emitted counters and busy time of one instance, written to
+Redis in batches.
 
 Keys and fields are those of ``operators/api.py``. Nothing is written per message: the runner
 records into memory and a flusher thread writes everything every ``METRICS_FLUSH_S`` and on exit
@@ -9,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from operators.api import dead_hash, emitted_hash, metrics_stream, processed_hash
 
@@ -33,11 +35,46 @@ def duration_ms(measurement: str, completed_ms: int, sent_ms: int, amqp_timestam
     raise ValueError(f"unknown measurement {measurement!r}")
 
 
+class BusyTime:
+    """Wall time worker slots are occupied, split exactly at each ``take``: an item that spans
+    two flushes counts in each by its share (a 10 s item does not show as 10 s in one 1 s interval)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._since: Dict[int, float] = {}  # busy slot -> start of its busy period not yet taken
+        self._done = 0.0  # seconds of finished busy periods not yet taken
+
+    def start(self, slot: int) -> None:
+        with self._lock:
+            self._since[slot] = self.clock()
+
+    def stop(self, slot: int) -> None:
+        with self._lock:
+            self._done += self.clock() - self._since.pop(slot)
+
+    def busy_slots(self) -> int:
+        with self._lock:
+            return len(self._since)
+
+    def take(self) -> float:
+        """Busy seconds (summed over slots) since the previous ``take``."""
+        with self._lock:
+            now = self.clock()
+            busy = self._done + sum(now - t for t in self._since.values())
+            self._done = 0.0
+            for slot in self._since:
+                self._since[slot] = now
+            return busy
+
+
 @dataclass
 class _Buffer:
     samples: List[tuple] = field(default_factory=list)  # (t_ms, duration_ms)
     processed: int = 0
     dead: int = 0
+    emitted: int = 0
+    busy_s: float = 0.0
     # cumulative counts whose transaction with the finished ids failed (Redis away): the next flush
     unwritten_processed: int = 0
     unwritten_emitted: int = 0
@@ -57,7 +94,9 @@ class Metrics:
         self._lock = threading.Lock()
         self._buf = _Buffer()
         self._completions = 0  # items whose processing completed (the sampling counter)
-        self.totals = _Buffer()  # cumulative, for logs and tests (samples not kept)
+        self.totals = _Buffer()  # cumulative, for logs and tests (samples and busy time not kept)
+        self.busy = BusyTime()  # the runner's worker slots report here
+        self.busy_total_s = 0.0  # cumulative busy seconds written so far
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -74,10 +113,13 @@ class Metrics:
             self._buf.samples.append((completed_ms, d))
             return d
 
-    def processed(self, n: int = 1) -> None:
+    def processed(self, n: int = 1, emitted: int = 0) -> None:
+        """``n`` inputs finished with ``emitted`` emissions confirmed in all."""
         with self._lock:
             self._buf.processed += n
+            self._buf.emitted += emitted
             self.totals.processed += n
+            self.totals.emitted += emitted
 
     def cumulative(self, pipe: Any, processed: int, emitted: int) -> None:
         """Queue the cumulative counters on ``pipe``: the runner executes them in one transaction
@@ -100,29 +142,39 @@ class Metrics:
 
     def flush(self, redis: Any) -> bool:
         """Write the recorded samples, one ``count`` entry, the dead-letter hash and deferred
-        cumulative counters; False (and
-        the data kept for the next flush) when Redis fails."""
+        cumulative counters; False (and the data kept for the next flush) when Redis fails."""
         with self._lock:
             buf, self._buf = self._buf, _Buffer()
+        buf.busy_s += self.busy.take()
+        busy_ms = round(buf.busy_s * 1000)  # whole ms; the rest goes with the next entry
         stream = metrics_stream(self.prefix)
         base = {"operator": self.operator, "instance": self.instance}
         try:
             pipe = redis.pipeline(transaction=False)
             for t_ms, d in buf.samples:
                 pipe.xadd(stream, {**base, "kind": "sample", "t_ms": t_ms, "duration_ms": d})
-            pipe.xadd(stream, {**base, "kind": "count", "t_ms": self.now_ms(),
-                               "processed": buf.processed, "dead": buf.dead})
+            pipe.xadd(stream, {**base, "kind": "count", "t_ms": self.now_ms(), "processed": buf.processed,
+                               "dead": buf.dead, "emitted": buf.emitted, "busy_ms": busy_ms})
             self.cumulative(pipe, buf.unwritten_processed, buf.unwritten_emitted)
             if buf.dead:
                 pipe.hincrby(dead_hash(self.prefix), self.operator, buf.dead)
             pipe.execute()
-            return True
         except Exception as exc:  # noqa: BLE001 - Redis away: keep the data, retry at the next flush
             log.warning("metrics flush to Redis failed (kept for the next one): %r", exc)
-            with self._lock:
-                self._buf.samples[:0] = buf.samples
-                self._buf.processed += buf.processed
-                self._buf.dead += buf.dead
-                self._buf.unwritten_processed += buf.unwritten_processed
-                self._buf.unwritten_emitted += buf.unwritten_emitted
+            self._keep(buf)
             return False
+        with self._lock:
+            self._buf.busy_s += buf.busy_s - busy_ms / 1000.0
+            self.busy_total_s += busy_ms / 1000.0
+        return True
+
+    def _keep(self, buf: _Buffer) -> None:
+        """Put an unwritten buffer back in front of what was recorded since."""
+        with self._lock:
+            self._buf.samples[:0] = buf.samples
+            self._buf.processed += buf.processed
+            self._buf.dead += buf.dead
+            self._buf.emitted += buf.emitted
+            self._buf.busy_s += buf.busy_s
+            self._buf.unwritten_processed += buf.unwritten_processed
+            self._buf.unwritten_emitted += buf.unwritten_emitted

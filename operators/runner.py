@@ -11,7 +11,17 @@ without being processed or emitted a second time.
 
 Threads: the source's I/O thread(s) hand deliveries to ``PARALLEL`` worker threads; the
 publisher's I/O thread reports confirms; a completer thread records finished ids in Redis (one
-pipeline per batch) and settles the inputs; a flusher writes the metrics every second.
+pipeline per batch) and settles the inputs; a flusher writes the metrics every second; a watcher
+polls the pool activation flag (``operators/api.py``).
+
+Pool activation: switched off, the instance pauses its source, hands back what it holds but has
+not started (those waiting for a worker and the rest of a worker's batch), finishes what is in
+process, has the source make sure the broker holds nothing for it, and reports ``inactive``; a
+switch-off always completes before a switch-on is taken up.
+
+Busy time: a worker slot is busy from taking a batch of deliveries until it waits for the next one
+(decoding, duplicate check, ``WORK_MS``, the operator, handing emissions to the publisher; not the
+asynchronous confirms).
 
 Malformed inputs and ``PoisonItem``s are dead-lettered (RabbitMQ: the queue's dead-letter queue;
 Kafka: the edge's ``.dead`` topic) and counted. On SIGTERM (or SIGINT) the instance cancels its
@@ -31,11 +41,13 @@ import importlib  # noqa: E402
 import logging  # noqa: E402
 import queue  # noqa: E402
 import threading  # noqa: E402
-import time
-from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence
+import time  # noqa: E402
+from collections import deque  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple  # noqa: E402
 
-from operators.api import Emission, Operator, OperatorContext, PoisonItem
+from operators.activation import ActivationStore, RedisActivation
+from operators.api import INACTIVE, STOPPED, Emission, Operator, OperatorContext, PoisonItem
 from operators.envelope import Envelope, EnvelopeError, amqp_properties
 from operators.metrics import Metrics
 from operators.runner_config import ConfigError, RunnerConfig, config_from_env
@@ -65,6 +77,7 @@ class RunnerStats:
     emitted: int = 0
     dead: int = 0
     duplicates: int = 0  # inputs seen finished before: acknowledged without processing
+    released: int = 0  # handed back unstarted when switched off
     stale: int = 0  # deliveries of a lost connection / revoked partition, left to the broker
     errors: int = 0  # operator failures other than PoisonItem (input requeued)
 
@@ -77,7 +90,7 @@ def seen_key(prefix: str, operator: str, producer: str, item_id: str) -> str:
 class Runner:
     def __init__(self, config: RunnerConfig, operator: Operator, source: Any, publisher: Any, redis: Any,
                  metrics: Optional[Metrics] = None, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, activation: Optional[ActivationStore] = None):
         self.config = config
         self.operator = operator
         self.source = source
@@ -88,7 +101,13 @@ class Runner:
         self.metrics = metrics or Metrics(config.prefix, config.operator, config.instance, config.sample_every,
                                           config.measurement, clock)
         self.stats = RunnerStats()
+        self.activation = activation or RedisActivation(redis, config.prefix, config.instance, clock)
         self._work: "queue.Queue[Optional[Delivery]]" = queue.Queue()
+        # per worker slot: decoded deliveries of its batch not started yet (a switch-off takes them)
+        self._unstarted: List[Deque[Tuple[Delivery, Envelope]]] = [deque() for _ in range(config.parallel)]
+        self._paused = threading.Event()  # switched off: nothing is started, what comes is handed back
+        self._inactive_reported = False  # (watcher thread only)
+        self._watcher: Optional[threading.Thread] = None
         self._done: "queue.Queue[Optional[_Pending]]" = queue.Queue()
         self._held = 0  # deliveries accepted and not yet settled (or dropped as stale)
         self._held_cond = threading.Condition()
@@ -106,12 +125,18 @@ class Runner:
         self.publisher.on_confirm = self._on_confirm
         self.publisher.start(timeout_s)
         for i in range(self.config.parallel):
-            self._spawn(self._worker, f"worker-{i}")
+            self._spawn(lambda slot=i: self._worker(slot), f"worker-{i}")
         self._spawn(self._completer, "completer")
         self._flusher = self._spawn(self._flush_loop, "metrics")
+        if self.config.activation_poll_s and not self._claim_active_at_start():
+            self._paused.set()
+            self.source.pause()  # before start: the source joins/consumes nothing
         self.source.start(self._accept, timeout_s)
-        log.info("consuming %s (prefetch %d, parallel %d, %s)", ", ".join(e.queue for e in self.source.edges),
-                 self.config.prefetch, self.config.parallel, self.config.transport)
+        if self.config.activation_poll_s:
+            self._watcher = self._spawn(self._watch_activation, "activation")
+        log.info("%s %s (prefetch %d, parallel %d, %s)", "inactive on" if self._paused.is_set() else "consuming",
+                 ", ".join(e.queue for e in self.source.edges), self.config.prefetch, self.config.parallel,
+                 self.config.transport)
 
     def run(self, timeout_s: float = 60.0) -> int:
         """Start, run until ``request_stop`` (SIGTERM), drain, close. Exit status 0, or 1 when
@@ -128,7 +153,10 @@ class Runner:
 
     def drain(self) -> None:
         log.info("stopping: cancelling consumers, finishing %d held input(s)", self.held())
-        self.source.stop_consuming()
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(self.config.drain_timeout_s)  # no switch on or off from here on
+        self.source.pause()
         deadline = time.monotonic() + self.config.drain_timeout_s
         with self._held_cond:
             while self._held > 0 and time.monotonic() < deadline:
@@ -148,6 +176,11 @@ class Runner:
         self.metrics.flush(self.redis)
         self.source.close()
         self.operator.close()
+        if self._watcher is not None:
+            try:
+                self.activation.report(STOPPED)
+            except Exception as exc:  # noqa: BLE001 - only the report is missing
+                log.warning("could not report %s: %r", STOPPED, exc)
         log.info("stopped: %s", self.stats)
 
     def held(self) -> int:
@@ -167,7 +200,10 @@ class Runner:
             self._held += 1
         with self._lock:
             self.stats.received += 1
-        self._work.put(delivery)
+        if self._paused.is_set():
+            self._hand_back([delivery])  # came while the source was pausing
+        else:
+            self._work.put(delivery)
 
     def _release(self, n: int = 1) -> None:
         with self._held_cond:
@@ -197,29 +233,57 @@ class Runner:
             batch.append(d)
         return batch
 
-    def _worker(self) -> None:
+    def _worker(self, slot: int) -> None:
         while True:
             batch = self._next_batch()
             if batch is None:
                 return
-            decoded = []
-            for d in batch:
-                if not self.source.current(d):
-                    self._stale()
-                    continue
-                try:
-                    decoded.append((d, Envelope.decode(d.body)))
-                except EnvelopeError as exc:
-                    log.warning("malformed input on %s dead-lettered: %s", d.edge.queue, exc)
-                    self._dead(d)
-            seen = self._seen(decoded)
-            for (d, env), done_before in zip(decoded, seen):
-                if done_before:
-                    with self._lock:
-                        self.stats.duplicates += 1
-                    self._settle(d, Outcome.ACK)
-                else:
-                    self._process(d, env)
+            self.metrics.busy.start(slot)
+            try:
+                self._handle(batch, slot)
+            finally:
+                self.metrics.busy.stop(slot)
+
+    def _handle(self, batch: List[Delivery], slot: int) -> None:
+        decoded = []
+        for d in batch:
+            if not self.source.current(d):
+                self._stale()
+                continue
+            try:
+                decoded.append((d, Envelope.decode(d.body)))
+            except EnvelopeError as exc:
+                log.warning("malformed input on %s dead-lettered: %s", d.edge.queue, exc)
+                self._dead(d)
+        seen = self._seen(decoded)
+        fresh = []
+        for (d, env), done_before in zip(decoded, seen):
+            if done_before:
+                with self._lock:
+                    self.stats.duplicates += 1
+                self._settle(d, Outcome.ACK)
+            else:
+                fresh.append((d, env))
+        unstarted = self._unstarted[slot]
+        with self._lock:  # under the lock a switch-off takes the batch from (see _take_unstarted)
+            paused = self._paused.is_set()
+            if not paused:
+                unstarted.extend(fresh)
+        if paused:
+            self._hand_back([d for d, _env in fresh])
+        while True:
+            with self._lock:  # a switch-off may take the rest of the batch meanwhile
+                if not unstarted:
+                    return
+                d, env = unstarted.popleft()
+            self._process(d, env)
+
+    def _hand_back(self, deliveries: Sequence[Delivery]) -> None:
+        for d in deliveries:
+            self._settle(d, Outcome.RELEASE)
+        if deliveries:
+            with self._lock:
+                self.stats.released += len(deliveries)
 
     def _stale(self) -> None:
         with self._lock:
@@ -320,7 +384,7 @@ class Runner:
                 if p.input_id is None:
                     self._count_dead()
                 else:
-                    self.metrics.processed()
+                    self.metrics.processed(1, p.emissions)
                     with self._lock:
                         self.stats.processed += 1
                 self._settle(p.delivery, Outcome.ACK)
@@ -343,6 +407,87 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - only duplicate suppression is lost, never an item
             log.warning("could not record finished inputs: %r", exc)
             self.metrics.defer_cumulative(processed, emitted)
+
+    # -- pool activation (watcher thread) ---------------------------------------------------
+
+    def _claim_active_at_start(self) -> bool:
+        try:
+            return self.activation.claim_active()
+        except Exception as exc:  # noqa: BLE001 - no flag readable: active, as without pool activation
+            log.warning("activation flag not readable at start, starting active: %r", exc)
+            return True
+
+    def _watch_activation(self) -> None:
+        failing = False
+        while not self._stop.is_set():
+            try:
+                self._activation_step()
+                failing = False
+            except Exception as exc:  # noqa: BLE001 - Redis away: keep the current state, try again
+                if not failing:
+                    log.warning("pool activation: %r (retrying every %.1f s)", exc, self.config.activation_poll_s)
+                failing = True
+            if self._paused.is_set() and not self._inactive_reported and self.held() > 0:
+                self._wait_held_zero(self.config.activation_poll_s)  # report as soon as it holds nothing
+            else:
+                self._stop.wait(self.config.activation_poll_s)
+
+    def _activation_step(self) -> None:
+        if not self._paused.is_set():
+            if not self.activation.wanted():
+                self._switch_off()
+        elif self._inactive_reported and self.activation.claim_active():
+            self._switch_on()
+        if self._paused.is_set() and not self._inactive_reported:
+            self._report_inactive_when_empty()
+
+    def _switch_off(self) -> None:
+        self._paused.set()
+        self._inactive_reported = False
+        self.source.pause()
+        handed_back = self._take_unstarted()
+        self._hand_back(handed_back)
+        log.info("switched off: %d unstarted input(s) handed back, finishing %d", len(handed_back), self.held())
+
+    def _take_unstarted(self) -> List[Delivery]:
+        """Everything waiting for a worker or in the rest of a worker's batch."""
+        taken: List[Delivery] = []
+        stop_signals = 0
+        while True:
+            try:
+                d = self._work.get_nowait()
+            except queue.Empty:
+                break
+            if d is None:
+                stop_signals += 1
+            else:
+                taken.append(d)
+        for _ in range(stop_signals):
+            self._work.put(None)
+        with self._lock:
+            for unstarted in self._unstarted:
+                taken.extend(d for d, _env in unstarted)
+                unstarted.clear()
+        return taken
+
+    def _report_inactive_when_empty(self) -> None:
+        if self.held() > 0:
+            return
+        if not self.source.release():
+            log.warning("switched off: the broker has not confirmed the settlements yet; trying again")
+            return
+        self.activation.report(INACTIVE)  # a failure: the next step reports
+        self._inactive_reported = True
+        log.info("inactive: holding nothing")
+
+    def _switch_on(self) -> None:
+        self._paused.clear()
+        self.source.resume()
+        log.info("switched on: consuming again")
+
+    def _wait_held_zero(self, timeout_s: float) -> None:
+        with self._held_cond:
+            self._held_cond.wait_for(lambda: self._held <= 0, timeout_s)
 
     def _flush_loop(self) -> None:
         last_log = time.monotonic()
@@ -369,7 +514,7 @@ def build_runner(config: RunnerConfig, operator: Operator, redis: Any, clock: Ca
     edges = wiring.inputs(config.operator)
     if config.transport == "rabbitmq":
         declare_wiring(config.amqp_url, wiring, sorted({e.producer for e in edges}) + [config.operator], timeout_s)
-        source: Any = RabbitSource(config.amqp_url, edges, config.prefetch)
+        source: Any = RabbitSource(config.amqp_url, edges, config.prefetch, name=f"{config.instance} source")
         publisher: Any = RabbitPublisher(config.amqp_url, wiring, (config.operator,), declare=False)
     else:
         source = KafkaSource(config.kafka_bootstrap, edges, config.prefetch, config.instance)

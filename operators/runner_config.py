@@ -25,6 +25,8 @@ TOPOLOGY           JSON ``{"sources": {name: [downstream]},    the OEE topology
 DEDUP_TTL_S        how long finished input ids are remembered  ``3600`` (``0``: no deduplication)
 METRICS_FLUSH_S    counters are written this often, s          ``1``
 DRAIN_TIMEOUT_S    SIGTERM: longest wait for held items, s     ``60``
+ACTIVATION_POLL_S  how often the pool activation flag           ``0.5`` (``0``: no pool activation,
+                   ``<prefix>:active:<instance>`` is read, s    always active, no state reports)
 OPERATOR_FACTORY   ``module:callable`` building the operator   ``operators.registry:make_operator``
 =================  ==========================================  ======================================
 """
@@ -74,6 +76,7 @@ class RunnerConfig:
     dedup_ttl_s: int = 3600
     metrics_flush_s: float = 1.0
     drain_timeout_s: float = 60.0
+    activation_poll_s: float = 0.5
     factory: str = DEFAULT_FACTORY
     implementation: str = ""  # registry name; empty: the operator type's own
 
@@ -87,7 +90,8 @@ class RunnerConfig:
             if value < low:
                 raise ConfigError(var, f"must be at least {low}, got {value}")
         for var, value in (("WORK_MS", self.work_ms), ("METRICS_FLUSH_S", self.metrics_flush_s),
-                           ("DRAIN_TIMEOUT_S", self.drain_timeout_s)):
+                           ("DRAIN_TIMEOUT_S", self.drain_timeout_s),
+                           ("ACTIVATION_POLL_S", self.activation_poll_s)):
             if value < 0:
                 raise ConfigError(var, f"must not be negative, got {value}")
         if ":" not in self.factory:
@@ -194,6 +198,7 @@ def config_from_env(env: Optional[Mapping[str, str]] = None) -> RunnerConfig:
         dedup_ttl_s=_int(env, "DEDUP_TTL_S", 3600),
         metrics_flush_s=_float(env, "METRICS_FLUSH_S", 1.0),
         drain_timeout_s=_float(env, "DRAIN_TIMEOUT_S", 60.0),
+        activation_poll_s=_float(env, "ACTIVATION_POLL_S", 0.5),
         factory=env.get("OPERATOR_FACTORY", "").strip() or DEFAULT_FACTORY,
         implementation=env.get("OPERATOR_IMPL", "").strip(),
     )

@@ -2,16 +2,27 @@
 
 A source hands each input to the runner as a ``Delivery`` and later gets told how to settle it
 (``ack``: processed and every emission confirmed; ``dead``: never processable; ``requeue``: try
-again). Settling is asynchronous and may come from any thread.
+again; ``release``: handed back unstarted because the instance is switched off). Settling is
+asynchronous and may come from any thread.
+
+Pool activation (``operators/api.py``): ``pause`` stops deliveries (returns once no more come),
+``release`` returns once the broker has applied every settlement so far and the instance holds
+nothing, ``resume`` consumes again. ``pause`` before ``start`` starts without consuming.
 
 * ``RabbitSource`` (pika ``SelectConnection`` in its own I/O thread): one consumer per input edge
   queue with ``basic_qos(prefetch)`` each, manual acks; ``dead`` is a ``basic_nack`` without
-  requeue, which the queue's dead-letter arguments route into the edge's ``.dead`` queue. After a
+  requeue, which the queue's dead-letter arguments route into the edge's ``.dead`` queue; ``release``
+  a ``basic_nack`` with requeue (other consumers get the input at once). Pausing cancels the
+  consumers; ``release`` applies the pending settlements and waits for a synchronous round trip on
+  the channel (``basic.qos``), which the broker answers only after the acks before it. After a
   lost connection it reconnects with backoff; deliveries of the old connection are *stale* (the
   broker redelivers them), their settlements are dropped.
 * ``KafkaSource`` (kafka-python): one consumer per input edge (its consumer group), auto-commit
   off; at most ``prefetch`` inputs of an edge are outstanding, and the committed offset of a
-  partition only moves past inputs that are settled (the lowest outstanding offset).
+  partition only moves past inputs that are settled (the lowest outstanding offset). A paused
+  instance stops fetching but stays in its groups until ``release``: that commits what is settled
+  and leaves the groups (released inputs stay uncommitted), so the partitions go to the active
+  members; ``resume`` joins again.
 """
 from __future__ import annotations
 
@@ -21,7 +32,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from operators.transports import TransportError, _safe, create_topics
 from operators.wiring import Edge
@@ -33,6 +44,7 @@ class Outcome(enum.Enum):
     ACK = "ack"
     DEAD = "dead"
     REQUEUE = "requeue"
+    RELEASE = "release"  # not started: back to the broker for another (active) instance
 
 
 @dataclass(eq=False)
@@ -52,8 +64,9 @@ class RabbitSource:
     dead_letters_by_publish = False  # the broker dead-letters a nack(requeue=False)
 
     def __init__(self, url: str, edges: Sequence[Edge], prefetch: int,
-                 reconnect_initial_s: float = 0.2, reconnect_max_s: float = 5.0):
+                 reconnect_initial_s: float = 0.2, reconnect_max_s: float = 5.0, name: str = ""):
         self.url = url
+        self.name = name  # the connection's name at the broker (rabbitmqctl, management UI)
         self.edges = tuple(edges)
         self.prefetch = prefetch
         self.reconnect_initial_s = reconnect_initial_s
@@ -66,9 +79,9 @@ class RabbitSource:
         self._consumer_tags: Dict[str, Edge] = {}
         self._settle: Deque[Tuple[Delivery, Outcome]] = collections.deque()
         self._settle_scheduled = False
-        self._consuming = threading.Event()  # a channel consumes (the first one: start() returns)
-        self._cancelled = threading.Event()  # stop_consuming done (or no connection to cancel on)
-        self._stop_consuming = threading.Event()
+        self._ready = threading.Event()  # the first channel is set up (consuming unless paused)
+        self._cancelled = threading.Event()  # pause done: no consumer left (or no connection)
+        self._paused = threading.Event()
         self._stopping = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -78,7 +91,7 @@ class RabbitSource:
         self._on_delivery = on_delivery
         self._thread = threading.Thread(target=self._io_thread, name="rabbit-source", daemon=True)
         self._thread.start()
-        if not self._consuming.wait(timeout_s):
+        if not self._ready.wait(timeout_s):
             self._stopping.set()
             raise TransportError(f"RabbitMQ at {_safe(self.url)}: not consuming within {timeout_s:.0f} s")
 
@@ -103,19 +116,38 @@ class RabbitSource:
             with self._lock:
                 self._settle_scheduled = False
 
-    def stop_consuming(self, timeout_s: float = 10.0) -> None:
+    def pause(self, timeout_s: float = 10.0) -> bool:
         """Cancel the consumers; returns when the broker confirmed (no more deliveries)."""
-        self._stop_consuming.set()
-        conn = self._conn
-        if conn is None or self._channel is None:
-            self._cancelled.set()
-        else:
-            try:
-                conn.ioloop.add_callback_threadsafe(self._cancel)
-            except Exception:  # noqa: BLE001 - loop gone: nothing consumes
-                self._cancelled.set()
+        self._cancelled.clear()
+        self._paused.set()
+        if self._channel is None or not self._call_in_loop(self._cancel):
+            self._cancelled.set()  # no channel: nothing consumes (a new one will not while paused)
         if not self._cancelled.wait(timeout_s):
             log.warning("consumers not cancelled within %.0f s", timeout_s)
+            return False
+        return True
+
+    def resume(self) -> None:
+        self._paused.clear()
+        self._call_in_loop(self._consume_unless_paused)  # no loop: the next connection consumes
+
+    def release(self, timeout_s: float = 10.0) -> bool:
+        """True once the broker has applied every settlement handed over so far (or the connection
+        is gone, which gives everything back); False on timeout."""
+        done = threading.Event()
+        if not self._call_in_loop(lambda: self._barrier(done)):
+            return True
+        return done.wait(timeout_s)
+
+    def _call_in_loop(self, callback: Callable[[], None]) -> bool:
+        conn = self._conn
+        if conn is None:
+            return False
+        try:
+            conn.ioloop.add_callback_threadsafe(callback)
+            return True
+        except Exception:  # noqa: BLE001 - the loop is gone (reconnecting)
+            return False
 
     def close(self, timeout_s: float = 10.0) -> None:
         self._stopping.set()
@@ -137,8 +169,11 @@ class RabbitSource:
         while not self._stopping.is_set():
             had_channel = False
             try:
+                params = pika.URLParameters(self.url)
+                if self.name:
+                    params.client_properties = {"connection_name": self.name}
                 self._conn = pika.SelectConnection(
-                    pika.URLParameters(self.url), on_open_callback=self._on_open,
+                    params, on_open_callback=self._on_open,
                     on_open_error_callback=self._on_open_error, on_close_callback=self._on_closed)
                 self._conn.ioloop.start()
             except Exception as exc:  # noqa: BLE001 - any failure means: reconnect
@@ -152,7 +187,7 @@ class RabbitSource:
                 self._conn = None
                 self._channel = None
                 self._consumer_tags.clear()
-            if self._stop_consuming.is_set():
+            if self._paused.is_set():
                 self._cancelled.set()  # nothing consumes any more
             if self._stopping.is_set():
                 break
@@ -184,17 +219,23 @@ class RabbitSource:
     def _on_channel_open(self, channel: Any) -> None:
         channel.add_on_close_callback(self._on_channel_closed)
         self._channel = channel
-        if self._stop_consuming.is_set():
+        channel.basic_qos(prefetch_count=self.prefetch, callback=lambda _f: self._on_qos())
+
+    def _on_qos(self) -> None:
+        self._consume_unless_paused()
+        self._ready.set()
+
+    def _consume_unless_paused(self) -> None:
+        channel = self._channel
+        if self._paused.is_set():
             self._cancelled.set()
             return
-        channel.basic_qos(prefetch_count=self.prefetch, callback=lambda _f: self._consume(channel))
-
-    def _consume(self, channel: Any) -> None:
+        if channel is None or not channel.is_open or self._consumer_tags:
+            return  # no channel (its successor consumes) or consuming already
         generation = self._generation
         for edge in self.edges:
             tag = channel.basic_consume(edge.queue, self._handler(edge, generation), auto_ack=False)
             self._consumer_tags[tag] = edge
-        self._consuming.set()
 
     def _handler(self, edge: Edge, generation: int) -> Callable[..., None]:
         def on_message(_channel: Any, method: Any, props: Any, body: bytes) -> None:
@@ -211,21 +252,23 @@ class RabbitSource:
             conn.close()  # start over on a fresh connection (the broker redelivers what we held)
 
     def _cancel(self) -> None:
+        """Cancel the consumers one after the other: pika hands a ``CancelOk`` to every callback
+        waiting for one, so with several outstanding the first reply would look like all of them."""
         channel = self._channel
         if channel is None or not channel.is_open or not self._consumer_tags:
             self._cancelled.set()
             return
-        left = set(self._consumer_tags)
+        tag = next(iter(self._consumer_tags))
 
-        def cancelled(tag: str) -> Callable[[Any], None]:
-            def done(_frame: Any) -> None:
-                left.discard(tag)
-                if not left:
-                    self._cancelled.set()
-            return done
+        def done(_frame: Any) -> None:
+            self._consumer_tags.pop(tag, None)
+            if self._consumer_tags:
+                self._cancel()
+            else:
+                self._cancelled.set()
+                self._consume_unless_paused()  # resumed while the cancel was under way
 
-        for tag in list(self._consumer_tags):
-            channel.basic_cancel(tag, callback=cancelled(tag))
+        channel.basic_cancel(tag, callback=done)
 
     def _apply_settlements(self) -> None:
         with self._lock:
@@ -243,14 +286,25 @@ class RabbitSource:
             if outcome is Outcome.ACK:
                 channel.basic_ack(tag)
             else:
-                channel.basic_nack(tag, requeue=outcome is Outcome.REQUEUE)
+                channel.basic_nack(tag, requeue=outcome is not Outcome.DEAD)
+
+    def _barrier(self, done: threading.Event) -> None:
+        """Send the pending settlements, then a synchronous method: its reply comes after the
+        broker has processed them (frames of a channel are handled in order)."""
+        self._apply_settlements()
+        channel = self._channel
+        if channel is None or not channel.is_open:
+            done.set()  # the channel's end gave everything back
+            return
+        channel.basic_qos(prefetch_count=self.prefetch, callback=lambda _f: done.set())
 
 
 # ---- Kafka -----------------------------------------------------------------------------------
 
 @dataclass
 class _EdgeState:
-    """One edge's consumer bookkeeping (touched only by its poll thread, except ``settled``)."""
+    """One edge's consumer bookkeeping (touched only by its poll thread, except ``settled`` and
+    the events)."""
 
     edge: Edge
     outstanding: Dict[Any, List[int]] = field(default_factory=dict)  # partition -> offsets held
@@ -259,6 +313,9 @@ class _EdgeState:
     generation: Dict[Any, int] = field(default_factory=dict)  # bumped when a partition is revoked
     settled: Deque[Tuple[Any, int, int]] = field(default_factory=collections.deque)  # (tp, gen, offset)
     held: int = 0
+    idle: threading.Event = field(default_factory=threading.Event)  # saw the pause: delivers no more
+    leave: threading.Event = field(default_factory=threading.Event)  # release(): commit, leave the group
+    left: threading.Event = field(default_factory=threading.Event)
 
 
 def dead_letter_topic(edge: Edge) -> str:
@@ -269,24 +326,26 @@ def dead_letter_topic(edge: Edge) -> str:
 class KafkaSource:
     dead_letters_by_publish = True  # the runner publishes the raw message to dead_letter_topic
 
-    def __init__(self, bootstrap: str, edges: Sequence[Edge], prefetch: int, client_id: str, poll_ms: int = 100):
+    def __init__(self, bootstrap: str, edges: Sequence[Edge], prefetch: int, client_id: str, poll_ms: int = 100,
+                 create: bool = True):
         self.bootstrap = bootstrap
         self.edges = tuple(edges)
         self.prefetch = prefetch
         self.client_id = client_id
         self.poll_ms = poll_ms
+        self.create = create  # create the input topics at start
         self._on_delivery: Optional[DeliveryCallback] = None
         self._states = [_EdgeState(e) for e in self.edges]
         self._lock = threading.Lock()
-        self._assigned = threading.Event()
-        self._stop_consuming = threading.Event()
+        self._paused = threading.Event()
         self._stopping = threading.Event()
         self._threads: List[threading.Thread] = []
         self._errors: List[str] = []
 
     def start(self, on_delivery: DeliveryCallback, timeout_s: float = 60.0) -> None:
         self._on_delivery = on_delivery
-        create_topics(self.bootstrap, sorted({e.topic for e in self.edges}), timeout_s=timeout_s)
+        if self.create:
+            create_topics(self.bootstrap, sorted({e.topic for e in self.edges}), timeout_s=timeout_s)
         ready = []
         for i, state in enumerate(self._states):
             ev = threading.Event()
@@ -317,21 +376,54 @@ class KafkaSource:
             # Kafka cannot requeue one record: hand it to the runner again (same token, still held)
             self._on_delivery(delivery)  # type: ignore[misc]
             return
+        if outcome is Outcome.RELEASE:
+            return  # stays outstanding (uncommitted) until release() leaves the group
         with self._lock:
             self._states[i].settled.append((tp, gen, offset))
 
-    def stop_consuming(self, timeout_s: float = 10.0) -> None:
-        self._stop_consuming.set()  # the poll threads stop fetching but keep committing
+    def pause(self, timeout_s: float = 10.0) -> bool:
+        """Stop fetching (staying in the groups, committing); True once no poll thread delivers."""
+        for state in self._states:
+            state.idle.clear()
+        self._paused.set()
+        return self._wait_all(lambda s: s.idle, timeout_s)
+
+    def resume(self) -> None:
+        self._paused.clear()  # the poll threads join their groups again
+
+    def release(self, timeout_s: float = 10.0) -> bool:
+        """Commit what is settled and leave the groups (a rebalance gives the partitions to the
+        active members); True once every poll thread has left."""
+        for state in self._states:
+            state.left.clear()
+            state.leave.set()
+        return self._wait_all(lambda s: s.left, timeout_s)
 
     def close(self, timeout_s: float = 10.0) -> None:
         self._stopping.set()
         for t in self._threads:
             t.join(timeout_s)
 
+    def _wait_all(self, event: Callable[[_EdgeState], threading.Event], timeout_s: float) -> bool:
+        """Wait for each running poll thread's event (a thread that ended holds nothing)."""
+        deadline = time.monotonic() + timeout_s
+        for state, thread in zip(self._states, self._threads):
+            while thread.is_alive() and not event(state).wait(min(0.1, max(0.0, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
+                    return False
+        return True
+
     # -- poll threads ------------------------------------------------------------------------
 
+    def _new_consumer(self, state: _EdgeState) -> Any:
+        from kafka import KafkaConsumer
+
+        return KafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=state.edge.consumer_group, client_id=self.client_id,
+            enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self.prefetch)
+
     def _poll_thread(self, index: int, state: _EdgeState, ready: threading.Event) -> None:
-        from kafka import ConsumerRebalanceListener, KafkaConsumer
+        from kafka import ConsumerRebalanceListener
         from kafka.errors import KafkaError
 
         source = self
@@ -340,40 +432,39 @@ class KafkaSource:
             def on_partitions_revoked(self, revoked):
                 source._apply_settled(state)
                 source._commit(consumer, state)
-                for tp in revoked:  # records still held come again to the partition's new owner
-                    state.generation[tp] = state.generation.get(tp, 0) + 1
-                    state.held -= len(state.outstanding.pop(tp, []))
-                    state.next_offset.pop(tp, None)
-                    state.committed.pop(tp, None)
+                source._forget(state, revoked)  # records still held come again to the new owner
 
             def on_partitions_assigned(self, assigned):
                 ready.set()
 
         try:
-            consumer = KafkaConsumer(
-                bootstrap_servers=self.bootstrap, group_id=state.edge.consumer_group, client_id=self.client_id,
-                enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self.prefetch)
-            consumer.subscribe([state.edge.topic], listener=Listener())
+            consumer = self._new_consumer(state)
         except KafkaError as exc:
             self._errors.append(repr(exc))
             return
+        subscribed = False
+        if self._paused.is_set():
+            ready.set()  # started switched off: joins no group until resumed
         try:
             while not self._stopping.is_set():
                 self._apply_settled(state)
-                self._commit(consumer, state)
+                committed = self._commit(consumer, state)
+                if state.leave.is_set() and committed:  # a failed commit is retried before leaving
+                    if subscribed:
+                        self._leave(consumer, state)
+                        subscribed = False
+                    state.leave.clear()
+                    state.left.set()
+                if self._paused.is_set():
+                    state.idle.set()
                 room = self.prefetch - state.held
-                if self._stop_consuming.is_set() or room <= 0:
+                if self._paused.is_set() or room <= 0:
                     time.sleep(0.005)  # the client's heartbeat thread keeps the membership
                     continue
-                batches = consumer.poll(timeout_ms=self.poll_ms, max_records=room)
-                for tp, records in batches.items():
-                    gen = state.generation.get(tp, 0)
-                    for r in records:
-                        state.outstanding.setdefault(tp, []).append(r.offset)
-                        state.next_offset[tp] = r.offset + 1
-                        state.held += 1
-                        self._on_delivery(Delivery(  # type: ignore[misc]
-                            body=r.value, edge=state.edge, token=(index, tp, gen, r.offset)))
+                if not subscribed:
+                    consumer.subscribe([state.edge.topic], listener=Listener())
+                    subscribed = True
+                self._deliver(index, state, consumer.poll(timeout_ms=self.poll_ms, max_records=room))
             self._apply_settled(state)
             self._commit(consumer, state)
         except Exception as exc:  # noqa: BLE001 - logged; held records come again after a restart
@@ -381,6 +472,31 @@ class KafkaSource:
             self._errors.append(repr(exc))
         finally:
             consumer.close()
+
+    def _deliver(self, index: int, state: _EdgeState, batches: Mapping[Any, Sequence[Any]]) -> None:
+        for tp, records in batches.items():
+            gen = state.generation.get(tp, 0)
+            for r in records:
+                state.outstanding.setdefault(tp, []).append(r.offset)
+                state.next_offset[tp] = r.offset + 1
+                state.held += 1
+                self._on_delivery(Delivery(  # type: ignore[misc]
+                    body=r.value, edge=state.edge, token=(index, tp, gen, r.offset)))
+
+    def _forget(self, state: _EdgeState, partitions: Iterable[Any]) -> None:
+        """The partitions are no longer ours: what is held there is stale, uncommitted records
+        come again to their next owner."""
+        for tp in partitions:
+            state.generation[tp] = state.generation.get(tp, 0) + 1
+            state.held -= len(state.outstanding.pop(tp, []))
+            state.next_offset.pop(tp, None)
+            state.committed.pop(tp, None)
+
+    def _leave(self, consumer: Any, state: _EdgeState) -> None:
+        """Leave the group after the caller's commit (released records stay below it); kafka-python's
+        unsubscribe does not call the rebalance listener, so the partitions are forgotten here."""
+        self._forget(state, set(state.outstanding) | set(state.next_offset))
+        consumer.unsubscribe()
 
     def _apply_settled(self, state: _EdgeState) -> None:
         with self._lock:
@@ -394,7 +510,8 @@ class KafkaSource:
                 held.remove(offset)
                 state.held -= 1
 
-    def _commit(self, consumer: Any, state: _EdgeState) -> None:
+    def _commit(self, consumer: Any, state: _EdgeState) -> bool:
+        """Commit each partition up to its lowest outstanding offset; False if the commit failed."""
         from kafka.structs import OffsetAndMetadata
 
         offsets = {}
@@ -403,13 +520,15 @@ class KafkaSource:
             upto = min(held) if held else nxt  # everything below is settled
             if state.committed.get(tp) != upto:
                 offsets[tp] = OffsetAndMetadata(upto, "", -1)
-        if offsets:
-            from kafka.errors import KafkaError
+        if not offsets:
+            return True
+        from kafka.errors import KafkaError
 
-            try:
-                consumer.commit(offsets)
-            except KafkaError as exc:  # e.g. a rebalance under way: the next loop turn tries again
-                log.warning("kafka source (%s): commit failed: %r", state.edge.consumer_group, exc)
-                return
-            for tp, om in offsets.items():
-                state.committed[tp] = om.offset
+        try:
+            consumer.commit(offsets)
+        except KafkaError as exc:  # e.g. a rebalance under way: the next loop turn tries again
+            log.warning("kafka source (%s): commit failed: %r", state.edge.consumer_group, exc)
+            return False
+        for tp, om in offsets.items():
+            state.committed[tp] = om.offset
+        return True

@@ -1,12 +1,15 @@
 """Incremental reader of the metrics the operator instances write to Redis (operators/api.py):
 stream ``<prefix>:metrics`` with ``sample`` entries (one sampled item's duration) and ``count``
-entries (items processed / dead-lettered by one instance since its previous ``count`` entry), and
-the cumulative hashes ``<prefix>:processed`` and ``<prefix>:dead``.
+entries (items processed / dead-lettered, emissions confirmed and busy ms of one instance since its
+previous ``count`` entry), and the cumulative hashes ``<prefix>:processed`` and ``<prefix>:dead``.
+A read sums the counts per operator and per instance; ``edge_counts`` turns an operator's emissions
+into per-edge counts, ``utilisation`` an instance's busy ms into a share of its worker slots.
 
 Each ``read()`` continues after the last stream id it saw, in XREAD calls of at most ``count``
 entries until the stream is drained, so a monitoring interval costs one round trip per ``count``
 entries. A malformed entry (missing field, unknown kind, a value that is not a finite number) is
-counted and skipped: one bad writer must not stop the monitor.
+counted and skipped: one bad writer must not stop the monitor. ``count`` entries without
+``emitted`` / ``busy_ms`` (written before those fields existed) count them as 0.
 """
 from __future__ import annotations
 
@@ -29,6 +32,17 @@ class Sample:
     duration_ms: float
 
 
+@dataclass
+class InstanceActivity:
+    """One instance's ``count`` entries of one read, summed."""
+
+    operator: str
+    processed: int = 0
+    dead: int = 0
+    emitted: int = 0  # emissions confirmed by the broker
+    busy_ms: int = 0  # summed over the instance's worker slots (see ``utilisation``)
+
+
 @dataclass(frozen=True)
 class MetricsBatch:
     """What the stream held since the previous read."""
@@ -39,6 +53,8 @@ class MetricsBatch:
     entries: int  # stream entries read, malformed ones included
     malformed: int
     last_id: str
+    emitted: Dict[str, int] = field(default_factory=dict)  # per operator (per edge: ``edge_counts``)
+    instances: Dict[str, InstanceActivity] = field(default_factory=dict)  # per instance id
 
 
 def _text(value: Any) -> Optional[str]:
@@ -68,10 +84,33 @@ def _count(fields: Mapping[str, str], key: str) -> Optional[int]:
     return int(value)
 
 
+COUNT_FIELDS = ("processed", "dead")
+LATER_COUNT_FIELDS = ("emitted", "busy_ms")  # absent in entries of older writers: 0
+
+
+def _counts(fields: Mapping[str, str]) -> Optional[Dict[str, int]]:
+    """A ``count`` entry's counters, None if one is malformed."""
+    out: Dict[str, int] = {}
+    for key in COUNT_FIELDS + LATER_COUNT_FIELDS:
+        value = 0 if key in LATER_COUNT_FIELDS and key not in fields else _count(fields, key)
+        if value is None:
+            return None
+        out[key] = value
+    return out
+
+
+def _add(table: Optional[Dict[str, int]], key: str, n: int) -> None:
+    if table is not None:
+        table[key] = table.get(key, 0) + n
+
+
 def parse_entries(entries: Iterable[Tuple[Any, Mapping[Any, Any]]], run_start_s: float,
-                  processed: Dict[str, int], dead: Dict[str, int], samples: List[Sample]) -> int:
+                  processed: Dict[str, int], dead: Dict[str, int], samples: List[Sample],
+                  emitted: Optional[Dict[str, int]] = None,
+                  instances: Optional[Dict[str, InstanceActivity]] = None) -> int:
     """Parse stream entries ``(id, fields)`` (bytes or str), appending samples and adding counts
-    in place; returns how many entries were malformed."""
+    per operator (and, if given, emissions per operator and activity per instance) in place;
+    returns how many entries were malformed."""
     bad = 0
     for _, raw in entries:
         fields: Dict[str, str] = {}
@@ -92,15 +131,36 @@ def parse_entries(entries: Iterable[Tuple[Any, Mapping[Any, Any]]], run_start_s:
             # subtract in ms first: epoch seconds as a float keep only ~0.2 us, which shows in t_s
             samples.append(Sample((t_ms - run_start_s * 1000.0) / 1000.0, operator, instance, d))
         elif kind == "count":
-            p, x = _count(fields, "processed"), _count(fields, "dead")
-            if p is None or x is None:
+            counts = _counts(fields)
+            if counts is None:
                 bad += 1
                 continue
-            processed[operator] = processed.get(operator, 0) + p
-            dead[operator] = dead.get(operator, 0) + x
+            _add(processed, operator, counts["processed"])
+            _add(dead, operator, counts["dead"])
+            _add(emitted, operator, counts["emitted"])
+            if instances is not None:
+                activity = instances.setdefault(instance, InstanceActivity(operator))
+                for key, n in counts.items():
+                    setattr(activity, key, getattr(activity, key) + n)
         else:
             bad += 1
     return bad
+
+
+def edge_counts(emitted: Mapping[str, int], downstream: Mapping[str, Sequence[str]]) -> Dict[Tuple[str, str], int]:
+    """Items sent along each edge ``(producer, consumer)`` of ``downstream`` (the topology's
+    downstream lists): an operator publishes each emission once to its own fanout exchange (Kafka:
+    topic), which puts it in every downstream operator's queue (consumer group), so each of its
+    edges carries its ``emitted`` count (0 when it wrote none). Sources' items are the provider's."""
+    return {(producer, consumer): emitted.get(producer, 0)
+            for producer, consumers in downstream.items() for consumer in consumers}
+
+
+def utilisation(busy_ms: float, interval_s: float, parallel: int = 1) -> Optional[float]:
+    """Share of an instance's ``parallel`` worker slots busy over an interval (None if empty)."""
+    if interval_s <= 0 or parallel < 1:
+        return None
+    return busy_ms / (interval_s * 1000.0 * parallel)
 
 
 def _decode_hash(raw: Mapping[Any, Any]) -> Dict[str, int]:
@@ -132,6 +192,8 @@ class MetricsReader:
         samples: List[Sample] = []
         processed: Dict[str, int] = {}
         dead: Dict[str, int] = {}
+        emitted: Dict[str, int] = {}
+        instances: Dict[str, InstanceActivity] = {}
         entries = bad = 0
         # last_id moves only once the whole read succeeded: if Redis fails mid-read, the next read
         # returns these entries again instead of losing the part already parsed
@@ -143,14 +205,14 @@ class MetricsReader:
             batch: Sequence[Tuple[Any, Mapping[Any, Any]]] = response[0][1]
             if not batch:
                 break
-            bad += parse_entries(batch, self.run_start_s, processed, dead, samples)
+            bad += parse_entries(batch, self.run_start_s, processed, dead, samples, emitted, instances)
             entries += len(batch)
             position = _text(batch[-1][0]) or position
             if len(batch) < self.count:
                 break
         self.last_id = position
         self.malformed_total += bad
-        return MetricsBatch(tuple(samples), processed, dead, entries, bad, self.last_id)
+        return MetricsBatch(tuple(samples), processed, dead, entries, bad, self.last_id, emitted, instances)
 
     def totals(self) -> Tuple[Dict[str, int], Dict[str, int]]:
         """Cumulative (processed, dead) per operator from the hashes, for a run's final accounting."""

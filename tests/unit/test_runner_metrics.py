@@ -91,13 +91,13 @@ def test_count_entries_carry_emitted_and_busy_ms_since_the_previous_one():
     assert m.flush(Pipe(fail=True)) is False  # kept for the next flush
     m.processed(1, emitted=3)
     m.busy.start(0)  # still busy at the flush: counted up to it
-    clock.t = 0.5
+    clock.t = 0.5006
     redis = Pipe()
     assert m.flush(redis) is True
     [count] = redis.entries
-    assert (count["processed"], count["emitted"], count["busy_ms"], count["dead"]) == (3, 9, 500, 0)
-    clock.t = 0.7  # 0.2 s more and the 0.4 ms not written before
+    assert (count["processed"], count["emitted"], count["busy_ms"], count["dead"]) == (3, 9, 501, 0)
+    clock.t = 0.7003  # 199.7 ms more, less the 0.6 ms written ahead: the entries sum to the busy time
     redis = Pipe()
     m.flush(redis)
-    assert redis.entries[0]["busy_ms"] == 200 and redis.entries[0]["emitted"] == 0
+    assert redis.entries[0]["busy_ms"] == 199 and redis.entries[0]["emitted"] == 0
     assert (m.totals.processed, m.totals.emitted) == (3, 9) and m.busy_total_s == pytest.approx(0.7)

@@ -27,10 +27,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: edges, instance_stats, dropped, latency; pool and restart actions; manifest billing
 
 MANIFEST_FILE = "manifest.json"
-ACTIONS = ("lease", "prolong", "release", "scale_up", "scale_down", "migrate", "replace")
+ACTIONS = ("lease", "prolong", "release", "scale_up", "scale_down", "migrate", "replace", "activate", "deactivate",
+           "restart")
 STATUSES = ("running", "complete", "incomplete")
 BILLING_MODES = ("own", "rebill")
 
@@ -74,6 +75,23 @@ TABLES: Dict[str, pa.Schema] = {
         _field("host", _STR, nullable=True), _field("target_host", _STR, nullable=True),
         _field("reason", _STR), _field("policy", _STR),
     ]),
+    # schema 2 -- per monitoring interval ending at t_s: items sent along each edge of the topology
+    # (source = a source or the upstream operator)
+    "edges": pa.schema([
+        _field("t_s", _F64), _field("source", _STR), _field("target", _STR), _field("items", _I64),
+    ]),
+    # per instance serving at the interval's end or having served in it: items it processed and its
+    # busy fraction of the interval per item slot
+    "instance_stats": pa.schema([
+        _field("t_s", _F64), _field("operator", _STR), _field("instance", _STR), _field("processed", _I64),
+        _field("utilisation", _F64),
+    ]),
+    # items dropped during the interval, with the reason (purge: a restart emptied the queues)
+    "dropped": pa.schema([
+        _field("t_s", _F64), _field("operator", _STR), _field("reason", _STR), _field("items", _I64),
+    ]),
+    # end-to-end latency of sampled items: from the source's emission to the end of processing at a sink
+    "latency": pa.schema([_field("t_s", _F64), _field("operator", _STR), _field("latency_ms", _F64)]),
     # one row per lease; released=False: still leased at the run's end (end_s = run end)
     "leases": pa.schema([
         _field("host", _STR), _field("start_s", _F64), _field("end_s", _F64),
@@ -81,6 +99,14 @@ TABLES: Dict[str, pa.Schema] = {
         _field("released", pa.bool_()),
     ]),
 }
+
+
+TABLES_ADDED_IN: Dict[str, int] = {"edges": 2, "instance_stats": 2, "dropped": 2, "latency": 2}
+
+
+def tables_of_version(schema_version: int) -> list[str]:
+    """The tables a complete run of that schema version has (older runs lack the later tables)."""
+    return [t for t in TABLES if TABLES_ADDED_IN.get(t, 1) <= schema_version]
 
 
 class EventLogError(Exception):

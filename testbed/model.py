@@ -28,6 +28,13 @@ class OperatorView:
     queue: int  # items waiting: ready + unacknowledged
     durations: Tuple[float, ...] = ()  # last N measured durations in ms, oldest first
     scalings: int = 0  # scale-ups and scale-downs executed for this type so far
+    # the last monitoring interval (docs/architecture.md#observations): items that arrived in its
+    # queue, items processed, items dropped (any reason), mean busy fraction of its active instances
+    received: int = 0
+    processed: int = 0
+    dropped: int = 0
+    utilisation: Optional[float] = None
+    active: Optional[int] = None  # active pool members (None: every instance is active)
 
     @property
     def name(self) -> str:
@@ -52,6 +59,7 @@ class InstanceView:
     host: str
     state: InstanceState
     started_at: float  # when it was requested (s)
+    active: bool = True  # a pool member switched off (SetActive) is started but consumes nothing
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,10 @@ class Snapshot:
     max_hosts: int
     host_cpu: int  # the host type leased on demand
     host_memory: int
+    monitoring_s: float = 15.0
+    input_rates: Tuple[float, ...] = ()  # items/s per monitoring interval, oldest first (bounded history)
+    edges: Tuple[Tuple[str, str], ...] = ()  # the topology: (source or upstream operator, operator)
+    edge_items: Mapping[Tuple[str, str], int] = field(default_factory=dict)  # sent along each edge, last interval
 
     def host(self, host_id: str) -> HostView:
         for h in self.hosts:
@@ -155,4 +167,27 @@ class ReleaseHost:
     kind: str = field(default="release", init=False)
 
 
-Action = Union[ScaleUp, ScaleDown, Migrate, LeaseHost, ProlongHost, ReleaseHost]
+@dataclass(frozen=True)
+class SetActive:
+    """Of the operator's started instances (a pre-started pool), `active` process items; the others
+    consume nothing and hold no item. Switching costs no container start."""
+
+    operator: str
+    active: int
+    reason: str
+    kind: str = field(default="set_active", init=False)
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Stop the world: no operator processes anything for `downtime_s` seconds (a topology restart
+    as DABS-Storm or Flink's reactive mode do it); with `purge`, everything queued is dropped and
+    counted in the `dropped` table."""
+
+    downtime_s: float
+    purge: bool
+    reason: str
+    kind: str = field(default="restart", init=False)
+
+
+Action = Union[ScaleUp, ScaleDown, Migrate, LeaseHost, ProlongHost, ReleaseHost, SetActive, Restart]

@@ -13,6 +13,8 @@ from typing import Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tup
 
 from testbed.config import ExperimentConfig
 from testbed.model import HostView, InstanceState, InstanceView, OperatorType, OperatorView, Snapshot
+from testbed.observation import Observation
+from testbed.topology import Topology
 
 Tables = Dict[str, Dict[str, list]]
 
@@ -23,15 +25,51 @@ MONITOR_COLUMNS: Dict[str, Tuple[str, ...]] = {
     "instances": ("t_s", "operator", "instances", "starting", "hosts"),
     "hosts": ("t_s", "leased", "ready"),
 }
+OBSERVATION_COLUMNS: Dict[str, Tuple[str, ...]] = {
+    "edges": ("t_s", "source", "target", "items"),
+    "instance_stats": ("t_s", "operator", "instance", "processed", "utilisation"),
+    "dropped": ("t_s", "operator", "reason", "items"),
+}
 SAMPLE_COLUMNS: Tuple[str, ...] = ("t_s", "operator", "instance", "duration_ms")
+LATENCY_COLUMNS: Tuple[str, ...] = ("t_s", "operator", "latency_ms")
 
 
 def new_monitor_tables(samples: bool = False) -> Tables:
     """Empty column lists of the monitoring tables (plus `samples` if asked)."""
-    tables = {name: {c: [] for c in cols} for name, cols in MONITOR_COLUMNS.items()}
+    tables = {name: {c: [] for c in cols} for name, cols in {**MONITOR_COLUMNS, **OBSERVATION_COLUMNS}.items()}
     if samples:
         tables["samples"] = {c: [] for c in SAMPLE_COLUMNS}
     return tables
+
+
+def append_observation(tables: Tables, obs: Observation, instances: Mapping[str, "InstanceCounts"],
+                       leased: int, ready: int) -> None:
+    """The rows of one monitoring interval: `processed`, `queues`, `instances`, `hosts`, and the
+    observation's `edges` (every edge, every interval), `instance_stats` and `dropped` (non-zero)."""
+    ops = list(obs.operators)
+    append_monitor_rows(tables, obs.t, ops, {o: v.processed for o, v in obs.operators.items()},
+                        {o: v.queue for o, v in obs.operators.items()}, instances, leased, ready)
+    edges = tables["edges"]
+    for (source, target), items in obs.edges.items():
+        edges["t_s"].append(obs.t)
+        edges["source"].append(source)
+        edges["target"].append(target)
+        edges["items"].append(items)
+    stats = tables["instance_stats"]
+    for i in obs.instances:
+        stats["t_s"].append(obs.t)
+        stats["operator"].append(i.operator)
+        stats["instance"].append(i.instance)
+        stats["processed"].append(i.processed)
+        stats["utilisation"].append(i.utilisation)
+    dropped = tables["dropped"]
+    for o, view in obs.operators.items():
+        for reason, items in sorted(view.dropped.items()):
+            if items:
+                dropped["t_s"].append(obs.t)
+                dropped["operator"].append(o)
+                dropped["reason"].append(reason)
+                dropped["items"].append(items)
 
 
 @dataclass(frozen=True)
@@ -153,6 +191,58 @@ def counted(operators: Sequence[str], instances: Iterable[InstanceView]) -> Dict
         if inst.state != InstanceState.draining and inst.operator in n:
             n[inst.operator] += 1
     return n
+
+
+class Observer:
+    """The histories a snapshot shows (duration windows, input rates) and the latest observation;
+    builds the policy's snapshot. One per run, in both backends."""
+
+    def __init__(self, topology: Topology, settings: SnapshotSettings, history: int, monitoring_s: float):
+        self.topology = topology
+        self.operators = topology.operators
+        self.settings = settings
+        self.monitoring_s = monitoring_s
+        self.durations = DurationWindows(self.operators, history)
+        self.rates: Deque[float] = deque(maxlen=history)
+        self.last: Optional[Observation] = None
+
+    def observe(self, obs: Observation) -> None:
+        self.durations.push({o: v.duration_ms for o, v in obs.operators.items()})
+        self.rates.append(obs.input_rate)
+        self.last = obs
+
+    def snapshot(self, t: float, hosts: Tuple[HostView, ...], instances: Tuple[InstanceView, ...],
+                 scalings: Mapping[str, int], depths: Optional[Mapping[str, int]] = None) -> Snapshot:
+        """What the policy sees at t. `depths`: queue depths of that moment (default: the latest
+        observation's; zero before the first)."""
+        last = self.last
+        if depths is None:
+            depths = {o: (last.operators[o].queue if last else 0) for o in self.operators}
+        n = counted(self.operators, instances)
+        active = {o: 0 for o in self.operators}
+        pooled = set()
+        for i in instances:
+            if i.state != InstanceState.draining and i.operator in active:
+                active[i.operator] += i.active
+                if not i.active:
+                    pooled.add(i.operator)
+        utilisation = last.utilisation() if last else {}
+        views: Dict[str, OperatorView] = {}
+        for o in self.operators:
+            seen = last.operators[o] if last else None
+            views[o] = OperatorView(
+                type=self.topology.types[o], n=n[o], queue=depths[o], durations=self.durations.of(o),
+                scalings=scalings.get(o, 0), received=seen.received if seen else 0,
+                processed=seen.processed if seen else 0, dropped=sum(seen.dropped.values()) if seen else 0,
+                utilisation=utilisation.get(o), active=active[o] if o in pooled else None)
+        st = self.settings
+        return Snapshot(
+            t=t, operators=views, hosts=hosts, instances=instances, btu_s=st.btu_s, reasoning_s=st.reasoning_s,
+            penalty=st.penalty, input_rate=last.input_rate if last else 0.0, max_hosts=st.max_hosts,
+            host_cpu=st.host_cpu, host_memory=st.host_memory, monitoring_s=self.monitoring_s,
+            input_rates=tuple(self.rates), edges=self.topology.edges,
+            edge_items=dict(last.edges) if last else {},
+        )
 
 
 def build_snapshot(t: float, types: Mapping[str, OperatorType], operators: Sequence[str], n: Mapping[str, int],

@@ -26,6 +26,18 @@ class Topology:
     selectivity: Dict[str, float]  # items sent to EACH downstream operator per item processed
     compliance_excluded: Tuple[str, ...]
 
+    @property
+    def edges(self) -> Tuple[Tuple[str, str], ...]:
+        """(source or upstream operator, operator): the sources' edges, then the operators' in
+        topological order."""
+        return tuple((s.name, d) for s in self.sources for d in s.downstream) + tuple(
+            (o, d) for o in self.operators for d in self.downstream[o])
+
+    @property
+    def sinks(self) -> Tuple[str, ...]:
+        """Operators without downstream operators: where an item's end-to-end latency ends."""
+        return tuple(o for o in self.operators if not self.downstream[o])
+
     @classmethod
     def from_config(cls, cfg: TopologyConfig) -> "Topology":
         order = _topological_order(cfg)

@@ -6,23 +6,10 @@ watchdog's replacements included, is recorded with its reason for the `actions` 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Dict, List, Mapping, Protocol, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
-from testbed.model import (
-    NEW_HOST_PREFIX,
-    Action,
-    HostView,
-    InstanceState,
-    InstanceView,
-    LeaseHost,
-    OperatorType,
-    Migrate,
-    ProlongHost,
-    ReleaseHost,
-    ScaleDown,
-    ScaleUp,
-)
-from testbed.sim.cluster import ActionRecord
+from testbed.actions import ActionRecord, dispatch
+from testbed.model import Action, HostView, InstanceState, InstanceView, OperatorType
 
 
 class Pool(Protocol):
@@ -46,64 +33,106 @@ class Pool(Protocol):
     def take_crashed(self) -> List[InstanceView]: ...
 
 
+class Switchboard(Protocol):
+    """Pool activation and queue purges on the broker side (testbed.live.switchboard)."""
+
+    def set_active(self, instance: str, active: bool) -> None: ...
+
+    def purge(self) -> Dict[str, int]: ...
+
+
 class LiveExecutor:
+    """The live `testbed.actions.ActionTarget`."""
+
     def __init__(self, pool: Pool, types: Mapping[str, OperatorType], env_for: Callable[[str], Mapping[str, str]],
-                 volumes_for: Callable[[str], Mapping[str, Mapping[str, str]]] = lambda _: {}):
+                 volumes_for: Callable[[str], Mapping[str, Mapping[str, str]]] = lambda _: {},
+                 switchboard: Optional[Switchboard] = None):
         self.pool = pool
         self.types = types
         self.env_for = env_for  # operator -> container environment
         self.volumes_for = volumes_for  # operator -> bind mounts (e.g. where O9 writes its PDF reports)
+        self.switchboard = switchboard
         self.scalings: Dict[str, int] = {o: 0 for o in types}
         self.records: List[ActionRecord] = []
         self._migrations: Dict[str, str] = {}  # new copy -> old instance (stopped once the copy runs)
         self._releasing: Set[str] = set()
+        self._inactive: Set[str] = set()  # pool members switched off
+        self._paused_until: Optional[float] = None  # a restart's downtime
 
-    # -- actions ---------------------------------------------------------------------------
+    # -- actions (testbed.actions.ActionTarget) ---------------------------------------------
     def apply(self, t: float, actions: Sequence[Action], immediate: bool = False) -> None:
-        bound: Dict[str, str] = {}
-
-        def resolve(ref: str) -> str:
-            return bound[ref] if ref.startswith(NEW_HOST_PREFIX) else ref
-
-        for a in actions:
-            if isinstance(a, LeaseHost):
-                host = self.pool.lease(t, immediate=immediate)
-                bound[a.host] = host
-                self._record(t, a, None, None, host, None)
-            elif isinstance(a, ScaleUp):
-                inst = self._start(t, a.operator, resolve(a.host), immediate)
-                self.scalings[a.operator] += 1
-                self._record(t, a, a.operator, inst, resolve(a.host), None)
-            elif isinstance(a, ScaleDown):
-                self.pool.stop_instance(a.instance)
-                self.scalings[a.operator] += 1
-                self._record(t, a, a.operator, a.instance, a.host, None)
-            elif isinstance(a, Migrate):
-                target = resolve(a.target)
-                self._migrations[self._start(t, a.operator, target, immediate)] = a.instance
-                self._record(t, a, a.operator, a.instance, a.host, target)
-            elif isinstance(a, ProlongHost):
-                self.pool.prolong(a.host)
-                self._record(t, a, None, None, a.host, None)
-            elif isinstance(a, ReleaseHost):
-                host = resolve(a.host)
-                self._releasing.add(host)
-                self._record(t, a, None, None, host, None)
-            else:  # pragma: no cover - the Action union is closed
-                raise TypeError(f"unknown action {a!r}")
+        dispatch(t, actions, self, self.records, self.scalings, immediate)
         self.progress(t)
+
+    def lease(self, t: float, immediate: bool) -> str:
+        return self.pool.lease(t, immediate=immediate)
+
+    def start(self, t: float, operator: str, host: str, immediate: bool) -> str:
+        return self._start(t, operator, host, immediate)
+
+    def stop(self, t: float, instance: str) -> None:
+        self.pool.stop_instance(instance)
+        self._inactive.discard(instance)
+
+    def migrate(self, t: float, operator: str, instance: str, target: str, immediate: bool) -> str:
+        new = self._start(t, operator, target, immediate)
+        self._migrations[new] = instance
+        return new
+
+    def prolong(self, t: float, host: str) -> None:
+        self.pool.prolong(host)
+
+    def release(self, t: float, host: str) -> None:
+        self._releasing.add(host)
+
+    def set_active(self, t: float, operator: str, active: int) -> Dict[str, bool]:
+        """As in the simulator: the oldest instances are the active ones."""
+        replaced = self.replaced()
+        members = sorted((i for i in self.pool.instance_views()
+                          if i.operator == operator and i.id not in replaced and i.state != InstanceState.draining),
+                         key=lambda i: (i.started_at, i.id))
+        on = [i.id for i in members if i.id not in self._inactive]
+        if active > len(on):
+            switched = dict.fromkeys([i.id for i in members if i.id in self._inactive][: active - len(on)], True)
+        else:
+            switched = dict.fromkeys(on[max(active, 0):], False)
+        for instance, now_active in switched.items():
+            (self._inactive.discard if now_active else self._inactive.add)(instance)
+            if self._paused_until is None:
+                self._switch(instance, now_active)
+        return switched
+
+    def restart(self, t: float, downtime_s: float, purge: bool) -> Dict[str, int]:
+        """Every instance stops consuming for the downtime (resumed by `progress`); with `purge` the
+        operators' queues are emptied on the broker and the purged items returned per operator."""
+        for i in self.pool.instance_views():
+            self._switch(i.id, False)
+        self._paused_until = t + downtime_s
+        if not purge:
+            return {}
+        if self.switchboard is None:
+            raise RuntimeError("a restart with purge needs the broker (no switchboard configured)")
+        return self.switchboard.purge()
+
+    def _switch(self, instance: str, active: bool) -> None:
+        if self.switchboard is None:
+            raise RuntimeError("pool activation needs the broker and Redis (no switchboard configured)")
+        self.switchboard.set_active(instance, active)
 
     def _start(self, t: float, operator: str, host: str, immediate: bool = False) -> str:
         return self.pool.start_instance(operator, host, self.env_for(operator), t, immediate=immediate,
                                         volumes=self.volumes_for(operator))
 
-    def _record(self, t: float, a: Action, operator, instance, host, target) -> None:
-        self.records.append(ActionRecord(t, a.kind, operator, instance, host, target, a.reason))
-
     # -- between actions -------------------------------------------------------------------
     def progress(self, t: float) -> None:
-        """Finish migrations whose copy runs and releases whose host is empty or out of paid time."""
+        """Finish migrations whose copy runs and releases whose host is empty or out of paid time;
+        end a restart's downtime."""
         states = {i.id: i for i in self.pool.instance_views()}
+        if self._paused_until is not None and t >= self._paused_until:
+            self._paused_until = None
+            for instance in states:
+                if instance not in self._inactive:
+                    self._switch(instance, True)
         for new, old in list(self._migrations.items()):
             copy = states.get(new)
             if copy is None:  # the copy died before it ran: the watchdog replaces it, the old one stays
@@ -133,6 +162,10 @@ class LiveExecutor:
             new = self._start(t, dead.operator, dead.host)
             if migrated_from is not None:
                 self._migrations[new] = migrated_from
+            if dead.id in self._inactive:  # the replacement takes its place in the pool, switched off
+                self._inactive.discard(dead.id)
+                self._inactive.add(new)
+                self._switch(new, False)
             self.records.append(ActionRecord(
                 t, "replace", dead.operator, new, dead.host, None,
                 f"watchdog: instance {dead.id} exited without being stopped; replaced by {new}"))
@@ -151,6 +184,8 @@ class LiveExecutor:
                 cpu, mem = freed.get(i.host, (0, 0))
                 freed[i.host] = (cpu + self.types[i.operator].cpu, mem + self.types[i.operator].memory)
                 i = replace(i, state=InstanceState.draining)
+            if i.id in self._inactive:
+                i = replace(i, active=False)
             instances.append(i)
         hosts = tuple(
             replace(h, cpu_free=h.cpu_free + freed.get(h.id, (0, 0))[0],

@@ -41,8 +41,8 @@ from testbed.monitoring import (
 )
 from testbed.policies.base import Policy, initial_deployment
 from testbed.rng import stream
-from testbed.sim.cluster import actions_table
-from testbed.sim.simulator import SimulationResult
+from testbed.actions import actions_table
+from testbed.run_result import RunResult
 from testbed.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ class LiveRun:
         return 0.0 if self._t0 is None else self.wall() - self._t0
 
     # -- the run ---------------------------------------------------------------------------
-    def run(self) -> SimulationResult:
+    def run(self) -> RunResult:
         from testbed.live.hostpool import HostPool
 
         cfg, live = self.cfg, self.cfg.backend.live
@@ -189,7 +189,7 @@ class LiveRun:
                 "crashes": [dataclasses.asdict(c) for c in pool.crashed()],
                 "images": pool.image_digests(), "monitor_failures": self.monitor_failures,
             }
-            return SimulationResult(tables, end, details)
+            return RunResult(tables, end, details)
         finally:
             if provider is not None and provider.running:
                 provider.stop(flush_timeout_s=5.0)

@@ -19,7 +19,8 @@ from testbed.model import (
     ScaleUp,
     Snapshot,
 )
-from testbed.placement.base import Placement
+from testbed.placement.base import Placement, PlacementConfig
+from testbed.placement.suitability import Suitability
 from testbed.policies.planning import Plan
 from testbed.policies.registry import register_policy
 
@@ -157,9 +158,9 @@ def release_window(cfg: BtuParams, btu_s: float, reasoning_s: float) -> float:
 class BtuPolicy:
     name = "btu"
 
-    def __init__(self, cfg: BtuParams, placement: Placement):
+    def __init__(self, cfg: BtuParams, placement: Optional[Placement] = None):
         self.cfg = cfg
-        self.placement = placement
+        self.placement = placement or Suitability(PlacementConfig().cache_factor)
 
     def decide(self, snapshot: Snapshot) -> List[Action]:
         plan = Plan(snapshot)

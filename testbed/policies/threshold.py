@@ -4,10 +4,11 @@ released as soon as its last instance has stopped."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
 from testbed.model import Action, ReleaseHost, Snapshot
 from testbed.placement.base import Placement
+from testbed.placement.first_fit import FirstFit
 from testbed.policies.planning import Plan
 from testbed.policies.registry import register_policy
 from testbed.policies.scaling import scale_to
@@ -28,9 +29,9 @@ class ThresholdParams:
 class ThresholdPolicy:
     name = "threshold"
 
-    def __init__(self, cfg: ThresholdParams, placement: Placement):
+    def __init__(self, cfg: ThresholdParams, placement: Optional[Placement] = None):
         self.cfg = cfg
-        self.placement = placement
+        self.placement = placement or FirstFit()
 
     def decide(self, snapshot: Snapshot) -> List[Action]:
         cfg, plan = self.cfg, Plan(snapshot)

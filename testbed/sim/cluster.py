@@ -4,25 +4,14 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from testbed.actions import ActionRecord, dispatch
 from testbed.config import InfrastructureConfig
 from testbed.leasing import Host, leases_table
-from testbed.model import (
-    NEW_HOST_PREFIX,
-    Action,
-    HostView,
-    InstanceState,
-    InstanceView,
-    LeaseHost,
-    Migrate,
-    ProlongHost,
-    ReleaseHost,
-    ScaleDown,
-    ScaleUp,
-)
+from testbed.model import Action, HostView, InstanceState, InstanceView
 from testbed.topology import Topology
 
 
@@ -36,33 +25,18 @@ class SimInstance:
     state: InstanceState = InstanceState.starting
     replaces: Optional[str] = None  # migration: the old copy, stopped once this one runs
     replaced: bool = False  # a migration source: still serving, no longer counted or reserved
+    active: bool = True  # an inactive pool member is started but consumes nothing
 
 
 SimHost = Host  # the lease bookkeeping is shared with the live host pool (testbed/leasing.py)
 
 
-@dataclass(frozen=True)
-class ActionRecord:
-    t_s: float
-    action: str
-    operator: Optional[str]
-    instance: Optional[str]
-    host: Optional[str]
-    target_host: Optional[str]
-    reason: str
-
-
-def actions_table(records: Sequence[ActionRecord], policy: str) -> Dict[str, List[Optional[object]]]:
-    """The event log's `actions` table (both backends)."""
-    keys = ("t_s", "action", "operator", "instance", "host", "target_host", "reason")
-    cols: Dict[str, List[Optional[object]]] = {k: [getattr(r, k) for r in records] for k in keys}
-    cols["policy"] = [policy] * len(records)
-    return cols
-
-
 class SimCluster:
+    """Executes actions (it is the simulator's `testbed.actions.ActionTarget`). `purge` empties the
+    operators' queues for a restart and returns the items dropped per operator (the network's)."""
+
     def __init__(self, topology: Topology, infra: InfrastructureConfig, btu_s: float, price_per_btu: float,
-                 rng: np.random.Generator):
+                 rng: np.random.Generator, purge: Callable[[float], Mapping[str, int]] = lambda t: {}):
         self.topology = topology
         self.infra = infra
         self.btu_s = btu_s
@@ -78,6 +52,8 @@ class SimCluster:
         self._seq = 0
         self._host_seq = 0
         self._instance_seq = 0
+        self.purge = purge
+        self.paused = False  # a restart's downtime: nothing serves
 
     # -- time ------------------------------------------------------------------------------
     def process_events(self, t: float) -> None:
@@ -87,6 +63,9 @@ class SimCluster:
                 self._instance_ready(when, ident)
             elif kind == "release_deadline":
                 self._release_deadline(when, ident)
+            elif kind == "resume":
+                self.paused = False
+                self.version += 1
 
     def _at(self, when: float, kind: str, ident: str) -> None:
         self._seq += 1
@@ -109,50 +88,58 @@ class SimCluster:
             self._stop(t, ident)
         self._release(t, host)
 
-    # -- actions ---------------------------------------------------------------------------
+    # -- actions (testbed.actions.ActionTarget) ---------------------------------------------
     def apply(self, t: float, actions: Sequence[Action], immediate: bool = False) -> None:
         """Execute actions in order. `immediate` deploys without delays (the initial deployment)."""
-        bound: Dict[str, str] = {}
+        dispatch(t, actions, self, self.records, self.scalings, immediate)
 
-        def resolve(ref: str) -> str:
-            return bound[ref] if ref.startswith(NEW_HOST_PREFIX) else ref
+    def lease(self, t: float, immediate: bool) -> str:
+        return self._lease(t, immediate).id
 
-        for a in actions:
-            if isinstance(a, LeaseHost):
-                host = self._lease(t, immediate)
-                bound[a.host] = host.id
-                self._record(t, a, None, None, host.id, None)
-            elif isinstance(a, ScaleUp):
-                inst = self._start(t, a.operator, resolve(a.host), immediate)
-                self.scalings[a.operator] += 1
-                self._record(t, a, a.operator, inst.id, inst.host, None)
-            elif isinstance(a, ScaleDown):
-                self._stop(t, a.instance)
-                self.scalings[a.operator] += 1
-                self._record(t, a, a.operator, a.instance, a.host, None)
-            elif isinstance(a, Migrate):
-                old = self.instances[a.instance]
-                old.replaced = True
-                new = self._start(t, a.operator, resolve(a.target), immediate)
-                new.replaces = old.id
-                self._record(t, a, a.operator, a.instance, a.host, new.host)
-            elif isinstance(a, ProlongHost):
-                host = self.hosts[a.host]
-                host.prolong(self.btu_s)
-                self._record(t, a, None, None, host.id, None)
-            elif isinstance(a, ReleaseHost):
-                host = self.hosts[resolve(a.host)]
-                host.releasing = True
-                self._record(t, a, None, None, host.id, None)
-                if not host.instances:
-                    self._release(t, host)
-                else:
-                    self._at(max(t, host.btu_end), "release_deadline", host.id)
-            else:  # pragma: no cover - the Action union is closed
-                raise TypeError(f"unknown action {a!r}")
+    def start(self, t: float, operator: str, host: str, immediate: bool) -> str:
+        return self._start(t, operator, host, immediate).id
 
-    def _record(self, t: float, a: Action, operator, instance, host, target) -> None:
-        self.records.append(ActionRecord(t, a.kind, operator, instance, host, target, a.reason))
+    def stop(self, t: float, instance: str) -> None:
+        self._stop(t, instance)
+
+    def migrate(self, t: float, operator: str, instance: str, target: str, immediate: bool) -> str:
+        old = self.instances[instance]
+        old.replaced = True
+        new = self._start(t, operator, target, immediate)
+        new.replaces = old.id
+        return new.id
+
+    def prolong(self, t: float, host: str) -> None:
+        self.hosts[host].prolong(self.btu_s)
+
+    def release(self, t: float, host_id: str) -> None:
+        host = self.hosts[host_id]
+        host.releasing = True
+        if not host.instances:
+            self._release(t, host)
+        else:
+            self._at(max(t, host.btu_end), "release_deadline", host.id)
+
+    def set_active(self, t: float, operator: str, active: int) -> Dict[str, bool]:
+        """The oldest instances are the active ones: switching on takes the oldest inactive, switching
+        off the newest active."""
+        pool = [i for i in self.instances.values() if i.operator == operator and not i.replaced]  # start order
+        on = [i for i in pool if i.active]
+        if active > len(on):
+            switched = [i for i in pool if not i.active][: active - len(on)]
+        else:
+            switched = on[max(active, 0):]
+        for inst in switched:
+            inst.active = not inst.active
+        if switched:
+            self.version += 1
+        return {i.id: i.active for i in switched}
+
+    def restart(self, t: float, downtime_s: float, purge: bool) -> Dict[str, int]:
+        self.paused = True
+        self.version += 1
+        self._at(t + downtime_s, "resume", "")
+        return dict(self.purge(t)) if purge else {}
 
     def _uniform(self, bounds: Sequence[float]) -> float:
         return float(self.rng.uniform(bounds[0], bounds[1]))
@@ -200,10 +187,13 @@ class SimCluster:
 
     # -- views -----------------------------------------------------------------------------
     def serving(self) -> Dict[str, List[SimInstance]]:
-        """Instances processing items, per operator type (migration sources until replaced)."""
+        """Instances processing items, per operator type (migration sources until replaced; none
+        during a restart's downtime; inactive pool members never)."""
         out: Dict[str, List[SimInstance]] = {o: [] for o in self.topology.operators}
+        if self.paused:
+            return out
         for inst in self.instances.values():
-            if inst.state == InstanceState.running:
+            if inst.state == InstanceState.running and inst.active:
                 out[inst.operator].append(inst)
         return out
 
@@ -219,7 +209,8 @@ class SimCluster:
 
     def instance_views(self) -> Tuple[InstanceView, ...]:
         return tuple(
-            InstanceView(i.id, i.operator, i.host, InstanceState.draining if i.replaced else i.state, i.requested_at)
+            InstanceView(i.id, i.operator, i.host, InstanceState.draining if i.replaced else i.state, i.requested_at,
+                         active=i.active)
             for i in self.instances.values()
         )
 

@@ -6,6 +6,7 @@ import heapq
 from collections import deque
 from typing import Deque, Dict, List, Sequence
 
+from testbed.sim.flows import FlowCounters
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
 
@@ -15,6 +16,7 @@ class _ExactQueue:
         self.name = name
         self.index = index
         self.items: Deque[float] = deque()  # send times, FIFO
+        self.origins: Deque[float] = deque()  # the items' origins (end-to-end latency), same order
         self.free: List[float] = []  # heap of slot free times
         self.selectivity = selectivity
         self.owed = 0.0
@@ -26,6 +28,7 @@ class ExactNetwork:
     def __init__(self, topology: Topology, hop_s: float, recorder: SampleRecorder):
         self.hop_s = hop_s
         self.recorder = recorder
+        self.flows = FlowCounters(topology.operators, topology.edges)
         self.queues: Dict[str, _ExactQueue] = {
             o: _ExactQueue(o, k, topology.selectivity[o]) for k, o in enumerate(topology.operators)
         }
@@ -33,8 +36,20 @@ class ExactNetwork:
             q.outputs = [self.queues[d] for d in topology.downstream[o]]
         self._order = [self.queues[o] for o in topology.operators]
 
-    def send(self, operator: str, t: float, count: int) -> None:
-        self.queues[operator].items.extend([t] * count)
+    def send(self, source: str, operator: str, t: float, count: int) -> None:
+        q = self.queues[operator]
+        q.items.extend([t] * count)
+        q.origins.extend([t] * count)
+        self.flows.send(source, operator, count)
+
+    def purge(self, t: float) -> Dict[str, int]:
+        dropped = {}
+        for q in self._order:
+            dropped[q.name] = len(q.items)
+            self.flows.drop(q.name, "purge", len(q.items))
+            q.items.clear()
+            q.origins.clear()
+        return dropped
 
     def depth(self, operator: str) -> int:
         return len(self.queues[operator].items)
@@ -61,16 +76,23 @@ class ExactNetwork:
 
     def _serve(self, q: _ExactQueue, t1: float, s: float, instances: Sequence[str]) -> None:
         hop, rec, items, free = self.hop_s, self.recorder, q.items, q.free
+        started, busy = 0, 0.0
         while items:
             send = items[0]
             start = max(free[0], send + hop)
             if start >= t1:
                 break
             items.popleft()
-            finish = start + rec.service(q.index, s)
+            origin = q.origins.popleft()
+            service = rec.service(q.index, s)
+            finish = start + service
+            started += 1
+            busy += service
             heapq.heapreplace(free, finish)
             if rec.take(q.index, 1):
                 rec.record_finished(q.index, instances, send, finish)
+                if not q.outputs:
+                    self.flows.latency(finish, q.name, finish - origin)
             q.processed += 1
             if q.outputs:
                 total = q.owed + q.selectivity
@@ -78,15 +100,19 @@ class ExactNetwork:
                 q.owed = total - out
                 for d in q.outputs:
                     # Items reach a queue in the order they were sent (finish times interleave).
-                    self._insert(d, finish, out)
+                    self._insert(d, finish, origin, out)
+                    if out:
+                        self.flows.send(q.name, d.name, out)
+        self.flows.serve(q.name, instances, started, busy)
 
     @staticmethod
-    def _insert(q: _ExactQueue, send: float, count: int) -> None:
+    def _insert(q: _ExactQueue, send: float, origin: float, count: int) -> None:
         if count == 0:
             return
         items = q.items
         if not items or items[-1] <= send:
             items.extend([send] * count)
+            q.origins.extend([origin] * count)
             return
         # Rare: a slot finished earlier than items already forwarded; keep the queue in send order.
         pos = len(items)
@@ -94,3 +120,4 @@ class ExactNetwork:
             pos -= 1
         for _ in range(count):
             items.insert(pos, send)
+            q.origins.insert(pos, origin)

@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Deque, Dict, List, Sequence
 
+from testbed.sim.flows import FlowCounters
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
 
@@ -32,12 +33,14 @@ class Cohort:
     count: int
     send0: float  # send time of the first item (s)
     delta: float  # spacing between items (s)
+    origin0: float  # when the first item's source emitted what it derives from (end-to-end latency)
+    origin_delta: float  # spacing of the origins
 
 
 class CohortQueue:
     """One operator type: FIFO cohorts, service slots, output accumulator."""
 
-    __slots__ = ("name", "index", "cohorts", "waiting", "free", "selectivity", "owed", "outputs", "processed")
+    __slots__ = ("name", "index", "cohorts", "waiting", "free", "selectivity", "owed", "outputs", "processed", "sink")
 
     def __init__(self, name: str, index: int, selectivity: float):
         self.name = name
@@ -49,6 +52,7 @@ class CohortQueue:
         self.owed = 0.0  # fractional outputs carried over (e.g. one report per 300 inputs)
         self.outputs: List["CohortQueue"] = []
         self.processed = 0
+        self.sink = False  # no downstream operator: items end here (latency samples)
 
     def set_slots(self, slots: int, t: float) -> None:
         """New slots are free now; removed slots are the busiest (their items still finish)."""
@@ -65,18 +69,32 @@ class CohortNetwork:
         self.topology = topology
         self.hop_s = hop_s
         self.recorder = recorder
+        self.flows = FlowCounters(topology.operators, topology.edges)
         self.queues: Dict[str, CohortQueue] = {
             o: CohortQueue(o, k, topology.selectivity[o]) for k, o in enumerate(topology.operators)
         }
         for o, q in self.queues.items():
             q.outputs = [self.queues[d] for d in topology.downstream[o]]
+            q.sink = not q.outputs
         self._order = [self.queues[o] for o in topology.operators]
 
-    def send(self, operator: str, t: float, count: int) -> None:
+    def send(self, source: str, operator: str, t: float, count: int) -> None:
+        """Items a source emits at t (their origin)."""
         if count > 0:
             q = self.queues[operator]
-            q.cohorts.append(Cohort(count, t, 0.0))
+            q.cohorts.append(Cohort(count, t, 0.0, t, 0.0))
             q.waiting += count
+            self.flows.send(source, operator, count)
+
+    def purge(self, t: float) -> Dict[str, int]:
+        """Drop everything waiting (a restart with purge); the items per operator."""
+        dropped = {}
+        for q in self._order:
+            dropped[q.name] = q.waiting
+            self.flows.drop(q.name, "purge", q.waiting)
+            q.cohorts.clear()
+            q.waiting = 0
+        return dropped
 
     def depth(self, operator: str) -> int:
         return self.queues[operator].waiting
@@ -98,6 +116,7 @@ class CohortNetwork:
         c = len(free)
         recorder = self.recorder
         first_finish = last_finish = -1.0
+        origin_first = origin_last = 0.0
         started = 0
         cohorts = q.cohorts
         while cohorts:
@@ -126,7 +145,13 @@ class CohortNetwork:
                 fk = free[k] + r * s
                 bk = a0 + k * d + r * h
                 start = fk if fk > bk else bk
-                recorder.record(q.index, instances, co.send0 + j * d, start, s)
+                finish = start + recorder.service(q.index, s)
+                recorder.record_finished(q.index, instances, co.send0 + j * d, finish)
+                if q.sink:
+                    self.flows.latency(finish, q.name, finish - (co.origin0 + j * co.origin_delta))
+            if started == 0:
+                origin_first = co.origin0
+            origin_last = co.origin0 + (k_items - 1) * co.origin_delta
             # Start of the first and last item give the span of outputs.
             j_last = k_items - 1
             k, r = j_last % c, j_last // c
@@ -146,6 +171,7 @@ class CohortNetwork:
             started += k_items
             co.count -= k_items
             co.send0 += k_items * d
+            co.origin0 += k_items * co.origin_delta
             if co.count == 0:
                 cohorts.popleft()
             else:
@@ -154,10 +180,13 @@ class CohortNetwork:
         if started:
             q.waiting -= started
             q.processed += started
-            self._emit(q, started, first_finish, last_finish)
+            self.flows.serve(q.name, instances, started, started * s)
+            self._emit(q, started, first_finish, last_finish, origin_first, origin_last)
 
-    def _emit(self, q: CohortQueue, started: int, first_finish: float, last_finish: float) -> None:
-        """Outputs of one step leave spread evenly between the first and the last finish."""
+    def _emit(self, q: CohortQueue, started: int, first_finish: float, last_finish: float,
+              origin_first: float, origin_last: float) -> None:
+        """Outputs of one step leave spread evenly between the first and the last finish; their
+        origins spread likewise between those of the first and the last item started."""
         if not q.outputs:
             return
         total = q.owed + started * q.selectivity
@@ -166,6 +195,8 @@ class CohortNetwork:
         if out == 0:
             return
         delta = (last_finish - first_finish) / (out - 1) if out > 1 else 0.0
+        origin_delta = (origin_last - origin_first) / (out - 1) if out > 1 else 0.0
         for d in q.outputs:
-            d.cohorts.append(Cohort(out, first_finish, delta))
+            d.cohorts.append(Cohort(out, first_finish, delta, origin_first, origin_delta))
             d.waiting += out
+            self.flows.send(q.name, d.name, out)

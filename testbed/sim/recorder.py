@@ -69,10 +69,6 @@ class SampleRecorder:
     def service(self, op: int, mean_s: float) -> float:
         return mean_s * self._noise[op].next()
 
-    def record(self, op: int, instances: Sequence[str], send: float, start: float, mean_s: float) -> None:
-        finish = start + mean_s * self._noise[op].next()
-        self.record_finished(op, instances, send, finish)
-
     def record_finished(self, op: int, instances: Sequence[str], send: float, finish: float) -> None:
         if self._truncate:
             send = math.floor(send + self._epoch) - self._epoch

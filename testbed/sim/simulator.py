@@ -3,34 +3,25 @@ policy for actions every reasoning cycle and produces the event-log tables of on
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Dict
+from typing import Dict, List
 
 from data_provider.patterns import Pattern
+from testbed.actions import actions_table
 from testbed.billing import price_per_btu
 from testbed.config import ExperimentConfig
 from testbed.model import InstanceState, Snapshot
-from testbed.monitoring import (
-    DurationWindows, InstanceCounts, SnapshotSettings, append_monitor_rows, build_snapshot, new_monitor_tables,
-)
+from testbed.monitoring import InstanceCounts, Observer, SnapshotSettings, append_observation, new_monitor_tables
+from testbed.observation import InstanceObservation, Observation, OperatorObservation
 from testbed.policies.base import Policy, initial_deployment
 from testbed.rng import stream
-from testbed.sim.cluster import SimCluster, actions_table
+from testbed.run_result import RunResult
+from testbed.sim.cluster import SimCluster
 from testbed.sim.exact import ExactNetwork
 from testbed.sim.network import CohortNetwork
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
 
 _EPS = 1e-9
-
-
-@dataclass
-class SimulationResult:
-    """A run's event-log tables (both backends), its length and backend facts for the manifest."""
-
-    tables: Dict[str, Dict[str, list]]
-    duration_s: float
-    details: Dict[str, Any] = field(default_factory=dict)
 
 
 class Simulation:
@@ -53,9 +44,10 @@ class Simulation:
         self.cluster = SimCluster(
             self.topology, cfg.infrastructure, self.btu_s,
             price_per_btu(btu_minutes, cfg.billing.price_per_10_minutes), stream(seed, "cloud"),
+            purge=self.network.purge,
         )
-        self.durations = DurationWindows(ops, cfg.runtime.history)
-        self.snapshot_settings = SnapshotSettings.from_config(cfg, self.btu_s)
+        self.observer = Observer(self.topology, SnapshotSettings.from_config(cfg, self.btu_s), cfg.runtime.history,
+                                 cfg.runtime.monitoring_s)
         self.service_s = {o: services[o].mean_ms / 1000.0 for o in ops}
         self._emitted_since_monitor = 0
         self._processed_at_monitor = {o: 0 for o in ops}
@@ -63,10 +55,9 @@ class Simulation:
             "load": {k: [] for k in ("t_s", "machines", "source", "items", "lateness_ms")},
             **new_monitor_tables(),
         }
-        self._input_rate = 0.0
 
     # -- main loop -------------------------------------------------------------------------
-    def run(self) -> SimulationResult:
+    def run(self) -> RunResult:
         rt = self.cfg.runtime
         dt = self.cfg.backend.step_ms / 1000.0
         tick = self.topology.tick_s
@@ -90,7 +81,7 @@ class Simulation:
             if t1 >= next_reasoning - _EPS and t1 < self.duration_s - _EPS:
                 self.cluster.apply(t1, self.policy.decide(self._snapshot(t1)))
                 next_reasoning += rt.reasoning_s
-        return SimulationResult(self._finish_tables(), self.duration_s)
+        return RunResult(self._finish_tables(), self.duration_s)
 
     def _emit(self, t: float) -> None:
         machines = self.pattern.machines_at(t)
@@ -98,7 +89,7 @@ class Simulation:
         for src in self.topology.sources:
             items = machines * src.items_per_tick
             for d in src.downstream:
-                self.network.send(d, t, items)
+                self.network.send(src.name, d, t, items)
             self._emitted_since_monitor += items
             load["t_s"].append(t)
             load["machines"].append(machines)
@@ -132,38 +123,58 @@ class Simulation:
     # -- monitoring and snapshots ----------------------------------------------------------
     def _monitor(self, t: float) -> None:
         net, cluster, ops = self.network, self.cluster, self.topology.operators
-        self.durations.push_ordered(self.recorder.interval_means())
+        means = dict(zip(ops, self.recorder.interval_means()))
+        flows = net.flows.take_interval()
         # serving counts migration sources until replaced, which instance views show as draining
         serving = cluster.serving()
         starting: Dict[str, int] = {o: 0 for o in ops}
         for inst in cluster.instances.values():
             if inst.state == InstanceState.starting:
                 starting[inst.operator] += 1
-        processed: Dict[str, int] = {}
+        operators: Dict[str, OperatorObservation] = {}
         for o in ops:
             total = net.processed(o)
-            processed[o] = total - self._processed_at_monitor[o]
+            dropped = {reason: n for (op, reason), n in flows.dropped.items() if op == o}
+            operators[o] = OperatorObservation(received=flows.received[o], processed=total - self._processed_at_monitor[o],
+                                               queue=net.depth(o), dropped=dropped, duration_ms=means[o])
             self._processed_at_monitor[o] = total
-        append_monitor_rows(
-            self.tables, t, ops, processed, {o: net.depth(o) for o in ops},
+        obs = Observation(t=t, interval_s=self.cfg.runtime.monitoring_s, input_items=self._emitted_since_monitor,
+                          operators=operators, edges=flows.edges, instances=self._instance_observations(flows, serving))
+        self.observer.observe(obs)
+        append_observation(
+            self.tables, obs,
             {o: InstanceCounts(len(serving[o]), starting[o], len({i.host for i in serving[o]})) for o in ops},
             leased=len(cluster.hosts), ready=sum(1 for h in cluster.hosts.values() if h.ready_at <= t),
         )
-        self._input_rate = self._emitted_since_monitor / self.cfg.runtime.monitoring_s
         self._emitted_since_monitor = 0
+
+    def _instance_observations(self, flows, serving) -> tuple:
+        """Every instance serving at the interval's end or having served in it, per operator in start
+        order; utilisation = busy time / (interval x items in parallel), at most 1 (an item started
+        near the end counts its whole service time)."""
+        interval = self.cfg.runtime.monitoring_s
+        rows: List[InstanceObservation] = []
+        for o in self.topology.operators:
+            ids = [i.id for i in serving[o]]
+            ids += [i for i in flows.served if i.rsplit("-", 1)[0] == o and i not in ids]
+            ids.sort(key=lambda i: int(i.rsplit("-", 1)[1]))
+            slots = self.services[o].parallel
+            for i in ids:
+                busy = flows.busy_s.get(i, 0.0)
+                rows.append(InstanceObservation(i, o, flows.served.get(i, 0), min(1.0, busy / (interval * slots))))
+        return tuple(rows)
 
     def _snapshot(self, t: float) -> Snapshot:
         cluster, ops = self.cluster, self.topology.operators
-        return build_snapshot(
-            t, self.topology.types, ops, {o: cluster.counted(o) for o in ops},
-            {o: self.network.depth(o) for o in ops}, self.durations, cluster.scalings,
-            cluster.host_views(t), cluster.instance_views(), self._input_rate, self.snapshot_settings,
-        )
+        return self.observer.snapshot(t, cluster.host_views(t), cluster.instance_views(), cluster.scalings,
+                                      depths={o: self.network.depth(o) for o in ops})
 
     def _finish_tables(self) -> Dict[str, Dict[str, list]]:
         rec = self.recorder
         tables = dict(self.tables)
         tables["samples"] = {"t_s": rec.t, "operator": rec.operator, "instance": rec.instance, "duration_ms": rec.duration_ms}
+        flows = self.network.flows
+        tables["latency"] = {"t_s": flows.latency_t, "operator": flows.latency_op, "latency_ms": flows.latency_ms}
         tables["actions"] = actions_table(self.cluster.records, self.policy.name)
         tables["leases"] = self.cluster.leases(self.duration_s)
         return tables

@@ -36,7 +36,7 @@ def simulate(network_cls, seed: int, cv: float = 0.3):
     service_s = {o: topo.configs[o].service.mean_ms / 1000 for o in topo.operators}
     for k in range(int(600 / TICK_S)):
         t0 = k * TICK_S
-        net.send("A", t0, (4 if t0 < 300 else 9) * 10)
+        net.send("S", "A", t0, (4 if t0 < 300 else 9) * 10)
         before = t0 < 330
         instances = {"A": 5 if before else 10, "B": 3 if before else 8, "C": 1 if before else 2}
         slots = {o: n * topo.configs[o].service.parallel for o, n in instances.items()}

@@ -31,6 +31,11 @@ ROWS: Dict[str, Dict[str, Any]] = {
     "leases": {"host": ["h1", "h2"], "start_s": [0.0, 60.0], "end_s": [1190.0, 7200.0],
                "btu_s": [600.0, 600.0], "paid_btus": [2, 12], "prolongations": [1, 11],
                "released": [True, False]},
+    "edges": {"t_s": [15.0, 15.0], "source": ["S2", "O1"], "target": ["O1", "O3"], "items": [31, 30]},
+    "instance_stats": {"t_s": [15.0], "operator": ["O1"], "instance": ["O1-1"], "processed": [30],
+                       "utilisation": [0.95]},
+    "dropped": {"t_s": [60.0], "operator": ["O3"], "reason": ["purge"], "items": [12]},
+    "latency": {"t_s": [20.5], "operator": ["O9"], "latency_ms": [4210.0]},
 }
 
 

@@ -137,7 +137,7 @@ def bench_cycle(policy_name: str) -> None:
             monitor.observe(clock())
             depths = monitor.read_depths()
             hosts, instances = executor.views(clock())
-            snap = monitor.snapshot(clock(), hosts, instances, executor.scalings, 300.0, depths=depths.depths)
+            snap = monitor.snapshot(clock(), hosts, instances, executor.scalings, depths=depths.depths)
             c = time.perf_counter()
             acts = policy.decide(snap)
             d = time.perf_counter()

@@ -157,10 +157,6 @@ class DurationWindows:
             if mean is not None:
                 self._windows[o].append(mean)
 
-    def push_ordered(self, means: Sequence[Optional[float]]) -> None:
-        """Means given in the operators' order (as `SampleRecorder.interval_means` returns them)."""
-        self.push(dict(zip(self.operators, means)))
-
     def of(self, operator: str) -> Tuple[float, ...]:
         return tuple(self._windows[operator])
 
@@ -245,21 +241,6 @@ class Observer:
         )
 
 
-def build_snapshot(t: float, types: Mapping[str, OperatorType], operators: Sequence[str], n: Mapping[str, int],
-                   depths: Mapping[str, int], durations: DurationWindows, scalings: Mapping[str, int],
-                   hosts: Tuple[HostView, ...], instances: Tuple[InstanceView, ...], input_rate: float,
-                   settings: SnapshotSettings) -> Snapshot:
-    views: Dict[str, OperatorView] = {
-        o: OperatorView(type=types[o], n=n[o], queue=depths[o], durations=durations.of(o), scalings=scalings.get(o, 0))
-        for o in operators
-    }
-    return Snapshot(
-        t=t, operators=views, hosts=hosts, instances=instances, btu_s=settings.btu_s,
-        reasoning_s=settings.reasoning_s, penalty=settings.penalty, input_rate=input_rate,
-        max_hosts=settings.max_hosts, host_cpu=settings.host_cpu, host_memory=settings.host_memory,
-    )
-
-
 def hosts_row(hosts: Sequence[HostView]) -> Tuple[int, int]:
     """(leased, ready) of the `hosts` table from host views."""
     return len(hosts), sum(1 for h in hosts if h.ready)
@@ -267,6 +248,6 @@ def hosts_row(hosts: Sequence[HostView]) -> Tuple[int, int]:
 
 __all__: List[str] = [
     "MONITOR_COLUMNS", "SAMPLE_COLUMNS", "DurationWindows", "InstanceCounts", "SnapshotSettings", "Tables",
-    "append_monitor_rows", "append_samples", "build_snapshot", "counted", "hosts_row", "instance_counts",
+    "Observer", "append_monitor_rows", "append_observation", "append_samples", "counted", "hosts_row", "instance_counts",
     "interval_means", "new_monitor_tables",
 ]

@@ -58,6 +58,7 @@ class LiveExecutor:
         self._releasing: Set[str] = set()
         self._inactive: Set[str] = set()  # pool members switched off
         self._paused_until: Optional[float] = None  # a restart's downtime
+        self._purged: Dict[str, int] = {}  # items purged by restarts since the last take_purged()
 
     # -- actions (testbed.actions.ActionTarget) ---------------------------------------------
     def apply(self, t: float, actions: Sequence[Action], immediate: bool = False) -> None:
@@ -112,7 +113,15 @@ class LiveExecutor:
             return {}
         if self.switchboard is None:
             raise RuntimeError("a restart with purge needs the broker (no switchboard configured)")
-        return self.switchboard.purge()
+        purged = self.switchboard.purge()
+        for o, n in purged.items():
+            self._purged[o] = self._purged.get(o, 0) + n
+        return purged
+
+    def take_purged(self) -> Dict[str, int]:
+        """Items purged per operator since the previous call (the monitor records them as dropped)."""
+        purged, self._purged = self._purged, {}
+        return purged
 
     def _switch(self, instance: str, active: bool) -> None:
         if self.switchboard is None:

@@ -9,9 +9,9 @@ one HTTP request (depths) and one XREAD loop (metrics).
 Call pattern of the control loop (monitoring every 15 s, reasoning every 60 s, as in the simulator
 where a reasoning cycle follows the monitoring read of the same instant):
 
-    reading = monitor.observe(t)                        # each monitoring interval
+    reading = monitor.observe(t, provider.emitted())    # each monitoring interval
     record_reading(tables, reading, topology.operators, pool.host_views(t), pool.instance_views())
-    snap = monitor.snapshot(t, pool.host_views(t), pool.instance_views(), executor.scalings, input_rate)
+    snap = monitor.snapshot(t, pool.host_views(t), pool.instance_views(), executor.scalings)
 
 `snapshot` uses the depths of the latest `observe`; pass `depths=monitor.read_depths().depths` to
 decide on fresher ones between monitoring reads.
@@ -24,13 +24,14 @@ from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Sequence, T
 
 from operators.wiring import Wiring
 from testbed.config import ExperimentConfig, LiveConfig, TransportName
-from testbed.live.metrics_reader import MetricsReader, Sample
+from testbed.live.metrics_reader import MetricsReader, Sample, edge_counts, utilisation
 from testbed.live.rabbit_management import ManagementClient, PassiveDepthReader, RunDepths
 from testbed.model import HostView, InstanceView, Snapshot
 from testbed.monitoring import (
-    DurationWindows, SnapshotSettings, Tables, append_monitor_rows, append_samples, build_snapshot, counted,
-    hosts_row, instance_counts, interval_means,
+    Observer, SnapshotSettings, Tables, append_observation, append_samples, hosts_row, instance_counts,
+    interval_means,
 )
+from testbed.observation import InstanceObservation, Observation, OperatorObservation
 from testbed.topology import Topology
 
 
@@ -67,6 +68,7 @@ class MonitorReading:
     malformed: int  # metric entries skipped as malformed in this interval
     depths_s: float  # what reading the depths cost (wall time)
     metrics_s: float  # what reading the metrics cost (wall time)
+    observation: Observation  # the interval as both backends describe it (event-log rows, snapshot)
 
     @property
     def elapsed_s(self) -> float:
@@ -75,7 +77,8 @@ class MonitorReading:
 
 class LiveMonitor:
     def __init__(self, topology: Topology, wiring: Wiring, depth_source: DepthSource, metrics: MetricsReader,
-                 settings: SnapshotSettings, samples: int, clock: Callable[[], float] = time.perf_counter):
+                 settings: SnapshotSettings, history: int, monitoring_s: float = 15.0, parallel: int = 1,
+                 clock: Callable[[], float] = time.perf_counter):
         if set(wiring.operators) != set(topology.operators):
             raise ValueError(f"wiring operators {sorted(wiring.operators)} differ from the topology's "
                              f"{sorted(topology.operators)}")
@@ -85,9 +88,11 @@ class LiveMonitor:
         self.depth_source = depth_source
         self.metrics = metrics
         self.settings = settings
-        self.durations = DurationWindows(self.operators, samples)
+        self.observer = Observer(topology, settings, history, monitoring_s)
+        self.parallel = parallel  # items in process at once per instance (utilisation's denominator)
         self.clock = clock  # only times the reading itself
         self.last: Optional[MonitorReading] = None
+        self._source_items: Dict[str, int] = {}  # cumulative per source at the last observe
 
     @classmethod
     def from_config(cls, cfg: ExperimentConfig, topology: Topology, wiring: Wiring, run_start_s: float,
@@ -103,41 +108,68 @@ class LiveMonitor:
 
             redis = redis_lib.Redis.from_url(live.redis_url)
         return cls(topology, wiring, source, MetricsReader(redis, wiring.prefix, run_start_s),
-                   SnapshotSettings.from_config(cfg, btu_s), cfg.runtime.history)
+                   SnapshotSettings.from_config(cfg, btu_s), cfg.runtime.history, cfg.runtime.monitoring_s,
+                   live.parallel)
 
     def read_depths(self) -> RunDepths:
         return self.depth_source.run_depths(self.wiring)
 
-    def observe(self, t: float) -> MonitorReading:
-        """Close the monitoring interval ending at t: depths now, metrics since the last call; the
-        interval's mean durations join the windows the snapshot shows."""
+    def observe(self, t: float, source_items: Optional[Mapping[str, int]] = None,
+                purged: Optional[Mapping[str, int]] = None) -> MonitorReading:
+        """Close the monitoring interval ending at t: depths now, metrics since the last call.
+        ``source_items``: items emitted per source so far (the provider's cumulative counts), for the
+        sources' edges and the input rate; ``purged``: items restarts purged in the interval, per
+        operator. The interval's observation feeds the snapshots."""
         began = self.clock()
         depths = self.read_depths()
         between = self.clock()
         batch = self.metrics.read()
         ops = self.operators
         means = interval_means(ops, (s.operator for s in batch.samples), (s.duration_ms for s in batch.samples))
-        self.durations.push(means)
+        totals = dict(source_items or {})
+        previous, self._source_items = self._source_items, totals
+        sent = {s: n - previous.get(s, 0) for s, n in totals.items()}
+        interval = t - (self.last.t if self.last else 0.0)
+        processed = {o: batch.processed.get(o, 0) for o in ops}
+        dead = {o: batch.dead.get(o, 0) for o in ops}
+        observation = self._observation(t, interval, sent, batch, depths.depths, processed, dead, means,
+                                        purged or {})
         reading = MonitorReading(
             t=t, depths=dict(depths.depths), dead_letters=dict(depths.dead_letters), missing_queues=depths.missing,
-            samples=batch.samples, processed={o: batch.processed.get(o, 0) for o in ops},
-            dead={o: batch.dead.get(o, 0) for o in ops}, means=means, malformed=batch.malformed,
-            depths_s=between - began, metrics_s=self.clock() - between,
+            samples=batch.samples, processed=processed, dead=dead, means=means, malformed=batch.malformed,
+            depths_s=between - began, metrics_s=self.clock() - between, observation=observation,
         )
+        self.observer.observe(observation)
         self.last = reading
         return reading
 
+    def _observation(self, t: float, interval: float, sent: Mapping[str, int], batch, depths: Mapping[str, int],
+                     processed: Mapping[str, int], dead: Mapping[str, int],
+                     means: Mapping[str, Optional[float]], purged: Mapping[str, int]) -> Observation:
+        """Per edge: a source's items are the provider's; an operator publishes each emission once to a
+        fanout that feeds every downstream queue, so each of its edges carries its emitted count."""
+        edges = {(s.name, d): sent.get(s.name, 0) for s in self.topology.sources for d in s.downstream}
+        edges.update(edge_counts(batch.emitted, self.topology.downstream))
+        received = {o: 0 for o in self.operators}
+        for (_, target), items in edges.items():
+            received[target] += items
+        operators = {
+            o: OperatorObservation(received=received[o], processed=processed[o], queue=depths.get(o, 0),
+                                   dropped={"dead_letter": dead[o], "purge": purged.get(o, 0)}, duration_ms=means[o])
+            for o in self.operators}
+        instances = tuple(
+            InstanceObservation(i, a.operator, a.processed, min(1.0, utilisation(a.busy_ms, interval, self.parallel) or 0.0))
+            for i, a in sorted(batch.instances.items(), key=lambda kv: (self.operators.index(kv[1].operator), kv[0]))
+            if a.operator in operators)
+        return Observation(t=t, interval_s=interval if interval > 0 else self.observer.monitoring_s,
+                           input_items=sum(sent.values()), operators=operators, edges=edges, instances=instances)
+
     def snapshot(self, t: float, hosts: Tuple[HostView, ...], instances: Tuple[InstanceView, ...],
-                 scalings: Mapping[str, int], input_rate: float,
-                 depths: Optional[Mapping[str, int]] = None) -> Snapshot:
-        """What the policy sees at t. ``input_rate``: items per second emitted into the topology
-        over the last monitoring interval (the provider counts emissions)."""
-        if depths is None:
-            if self.last is None:
-                raise RuntimeError("snapshot before the first observe(): no depths yet (pass depths=)")
-            depths = self.last.depths
-        return build_snapshot(t, self.topology.types, self.operators, counted(self.operators, instances), depths,
-                              self.durations, scalings, hosts, instances, input_rate, self.settings)
+                 scalings: Mapping[str, int], depths: Optional[Mapping[str, int]] = None) -> Snapshot:
+        """What the policy sees at t: the latest observation, with ``depths`` of that moment if given."""
+        if depths is None and self.last is None:
+            raise RuntimeError("snapshot before the first observe(): no depths yet (pass depths=)")
+        return self.observer.snapshot(t, hosts, instances, scalings, depths)
 
     def totals(self) -> Tuple[Dict[str, int], Dict[str, int]]:
         """Cumulative (processed, dead) per operator, from the Redis hashes (final accounting)."""
@@ -160,8 +192,7 @@ def record_reading(tables: Tables, reading: MonitorReading, operators: Sequence[
     draining is not counted, where the simulator counts it until its copy runs (a difference of
     at most one instance per migration in progress)."""
     leased, ready = hosts_row(hosts)
-    append_monitor_rows(tables, reading.t, operators, reading.processed, reading.depths,
-                        instance_counts(operators, instances), leased, ready)
+    append_observation(tables, reading.observation, instance_counts(operators, instances), leased, ready)
     s = reading.samples
     append_samples(tables, [x.t_s for x in s], [x.operator for x in s], [x.instance for x in s],
                    [x.duration_ms for x in s])

@@ -31,14 +31,9 @@ from testbed.live.executor import LiveExecutor
 from testbed.live.monitor import LiveMonitor, depth_source, record_reading
 from testbed.live.provider_thread import ProviderThread
 from testbed.live.rabbit_management import ManagementError, RunDepths
+from testbed.live.switchboard import RedisSwitchboard
 from testbed.model import InstanceState
-from testbed.monitoring import (
-    DurationWindows,
-    SnapshotSettings,
-    build_snapshot,
-    counted,
-    new_monitor_tables,
-)
+from testbed.monitoring import LATENCY_COLUMNS, Observer, SnapshotSettings, new_monitor_tables
 from testbed.policies.base import Policy, initial_deployment
 from testbed.rng import stream
 from testbed.actions import actions_table
@@ -173,10 +168,11 @@ class LiveRun:
             self._t0 = self.wall()
             monitor = LiveMonitor.from_config(cfg, self.topology, self.wiring, time.time(), self.btu_s)
             tables = new_monitor_tables(samples=True)
+            tables["latency"] = {c: [] for c in LATENCY_COLUMNS}  # not measured live yet (see docs/event-log.md)
             self._control_loop(pool, executor, monitor, provider, tables)
             flushed = provider.stop()
             end = self.now()
-            if self._guard(end, monitor.observe, end) is not None:  # the last interval
+            if self._guard(end, monitor.observe, end, provider.emitted(), executor.take_purged()) is not None:
                 self._record(monitor, tables, executor.views(end), end)
             accounting = self._drain_and_account(pool, monitor, provider)
             tables["load"] = provider.load_table()
@@ -224,7 +220,11 @@ class LiveRun:
                 return {}
             return {str(reports.resolve()): {"bind": REPORTS_MOUNT, "mode": "rw"}}
 
-        return LiveExecutor(pool, self.topology.types, env_for, volumes_for)
+        import redis
+
+        switchboard = RedisSwitchboard(redis.Redis.from_url(live.redis_url), self.wiring, live.amqp_url,
+                                       kafka=live.transport == TransportName.kafka)
+        return LiveExecutor(pool, self.topology.types, env_for, volumes_for, switchboard)
 
     def _declare(self) -> None:
         live = self.cfg.backend.live
@@ -251,10 +251,9 @@ class LiveRun:
     def _deploy(self, pool, executor: LiveExecutor) -> None:
         """The initial deployment, placed as in the simulator and waited for until every instance runs."""
         hosts, instances = executor.views(0.0)
-        snap = build_snapshot(0.0, self.topology.types, self.topology.operators,
-                              counted(self.topology.operators, instances), {o: 0 for o in self.topology.operators},
-                              DurationWindows(self.topology.operators, self.cfg.runtime.history), executor.scalings,
-                              hosts, instances, 0.0, SnapshotSettings.from_config(self.cfg, self.btu_s))
+        rt = self.cfg.runtime
+        snap = Observer(self.topology, SnapshotSettings.from_config(self.cfg, self.btu_s), rt.history,
+                        rt.monitoring_s).snapshot(0.0, hosts, instances, executor.scalings)
         executor.apply(0.0, initial_deployment(snap, self.cfg.runtime.initial_instances), immediate=True)
         deadline = self.wall() + self.DEPLOY_TIMEOUT_S
         while True:
@@ -278,7 +277,6 @@ class LiveRun:
         and the queue depths of that moment (as VISP read them live at decision time)."""
         rt = self.cfg.runtime
         next_monitor, next_reasoning = rt.monitoring_s, rt.reasoning_s
-        emitted_before, input_rate = 0, 0.0
         while True:
             t = self.now()
             if t >= self.duration_s:
@@ -294,9 +292,7 @@ class LiveRun:
                 return  # the last interval is read once the provider has stopped
             if t >= next_monitor:
                 next_monitor = self._next(next_monitor, rt.monitoring_s, t)
-                emitted = sum(provider.emitted().values())
-                input_rate, emitted_before = (emitted - emitted_before) / rt.monitoring_s, emitted
-                if self._guard(t, monitor.observe, t) is not None:
+                if self._guard(t, monitor.observe, t, provider.emitted(), executor.take_purged()) is not None:
                     self._record(monitor, tables, executor.views(t), t)
             if t >= next_reasoning:
                 next_reasoning = self._next(next_reasoning, rt.reasoning_s, t)
@@ -304,7 +300,7 @@ class LiveRun:
                 if fresh is None or monitor.last is None:
                     continue  # no decision on stale or missing data
                 hosts, instances = executor.views(t)
-                snap = monitor.snapshot(t, hosts, instances, executor.scalings, input_rate, depths=fresh.depths)
+                snap = monitor.snapshot(t, hosts, instances, executor.scalings, depths=fresh.depths)
                 executor.apply(t, self.policy.decide(snap))
 
     @staticmethod

@@ -167,7 +167,8 @@ def test_monitor_observes_builds_snapshots_and_event_log_rows(wired, rabbitmq_ur
     topology = Topology.from_config(cfg.topology)
     settings = SnapshotSettings.from_config(cfg, 600.0)
     monitor = LiveMonitor(topology, wiring, ManagementClient(MANAGEMENT_URL, rabbitmq_url),
-                          MetricsReader(redis_client, unique_prefix, RUN_START), settings, cfg.runtime.history)
+                          MetricsReader(redis_client, unique_prefix, RUN_START), settings, cfg.runtime.history,
+                          cfg.runtime.monitoring_s)
     ops = topology.operators
     instances = tuple(
         InstanceView(f"c{i}", ops[i % len(ops)], f"h{i % 10}", InstanceState.running, 0.0) for i in range(100)
@@ -183,7 +184,7 @@ def test_monitor_observes_builds_snapshots_and_event_log_rows(wired, rabbitmq_ur
             write_metrics(redis_client, unique_prefix, inst.operator, inst.id, sampled, 10, 0, t0 + sec * 1000)
     poll(monitor.read_depths, lambda d: d.depths["O1"] == 9)
 
-    reading = monitor.observe(15.0)
+    reading = monitor.observe(15.0, {"S2_production": 187})  # the provider's items so far
     per_op = {o: sum(1 for i in instances if i.operator == o) for o in ops}
     assert reading.depths["O1"] == 9 and reading.missing_queues == ()
     assert reading.processed == {o: 15 * 10 * per_op[o] for o in ops}
@@ -193,16 +194,17 @@ def test_monitor_observes_builds_snapshots_and_event_log_rows(wired, rabbitmq_ur
           f"({2 * len(wiring.edges)} queues), metrics {reading.metrics_s * 1000:.1f} ms ({15 * 100 + 500} entries)")
     assert reading.elapsed_s < 1.0
 
-    snap = monitor.snapshot(15.0, hosts, instances, {"O1": 1}, input_rate=12.5)
+    snap = monitor.snapshot(15.0, hosts, instances, {"O1": 1})
     assert snap.operators["O1"].queue == 9 and snap.operators["O1"].n == per_op["O1"]
     assert snap.operators["O1"].durations == (reading.means["O1"],) and snap.operators["O1"].scalings == 1
-    assert snap.input_rate == 12.5 and snap.btu_s == 600.0 and list(snap.operators) == list(ops)
+    assert snap.input_rate == 187 / 15.0 and snap.edge_items[("S2_production", "O1")] == 187
+    assert snap.operators["O1"].received == 187 and snap.btu_s == 600.0 and list(snap.operators) == list(ops)
 
     tables = new_monitor_tables(samples=True)
     record_reading(tables, reading, ops, hosts, instances)
-    second = monitor.observe(30.0)  # nothing new written: an interval without samples
+    second = monitor.observe(30.0, {"S2_production": 187})  # nothing new written: an interval without samples
     assert second.samples == () and sum(second.processed.values()) == 0
-    assert monitor.snapshot(30.0, hosts, instances, {}, 0.0).operators["O1"].durations == snap.operators["O1"].durations
+    assert monitor.snapshot(30.0, hosts, instances, {}).operators["O1"].durations == snap.operators["O1"].durations
     record_reading(tables, second, ops, hosts, instances)
     log = EventLog(tmp_path)
     for name, cols in tables.items():

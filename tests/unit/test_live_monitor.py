@@ -10,14 +10,17 @@ from testbed.eventlog import EventLog
 from testbed.live.kafka_lag import fold_lags, group_lag
 from testbed.live.metrics_reader import Sample, parse_entries
 from testbed.live.monitor import MonitorReading, record_reading
+from testbed.observation import InstanceObservation, Observation, OperatorObservation
 from testbed.live.rabbit_management import (
     ManagementClient, ManagementError, QueueStats, credentials_from_amqp_url, fold_depths, parse_queue_stats, redact,
 )
 from testbed.model import HostView, InstanceState, InstanceView, OperatorType
+from testbed.config import OperatorConfig, SourceConfig, TopologyConfig
 from testbed.monitoring import (
-    DurationWindows, SnapshotSettings, build_snapshot, counted, hosts_row, instance_counts, interval_means,
+    DurationWindows, Observer, SnapshotSettings, counted, hosts_row, instance_counts, interval_means,
     new_monitor_tables,
 )
+from testbed.topology import Topology
 from tests.conftest import compose_config
 
 OPS = ("O1", "O2", "O3", "O4", "O5", "O6", "O7", "O9", "O8")
@@ -147,7 +150,7 @@ def test_interval_means_per_operator_and_windows_keep_the_last_n():
     assert w.of("A") == (1.0, 2.0, 3.0)  # oldest dropped
     assert w.of("B") == (5.0,)  # an interval without samples adds nothing
     assert w.of("C") == (4.0,)
-    w.push_ordered([None, 6.0, None])
+    w.push({"B": 6.0})
     assert w.of("B") == (5.0, 6.0)
 
 
@@ -177,20 +180,25 @@ def test_instance_rows_and_policy_counts_from_views():
 
 def test_snapshot_carries_depths_windows_counts_and_settings():
     hosts, inst = _views()
-    types = {o: OperatorType(o, 1000.0, 100, 512, 68) for o in ("O1", "O7")}
-    w = DurationWindows(("O1", "O7"), 5)
-    w.push({"O1": 900.0, "O7": 10.0})
-    w.push({"O1": 1200.0})
+    topology = Topology.from_config(TopologyConfig(
+        sources={"S": SourceConfig(downstream=["O1"])},
+        operators={"O1": OperatorConfig(slo_ms=1000, downstream=["O7"]), "O7": OperatorConfig(slo_ms=1000)}))
     settings = SnapshotSettings(btu_s=600.0, reasoning_s=60.0, penalty=1e-4, max_hosts=8, host_cpu=4096,
                                 host_memory=7168)
-    snap = build_snapshot(120.0, types, ("O1", "O7"), counted(("O1", "O7"), inst), {"O1": 300, "O7": 0}, w,
-                          {"O1": 2}, hosts, inst, 33.3, settings)
+    observer = Observer(topology, settings, history=5, monitoring_s=15.0)
+    for t, means, items in ((105.0, {"O1": 900.0, "O7": 10.0}, 400), (120.0, {"O1": 1200.0, "O7": None}, 500)):
+        observer.observe(Observation(
+            t=t, interval_s=15.0, input_items=items, edges={("S", "O1"): items, ("O1", "O7"): 7},
+            operators={o: OperatorObservation(items if o == "O1" else 7, 5, 0, {}, means[o]) for o in ("O1", "O7")}))
+    snap = observer.snapshot(120.0, hosts, inst, {"O1": 2}, depths={"O1": 300, "O7": 0})
     o1, o7 = snap.operators["O1"], snap.operators["O7"]
     assert list(snap.operators) == ["O1", "O7"]
     assert (o1.n, o1.queue, o1.durations, o1.duration, o1.scalings) == (3, 300, (900.0, 1200.0), 1200.0, 2)
     assert (o7.n, o7.queue, o7.durations, o7.scalings) == (1, 0, (10.0,), 0)
     assert (snap.t, snap.btu_s, snap.input_rate, snap.max_hosts, snap.hosts, snap.instances) == (
-        120.0, 600.0, 33.3, 8, hosts, inst)
+        120.0, 600.0, 500 / 15.0, 8, hosts, inst)
+    assert snap.input_rates == (400 / 15.0, 500 / 15.0) and snap.edges == (("S", "O1"), ("O1", "O7"))
+    assert snap.edge_items == {("S", "O1"): 500, ("O1", "O7"): 7} and o1.received == 500
 
 
 def test_recorded_readings_fit_the_event_log_schema(tmp_path):
@@ -198,10 +206,15 @@ def test_recorded_readings_fit_the_event_log_schema(tmp_path):
     ops = ("O1", "O7")
     tables = new_monitor_tables(samples=True)
     for t, depth in ((15.0, 7), (30.0, 0)):
+        observation = Observation(
+            t=t, interval_s=15.0, input_items=100, edges={("S", "O1"): 100, ("O1", "O7"): 3},
+            operators={"O1": OperatorObservation(100, 100, depth, {"purge": 2}, 12.0),
+                       "O7": OperatorObservation(3, 3, 1)},
+            instances=(InstanceObservation("a1", "O1", 100, 0.5),))
         reading = MonitorReading(
             t=t, depths={"O1": depth, "O7": 1}, dead_letters={"O1": 0, "O7": 0}, missing_queues=(),
             samples=(Sample(t - 1.0, "O1", "a1", 12.0),), processed={"O1": 100, "O7": 3}, dead={"O1": 0, "O7": 0},
-            means={"O1": 12.0, "O7": None}, malformed=0, depths_s=0.01, metrics_s=0.02,
+            means={"O1": 12.0, "O7": None}, malformed=0, depths_s=0.01, metrics_s=0.02, observation=observation,
         )
         record_reading(tables, reading, ops, hosts, inst)
     assert tables["queues"] == {"t_s": [15.0, 15.0, 30.0, 30.0], "operator": ["O1", "O7"] * 2, "depth": [7, 1, 0, 1]}
@@ -212,4 +225,7 @@ def test_recorded_readings_fit_the_event_log_schema(tmp_path):
     for name, cols in tables.items():
         log.write(name, cols)  # refuses columns that differ from the schema
     assert log.read("processed")["items"].tolist() == [100, 3, 100, 3]
+    assert log.read("edges")["items"].tolist() == [100, 3, 100, 3]
+    assert log.read("dropped")[["operator", "reason", "items"]].values.tolist() == [["O1", "purge", 2]] * 2
+    assert log.read("instance_stats")["utilisation"].tolist() == [0.5, 0.5]
     assert math.isclose(log.read("samples")["duration_ms"].sum(), 24.0)

@@ -40,6 +40,7 @@ def _experiment(cfg: DictConfig) -> None:
         sys.exit(130)
     if typed.summary and runs:
         root = Path(typed.out) / typed.pattern.name
+        print(f"evaluation {typed.evaluation.name}, workload {typed.pattern.name}, profile {typed.profile}")
         try:
             table = summarise(root)
         except SummaryError as exc:

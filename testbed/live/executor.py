@@ -59,6 +59,7 @@ class LiveExecutor:
         self._inactive: Set[str] = set()  # pool members switched off
         self._paused_until: Optional[float] = None  # a restart's downtime
         self._purged: Dict[str, int] = {}  # items purged by restarts since the last take_purged()
+        self.purged_total: Dict[str, int] = {}  # items purged by restarts in the whole run (accounting)
 
     # -- actions (testbed.actions.ActionTarget) ---------------------------------------------
     def apply(self, t: float, actions: Sequence[Action], immediate: bool = False) -> None:
@@ -116,6 +117,7 @@ class LiveExecutor:
         purged = self.switchboard.purge()
         for o, n in purged.items():
             self._purged[o] = self._purged.get(o, 0) + n
+            self.purged_total[o] = self.purged_total.get(o, 0) + n
         return purged
 
     def take_purged(self) -> Dict[str, int]:

@@ -54,14 +54,16 @@ class LiveRunError(RuntimeError):
 
 @dataclass
 class Accounting:
-    """Where every emitted item ended: per operator, inputs = processed + still queued + dead-lettered."""
+    """Where every emitted item ended: per operator, inputs = processed + still queued + dead-lettered
+    + purged by restarts."""
 
     emitted: Dict[str, int]  # per source
     inflow: Dict[str, int]  # per operator: items published into its input queues
     processed: Dict[str, int]
     queued: Dict[str, int]
     dead: Dict[str, int]
-    missing: Dict[str, int] = field(default_factory=dict)  # inflow - processed - queued - dead, if not 0
+    purged: Dict[str, int] = field(default_factory=dict)
+    missing: Dict[str, int] = field(default_factory=dict)  # inflow - processed - queued - dead - purged, if not 0
 
     def as_dict(self) -> dict:
         return {k: dict(v) for k, v in self.__dict__.items()}
@@ -174,7 +176,7 @@ class LiveRun:
             end = self.now()
             if self._guard(end, monitor.observe, end, provider.emitted(), executor.take_purged()) is not None:
                 self._record(monitor, tables, executor.views(end), end)
-            accounting = self._drain_and_account(pool, monitor, provider)
+            accounting = self._drain_and_account(pool, monitor, provider, executor.purged_total)
             tables["load"] = provider.load_table()
             tables["actions"] = actions_table(executor.records, self.policy.name)
             tables["leases"] = pool.leases(end)
@@ -321,9 +323,9 @@ class LiveRun:
         hosts, instances = views
         record_reading(tables, monitor.last, monitor.operators, hosts, instances)
 
-    def _drain_and_account(self, pool, monitor, provider: ProviderThread) -> Accounting:
+    def _drain_and_account(self, pool, monitor, provider: ProviderThread, purged: Dict[str, int]) -> Accounting:
         """Stop every instance gracefully (each finishes and acknowledges what it holds), then account
-        for every emitted item: per operator, inflow = processed + still queued + dead-lettered."""
+        for every emitted item: per operator, inflow = processed + still queued + dead-lettered + purged."""
         for inst in pool.instance_views():
             pool.stop_instance(inst.id)
         if not pool.wait_idle(self.cfg.backend.live.stop_timeout_s + 30.0):
@@ -337,6 +339,7 @@ class LiveRun:
             inflow[e.consumer] += published.get(e.producer, 0)
         queued = {o: depths.depths.get(o, 0) for o in self.topology.operators}
         dead_letters = {o: depths.dead_letters.get(o, 0) for o in self.topology.operators}
-        missing = {o: inflow[o] - processed[o] - queued[o] - dead_letters[o] for o in self.topology.operators}
+        purged = {o: purged.get(o, 0) for o in self.topology.operators}
+        missing = {o: inflow[o] - processed[o] - queued[o] - dead_letters[o] - purged[o] for o in self.topology.operators}
         return Accounting(emitted=emitted, inflow=inflow, processed=processed, queued=queued, dead=dead_letters,
-                          missing={o: m for o, m in missing.items() if m})
+                          purged=purged, missing={o: m for o, m in missing.items() if m})

@@ -90,7 +90,8 @@ class PolicySelection:
 
 @dataclass
 class ServiceConfig:
-    """Simulated service model of one operator type (estimated; see visp-reference-behaviour.md)."""
+    """Simulated service model of one operator type (estimated; see
+    docs/papers/btu-provisioning.md#visp-operators)."""
 
     mean_ms: float = 20.0
     cv: float = 0.3  # coefficient of variation of the (gamma-distributed) service time

@@ -1,5 +1,6 @@
 """Domain types shared by policies and backends: the immutable snapshot a policy sees and the
-actions it returns (ARCHITECTURE.md, principle 1; spec §3)."""
+actions it returns (docs/architecture.md#policies-are-pure-functions-of-a-snapshot;
+docs/papers/btu-provisioning.md#what-a-policy-sees)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,7 +10,7 @@ from typing import Mapping, Optional, Tuple, Union
 
 @dataclass(frozen=True)
 class OperatorType:
-    """Static description of one operator type (spec §2)."""
+    """Static description of one operator type (docs/papers/btu-provisioning.md#operators)."""
 
     name: str
     slo_ms: float
@@ -21,7 +22,8 @@ class OperatorType:
 
 @dataclass(frozen=True)
 class OperatorView:
-    """What a policy knows about one operator type at one moment (spec §3)."""
+    """What a policy knows about one operator type at one moment
+    (docs/papers/btu-provisioning.md#what-a-policy-sees)."""
 
     type: OperatorType
     n: int  # instances, including those still starting

@@ -1,6 +1,7 @@
 """What the simulator and the live runtime share about monitoring: the per-interval event-log rows
 (`processed`, `queues`, `instances`, `hosts`, `samples`), the window of the last N interval means
-per operator, and the assembly of the `Snapshot` a policy sees (spec §3).
+per operator, and the assembly of the `Snapshot` a policy sees
+(docs/papers/btu-provisioning.md#what-a-policy-sees).
 
 Both backends measure differently (a network model vs. RabbitMQ/Redis/Docker) but must record the
 same columns in the same order and hand policies the same snapshot, so those two steps live here.
@@ -144,8 +145,9 @@ def interval_means(operators: Sequence[str], operator: Iterable[str], duration_m
 
 
 class DurationWindows:
-    """The last N interval means per operator, oldest first (spec §3: d1..dN). An interval
-    without samples leaves the window unchanged rather than inserting a gap."""
+    """The last N interval means per operator, oldest first (docs/papers/btu-provisioning.md
+    #what-a-policy-sees: d1..dN). An interval without samples leaves the window unchanged rather than
+    inserting a gap."""
 
     def __init__(self, operators: Sequence[str], n: int):
         self.operators = tuple(operators)
@@ -181,7 +183,7 @@ class SnapshotSettings:
 
 def counted(operators: Sequence[str], instances: Iterable[InstanceView]) -> Dict[str, int]:
     """n per operator as a policy counts it: every instance that is not draining (starting ones
-    included, spec §3)."""
+    included, docs/papers/btu-provisioning.md#what-a-policy-sees)."""
     n = {o: 0 for o in operators}
     for inst in instances:
         if inst.state != InstanceState.draining and inst.operator in n:

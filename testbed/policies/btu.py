@@ -1,5 +1,6 @@
-"""The BTU-based provisioning policy (spec §4-§8): scale up on SLO threats, scale down only when a
-host's paid time runs out, then either release the host (moving what must stay) or prolong it."""
+"""The BTU-based provisioning policy (docs/papers/btu-provisioning.md#algorithm-1-upscaling-trigger to
+#host-release-at-the-btu-end): scale up on SLO threats, scale down only when a host's paid time runs
+out, then either release the host (moving what must stay) or prolong it."""
 from __future__ import annotations
 
 import math
@@ -104,8 +105,8 @@ def upscaling_trigger(durations: Sequence[float], slo: float, queue: int, scalin
 
 def visp_upscaling_trigger(durations: Sequence[float], slo: float, queue: int, scaling_threshold: int,
                            queue_alone: int) -> Trigger:
-    """The trigger of the original implementation (visp-reference-behaviour.md): the mean of the
-    last N durations above the SLO with queue > scalingThreshold (two instances when the queue also
+    """The trigger of the original implementation (docs/papers/btu-provisioning.md#visp-policies): the
+    mean of the last N durations above the SLO with queue > scalingThreshold (two instances when the queue also
     exceeds queue_alone); or a least-squares line through the origin over i = 1..N, extrapolated to
     N + 1 (about 1.6 x a weighted recent mean for N = 5), above the SLO with queue > scalingThreshold;
     or queue > queue_alone on its own."""
@@ -200,7 +201,7 @@ class BtuPolicy:
             return None
         return f"host {host_id} leased {age:.0f} s ago (< {limit:.0f} s): prolonged without further checks"
 
-    # -- the upscaling procedure (§5) --------------------------------------------------------
+    # -- the upscaling procedure (docs/papers/btu-provisioning.md#upscaling-procedure) -------
     def _upscale(self, snapshot: Snapshot, plan: Plan, name: str, reason: str) -> List[Action]:
         host, actions = self._place_without_lease(snapshot, plan, name)
         if host is None:
@@ -266,7 +267,7 @@ class BtuPolicy:
                 best = (len(removed), k, host.id, removed)
         return None if best is None else (best[2], best[3])
 
-    # -- host release at the end of its BTU (§8) ---------------------------------------------
+    # -- host release at the end of its BTU (docs/papers/btu-provisioning.md#host-release-at-the-btu-end)
     def _release_or_prolong(
         self, snapshot: Snapshot, plan: Plan, host_id: str, window: float, undecided: Sequence[str]
     ) -> Tuple[Plan, List[Action]]:

@@ -1,4 +1,5 @@
-"""A small, readable builder for policy snapshots (spec §3), shared by the policy unit tests.
+"""A small, readable builder for policy snapshots (docs/papers/btu-provisioning.md#what-a-policy-sees),
+shared by the policy unit tests.
 
     w = World(t=1000.0, btu_s=600.0)
     w.op("A", cpu=512, memory=1024, slo_ms=1000, queue=0, durations=(100,))
@@ -6,9 +7,10 @@
     snap = w.snapshot()
 
 A host's free CPU / memory is its total minus the reservations of its non-draining instances, as
-the spec defines cpu* and memory*; an operator's `n` is the number of its non-draining instances
-unless given explicitly. Hosts are leased in the order they are declared, instances started in the
-order they are declared (so the last declared instance of a type is the newest one).
+docs/papers/btu-provisioning.md#what-a-policy-sees defines cpu* and memory*; an operator's `n` is
+the number of its non-draining instances unless given explicitly. Hosts are leased in the order they
+are declared, instances started in the order they are declared (so the last declared instance of a
+type is the newest one).
 """
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
-"""Algorithms 1-3 of the BTU-based policy and its release window (spec §4, §6, §7, §8).
+"""Algorithms 1-3 of the BTU-based policy and its release window (docs/papers/btu-provisioning.md
+#algorithm-1-upscaling-trigger, #algorithm-2-host-selection, #algorithm-3-downscaling-utility,
+#host-release-at-the-btu-end).
 
-Every expected value is worked out by hand from the spec's formula with literal numbers."""
+Every expected value is worked out by hand from the formulas in docs/papers/btu-provisioning.md with literal
+numbers."""
 from __future__ import annotations
 
 import pytest
@@ -13,7 +16,7 @@ from testbed.policies.planning import Plan
 
 from tests.unit.policy_fixtures import World, plan_host
 
-THRESHOLD = 50  # scalingThreshold (spec §10)
+THRESHOLD = 50  # scalingThreshold (docs/papers/btu-provisioning.md#evaluation-configuration)
 SLO = 1000.0
 
 
@@ -235,7 +238,7 @@ def test_utility_follows_the_plan():
     assert downscale_utility("A", plan, 10, 500.0, P, BtuParams()) == pytest.approx(0.69995)
 
 
-# -- release window (§8 Decision) --------------------------------------------------------------
+# -- release window (docs/papers/btu-provisioning.md#host-release-at-the-btu-end, Decision) ----
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""BtuPolicy.decide(): the upscaling procedure (spec §5) and the host release procedure (§8).
+"""BtuPolicy.decide(): the upscaling procedure (docs/papers/btu-provisioning.md#upscaling-procedure)
+and the host release procedure (docs/papers/btu-provisioning.md#host-release-at-the-btu-end).
 
 Hosts are 4096 CPU shares / 7168 MB unless stated; every score and utility behind an expected
 decision is worked out by hand in a comment."""
@@ -29,7 +30,7 @@ def decide(world: World, cfg: BtuParams = CFG):
     return BtuPolicy(cfg).decide(world.snapshot())
 
 
-# -- upscaling procedure (§5) ------------------------------------------------------------------
+# -- upscaling procedure (docs/papers/btu-provisioning.md#upscaling-procedure) -----------------
 
 
 def _placement_world(x_image_on_h4: bool) -> World:
@@ -188,7 +189,7 @@ def test_placements_earlier_in_the_cycle_are_seen_by_later_ones():
     assert actions[0].host == "h1" and actions[2].host == actions[1].host
 
 
-# -- host release procedure (§8) ----------------------------------------------------------------
+# -- host release procedure (docs/papers/btu-provisioning.md#host-release-at-the-btu-end) -------
 
 
 @pytest.mark.parametrize("remaining, examined", [(50.0, True), (70.0, False), (25.0, True)])

@@ -1,4 +1,5 @@
-"""Arrival patterns (spec §11): values by hand, replay verbatim, seeded walks, configs, Fig. 7 plot."""
+"""Arrival patterns (docs/workloads.md#btu-arrival-patterns): values by hand, replay verbatim, seeded
+walks, configs, Fig. 7 plot."""
 from __future__ import annotations
 
 import csv

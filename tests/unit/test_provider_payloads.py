@@ -1,5 +1,5 @@
-"""Sensor payload generators: seeded, plausible (visp-reference-behaviour.md asks for plausible
-values where VISP's were meaningless)."""
+"""Sensor payload generators: seeded, plausible (docs/papers/btu-provisioning.md#visp-data-provider
+asks for plausible values where VISP's were meaningless)."""
 from __future__ import annotations
 
 import collections

@@ -1,5 +1,5 @@
-"""The BTU-agnostic threshold baseline (spec §9): queue thresholds, first fit, lease when full,
-release a host as soon as it is empty."""
+"""The BTU-agnostic threshold baseline (docs/papers/btu-provisioning.md#the-threshold-baseline): queue
+thresholds, first fit, lease when full, release a host as soon as it is empty."""
 from __future__ import annotations
 
 import copy

@@ -54,4 +54,5 @@ def test_due_host_prolonged_while_a_recent_lease_is_young(young_age, prolonged):
         assert kinds(actions) == ["prolong"] and isinstance(actions[0], ProlongHost) and actions[0].host == "old"
         assert "leased 100 s ago" in actions[0].reason
     else:
-        assert "prolong" not in kinds(actions)  # the §8 procedure decides (here: release)
+        assert "prolong" not in kinds(actions)  # the release procedure decides (here: release)
+        # (release procedure: docs/papers/btu-provisioning.md#host-release-at-the-btu-end)

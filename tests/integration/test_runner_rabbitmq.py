@@ -1,19 +1,24 @@
-"""The operator runner (``python -m operators.runner``) against real RabbitMQ and Redis."""
+"""The operator runner (``python -m operators.runner``) against real RabbitMQ and Redis: round
+trip, measurements, dead letters, SIGTERM and SIGKILL, broker restart, parallel workers, pool
+activation, busy time and emissions per operator."""
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
-from typing import List
+from typing import Dict, List, Optional
 
 import pika
 import pika.exceptions
 import pytest
 
-from operators.api import dead_hash, metrics_stream, processed_hash
+from operators.api import (ACTIVE, INACTIVE, STOPPED, InstanceReport, activation_key, dead_hash, instance_state_hash,
+                           metrics_stream, processed_hash)
 from operators.envelope import Envelope
 from operators.transports import declare_wiring
 from operators.wiring import delete, make_wiring
+from testbed.live.metrics_reader import MetricsReader, edge_counts, utilisation
 
 from .conftest import wait_for_rabbit
 from .runner_helpers import RunnerProcess, drain, items, publish, queue_state, runner_env, wait_for
@@ -262,3 +267,146 @@ def test_parallel_workers_process_items_at_the_same_time(run, channel):
     assert time.monotonic() - t0 < 1.8  # 4 at a time: ~0.6 s; one at a time would take 2.4 s
     runner.signal(signal.SIGTERM)
     assert runner.wait(20) == 0
+
+
+# ---- pool activation, busy time, emissions per operator ------------------------------------
+
+def broker_channels(connection_name: str) -> List[tuple]:
+    """(unacknowledged, consumers) of each channel of the named connection, from the broker's channel
+    processes (the management API's figures lag by up to its statistics interval)."""
+    def listing(*args: str) -> list:
+        done = subprocess.run(["rabbitmqctl", "-q", "--formatter", "json", *args], check=True, capture_output=True,
+                              text=True, timeout=120)
+        return json.loads(done.stdout)
+
+    pids = {c["pid"] for c in listing("list_connections", "pid", "client_properties")
+            if ["connection_name", "longstr", connection_name] in c["client_properties"]}
+    assert len(pids) == 1, f"{len(pids)} connections named {connection_name!r}"
+    return [(ch["messages_unacknowledged"], ch["consumer_count"])
+            for ch in listing("list_channels", "connection", "messages_unacknowledged", "consumer_count")
+            if ch["connection"] in pids]
+
+
+def instance_state(redis, prefix: str, instance: str) -> Optional[str]:
+    report = InstanceReport.decode(redis.hget(instance_state_hash(prefix), instance) or b"null")
+    return report.state if report else None
+
+
+def work_budget_s(work_s: float) -> float:
+    """A timeout for ``work_s`` seconds of work on a shared 2-core machine."""
+    return 30.0 + 4.0 * work_s
+
+
+class Activity:
+    """Per-instance processed counts and emissions per operator, summed over metrics reads."""
+
+    def __init__(self, redis, prefix: str):
+        self.reader = MetricsReader(redis, prefix, run_start_s=0.0)
+        self.processed: Dict[str, int] = {}
+        self.emitted: Dict[str, int] = {}
+
+    def read(self) -> "Activity":
+        batch = self.reader.read()
+        assert batch.malformed == 0
+        for instance, activity in batch.instances.items():
+            self.processed[instance] = self.processed.get(instance, 0) + activity.processed
+        for operator, n in batch.emitted.items():
+            self.emitted[operator] = self.emitted.get(operator, 0) + n
+        return self
+
+
+def test_a_pool_replica_switched_off_hands_back_what_it_holds_and_consumes_again_when_switched_on(
+        run, channel, redis):
+    w = run.wiring(ONE_STAGE)
+    inp, out = w.edge("S", "A").queue, w.edge("A", "sink").queue
+    names = ["A-0", "A-1", "A-2"]
+    pool = {name: run.start("A", ONE_STAGE, OPERATOR_IMPL="passthrough", WORK_MS=20, PREFETCH=10,
+                            ACTIVATION_POLL_S=0.1, INSTANCE_ID=name) for name in names}
+    wait_for("three consumers", consuming(channel, inp, 3), proc=pool["A-0"])
+    n, m = 600, 100
+    publish(channel, w.exchange("S"), items(n))
+    wait_for("output under way", lambda: queue_state(channel, out)[0] >= 100,
+             timeout_s=work_budget_s(n * 0.02 / 3), proc=pool["A-0"])
+
+    off = names[1:]
+    for name in off:
+        redis.set(activation_key(run.prefix, name), "0")
+    for name in off:
+        wait_for(f"{name} to report inactive", lambda: instance_state(redis, run.prefix, name) == INACTIVE,
+                 proc=pool[name])
+    assert queue_state(channel, inp)[0] > 0  # mid-stream: the rest is for A-0
+    for name in off:
+        assert broker_channels(f"{name} source") == [(0, 0)]  # holds nothing, consumes nothing
+    assert queue_state(channel, inp)[1] == 1
+    time.sleep(1.0)  # their last count entries (flushed every 0.2 s) are in the stream
+    at_switch_off = dict(Activity(redis, run.prefix).read().processed)
+
+    wait_for("every input processed", lambda: queue_state(channel, out)[0] == n,
+             timeout_s=work_budget_s(n * 0.02), proc=pool["A-0"])
+    wait_for("the processed counter", lambda: redis.hget(processed_hash(run.prefix), "A") == str(n).encode())
+    activity = Activity(redis, run.prefix).read()
+    assert {name: activity.processed.get(name, 0) for name in off} == \
+        {name: at_switch_off.get(name, 0) for name in off}  # nothing more since the switch-off
+    ids = [e.item_id for e in drain(channel, out)]
+    assert sorted(ids) == sorted(f"{e.item_id}/A" for e in items(n))  # nothing lost, nothing twice
+
+    redis.set(activation_key(run.prefix, "A-1"), "1")
+    wait_for("A-1 to report active", lambda: instance_state(redis, run.prefix, "A-1") == ACTIVE, proc=pool["A-1"])
+    wait_for("two consumers", consuming(channel, inp, 2), proc=pool["A-1"])
+    publish(channel, w.exchange("S"), items(m, start=n))
+    wait_for("the new inputs processed", lambda: redis.hget(processed_hash(run.prefix), "A") == str(n + m).encode(),
+             timeout_s=work_budget_s(m * 0.02), proc=pool["A-1"])
+    for p in pool.values():
+        p.signal(signal.SIGTERM)
+        assert p.wait(20) == 0, p.log()
+    activity.read()
+    assert activity.processed["A-1"] > at_switch_off.get("A-1", 0)  # consumes again
+    assert activity.processed["A-2"] == at_switch_off.get("A-2", 0)
+    assert sum(activity.processed.values()) == n + m and activity.emitted == {"A": n + m}
+    assert sorted(e.item_id for e in drain(channel, out)) == sorted(f"{e.item_id}/A" for e in items(m, start=n))
+    assert queue_state(channel, inp) == (0, 0)
+    assert all(instance_state(redis, run.prefix, name) == STOPPED for name in names)
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_saturated_instance_is_busy_all_the_time(run, channel, redis, parallel):
+    w = run.wiring(ONE_STAGE)
+    inp, out = w.edge("S", "A").queue, w.edge("A", "sink").queue
+    n, work_ms, flush_s = 40 * parallel, 100, 0.5
+    publish(channel, w.exchange("S"), items(n))  # a backlog: the instance never waits for input
+    runner = run.start("A", ONE_STAGE, OPERATOR_IMPL="passthrough", WORK_MS=work_ms, PREFETCH=5, PARALLEL=parallel,
+                       METRICS_FLUSH_S=flush_s)
+    # 4 s of work: read the count entries written while at least a prefetch's worth was still queued
+    wait_for("half the backlog", lambda: queue_state(channel, out)[0] >= n // 2,
+             timeout_s=work_budget_s(n * work_ms / 1000 / parallel), proc=runner)
+    counts = [f for _id, f in redis.xrange(metrics_stream(run.prefix)) if f[b"kind"] == b"count"]
+    assert len(counts) >= 4
+    steady = counts[1:]  # the first interval includes the start-up
+    busy_ms = sum(int(f[b"busy_ms"]) for f in steady[1:])
+    interval_s = (int(steady[-1][b"t_ms"]) - int(steady[0][b"t_ms"])) / 1000
+    share = utilisation(busy_ms, interval_s, parallel)
+    assert share is not None and 0.9 <= share <= 1.05, (busy_ms, interval_s)
+    runner.signal(signal.SIGTERM)
+    assert runner.wait(30) == 0, runner.log()
+
+
+FAN_OUT = {"sources": {"S": ["A"]}, "operators": {"A": ["B", "C"], "B": ["sink"], "C": [], "sink": []}}
+
+
+def test_emissions_per_operator_give_the_count_of_each_edge(run, channel, redis):
+    w = run.wiring(FAN_OUT)
+    runners = [run.start(op, FAN_OUT, OPERATOR_IMPL="passthrough", INSTANCE_ID=f"{op}-test") for op in "ABC"]
+    for edge, proc in zip((w.edge("S", "A"), w.edge("A", "B"), w.edge("A", "C")), runners):
+        wait_for(f"{edge.consumer} to consume", consuming(channel, edge.queue), proc=proc)
+    n = 150
+    publish(channel, w.exchange("S"), items(n))
+    for op in "BC":
+        wait_for(f"{op}'s processed counter", lambda: redis.hget(processed_hash(run.prefix), op) == str(n).encode(),
+                 proc=runners[0])
+    for p in runners:
+        p.signal(signal.SIGTERM)
+        assert p.wait(20) == 0, p.log()
+    activity = Activity(redis, run.prefix).read()
+    assert activity.emitted == {"A": n, "B": n, "C": n}
+    assert edge_counts(activity.emitted, FAN_OUT["operators"]) == {("A", "B"): n, ("A", "C"): n, ("B", "sink"): n}
+    assert queue_state(channel, w.edge("B", "sink").queue)[0] == n  # what the broker got along B -> sink

@@ -109,10 +109,7 @@ class RabbitSource:
             if self._settle_scheduled:
                 return
             self._settle_scheduled = True
-        conn = self._conn
-        try:
-            conn.ioloop.add_callback_threadsafe(self._apply_settlements)
-        except Exception:  # noqa: BLE001 - no loop (reconnecting): these deliveries are stale anyway
+        if not self._call_in_loop(self._apply_settlements):  # reconnecting: these deliveries are stale anyway
             with self._lock:
                 self._settle_scheduled = False
 

@@ -44,7 +44,7 @@ def test_a_kafka_replica_switched_off_leaves_its_group_and_joins_again_when_swit
         return int(r.hget(processed_hash(unique_prefix), "A") or 0)
 
     def state(name: str):
-        report = InstanceReport.decode(r.hget(instance_state_hash(unique_prefix), name) or b"null")
+        report = InstanceReport.decode(r.hget(instance_state_hash(unique_prefix), name))
         return report.state if report else None
 
     reader = MetricsReader(r, unique_prefix, run_start_s=0.0)

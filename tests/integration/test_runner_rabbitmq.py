@@ -288,7 +288,7 @@ def broker_channels(connection_name: str) -> List[tuple]:
 
 
 def instance_state(redis, prefix: str, instance: str) -> Optional[str]:
-    report = InstanceReport.decode(redis.hget(instance_state_hash(prefix), instance) or b"null")
+    report = InstanceReport.decode(redis.hget(instance_state_hash(prefix), instance))
     return report.state if report else None
 
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from operators.api import ACTIVE, INACTIVE, STOPPED
+from operators.api import ACTIVE, INACTIVE, STOPPED, InstanceReport, activation_wanted
 from operators.sources import Outcome
 
 from tests.unit.runner_fakes import FlagStore, RunnerFactory, envelope, wait_until
@@ -119,3 +119,11 @@ def test_busy_time_counts_a_long_item_in_each_interval_it_spans_and_nothing_when
     busy.take()
     time.sleep(0.05)
     assert busy.take() == 0.0
+
+
+def test_flag_values_and_report_decoding():
+    assert activation_wanted(None) and activation_wanted(b"1") and activation_wanted("1")
+    assert not activation_wanted(b"0") and not activation_wanted("0")
+    assert InstanceReport.decode('{"state": "inactive", "t_ms": 5}') == InstanceReport(INACTIVE, 5)
+    for bad in (None, b"", b"inactive", b'{"state": "sleeping", "t_ms": 5}', b'{"state": "active"}', b"[1]"):
+        assert InstanceReport.decode(bad) is None

@@ -16,7 +16,7 @@ def test_defaults():
     assert (cfg.transport, cfg.prefetch, cfg.parallel, cfg.sample_every, cfg.measurement, cfg.work_ms) == \
         ("rabbitmq", 5, 1, 10, "milliseconds", 0.0)
     assert cfg.amqp_url == "amqp://guest:guest@127.0.0.1:5672/%2F" and cfg.redis_url == "redis://127.0.0.1:6379/0"
-    assert cfg.kafka_bootstrap == "127.0.0.1:9092"
+    assert cfg.kafka_bootstrap == "127.0.0.1:9092" and cfg.activation_poll_s == 0.5
     assert cfg.topology == oee_topology() and cfg.params == {}
     assert cfg.impl == "O3" and cfg.instance.startswith("O3-")
     [edge] = cfg.wiring().inputs("O3")
@@ -29,11 +29,11 @@ def test_everything_set():
         "OPERATOR": "A", "RUN_PREFIX": "r", "TRANSPORT": "kafka", "KAFKA_BOOTSTRAP": "k:1", "INSTANCE_ID": "a-1",
         "PREFETCH": "7", "PARALLEL": "3", "SAMPLE_EVERY": "1", "MEASUREMENT": "seconds_truncated", "WORK_MS": "20.5",
         "OPERATOR_PARAMS": '{"x": 1}', "TOPOLOGY": json.dumps(topology), "OPERATOR_IMPL": "passthrough",
-        "DEDUP_TTL_S": "0", "METRICS_FLUSH_S": "0.5", "DRAIN_TIMEOUT_S": "5"})
+        "DEDUP_TTL_S": "0", "METRICS_FLUSH_S": "0.5", "DRAIN_TIMEOUT_S": "5", "ACTIVATION_POLL_S": "0"})
     assert (cfg.transport, cfg.kafka_bootstrap, cfg.instance, cfg.prefetch, cfg.parallel, cfg.sample_every) == \
         ("kafka", "k:1", "a-1", 7, 3, 1)
     assert (cfg.measurement, cfg.work_ms, cfg.params, cfg.impl) == ("seconds_truncated", 20.5, {"x": 1}, "passthrough")
-    assert (cfg.dedup_ttl_s, cfg.metrics_flush_s, cfg.drain_timeout_s) == (0, 0.5, 5.0)
+    assert (cfg.dedup_ttl_s, cfg.metrics_flush_s, cfg.drain_timeout_s, cfg.activation_poll_s) == (0, 0.5, 5.0, 0.0)
     assert cfg.wiring().edge("S", "A").consumer_group == "r.S.A"
 
 
@@ -50,6 +50,7 @@ def test_everything_set():
     ({**BASE, "MEASUREMENT": "seconds"}, "MEASUREMENT"),
     ({**BASE, "WORK_MS": "-1"}, "WORK_MS"),
     ({**BASE, "WORK_MS": "lots"}, "WORK_MS"),
+    ({**BASE, "ACTIVATION_POLL_S": "-0.5"}, "ACTIVATION_POLL_S"),
     ({**BASE, "OPERATOR_PARAMS": "[1]"}, "OPERATOR_PARAMS"),
     ({**BASE, "OPERATOR_PARAMS": "{bad"}, "OPERATOR_PARAMS"),
     ({**BASE, "TOPOLOGY": '{"sources": {"S": ["X"]}, "operators": {"O3": []}}'}, "TOPOLOGY"),

@@ -49,7 +49,10 @@ Written by the live runtime, read by the runner:
   Kafka: commit, then leave the consumer group so its partitions go to the active members), and
   only then reports ``inactive``. Switching on: it claims ``active`` in one atomic step with
   reading the flag (a Lua script: no claim while the flag is ``0``) and only then consumes again,
-  so an ``inactive`` report read after setting the flag to ``0`` is final.
+  so an ``inactive`` report read after setting the flag to ``0`` is final. A switch-off always
+  completes before a switch-on is taken up; an instance started with the flag at ``0`` consumes
+  nothing and reports ``inactive`` at once; on Kafka consuming again waits for a group rebalance.
+  With ``ACTIVATION_POLL_S=0`` the flag is not read and no state is reported.
 """
 from __future__ import annotations
 

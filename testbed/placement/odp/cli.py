@@ -14,7 +14,8 @@ USAGE = """usage:
   testbed odp solve INSTANCE.json [solver=highs|cbc] [time_limit_s=S] [threads=1] [seed=1]
                                   [mip_rel_gap=1e-4] [objective=normalised|raw_r]
                                   [rt_form=auto|paths|potentials] [log=false]
-  testbed odp study [grid=reduced|full] [out=DIR] [time_limit_s=S] [seed=1] [seeds=N] [solver=highs|cbc]"""
+  testbed odp study [grid=reduced|full] [out=DIR] [time_limit_s=S] [trace_limit_s=S] [seed=1] [seeds=N]
+                    [sampling_seeds=N] [solver=highs|cbc] [threads=1] [resume=true]"""
 
 
 class UsageError(ValueError):
@@ -36,7 +37,7 @@ def parse_pairs(args: List[str], parsers: Dict[str, Callable[[str], object]]) ->
     return out
 
 
-def _bool(text: str) -> bool:
+def as_bool(text: str) -> bool:
     if text.lower() in ("1", "true", "yes", "on"):
         return True
     if text.lower() in ("0", "false", "no", "off"):
@@ -44,7 +45,7 @@ def _bool(text: str) -> bool:
     raise ValueError(f"not a boolean: {text!r}")
 
 
-def _positive(text: str) -> float:
+def positive(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise ValueError(f"must be > 0, not {text}")
@@ -52,8 +53,8 @@ def _positive(text: str) -> float:
 
 
 SOLVE_KEYS: Dict[str, Callable[[str], object]] = {
-    "solver": SolverName, "time_limit_s": _positive, "threads": int, "seed": int, "mip_rel_gap": float,
-    "objective": ObjectiveForm, "rt_form": ResponseTimeForm, "log": _bool,
+    "solver": SolverName, "time_limit_s": positive, "threads": int, "seed": int, "mip_rel_gap": float,
+    "objective": ObjectiveForm, "rt_form": ResponseTimeForm, "log": as_bool,
 }
 
 

@@ -28,7 +28,7 @@ def test_a_failed_flush_keeps_everything_for_the_next(redis_client, unique_prefi
         {"operator": "O3", "instance": "O3-a", "kind": "sample", "t_ms": "1010", "duration_ms": "10"},
         {"operator": "O3", "instance": "O3-a", "kind": "sample", "t_ms": "1012", "duration_ms": "12"},
         {"operator": "O3", "instance": "O3-a", "kind": "count", "t_ms": "1700000000000", "processed": "6",
-         "dead": "1"},
+         "dead": "1", "emitted": "0", "busy_ms": "0"},
     ]
     assert r.hget(processed_hash(unique_prefix), "O3") == b"6"
     assert r.hget(emitted_hash(unique_prefix), "O3") == b"18"

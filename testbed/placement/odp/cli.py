@@ -70,7 +70,7 @@ def solve_command(argv: List[str]) -> int:
             opts["objective_form"] = opts.pop("objective")
         settings = SolverSettings(**opts)  # type: ignore[arg-type]
         instance = load_instance(Path(argv[0]))
-    except (UsageError, InstanceError) as exc:
+    except (UsageError, InstanceError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -9,6 +10,13 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import numpy as np
 
 from testbed.placement.odp.model import ObjectiveForm, ResponseTimeForm
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children (CBC runs as one): on a shared machine
+    it measures the solver's effort where wall-clock time also measures the neighbours."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 class SolverName(str, Enum):
@@ -36,6 +44,17 @@ class SolverSettings:
     trace: bool = False  # record incumbent and bound over time (HiGHS only)
     log: bool = False  # the solver's own log on stdout
 
+    def __post_init__(self) -> None:
+        # accept the plain strings of a config file ("cbc", "raw_r", ...) as well as the enums
+        for name, kind in (("solver", SolverName), ("objective_form", ObjectiveForm), ("rt_form", ResponseTimeForm)):
+            object.__setattr__(self, name, kind(getattr(self, name)))
+        if self.threads < 1:
+            raise ValueError(f"threads must be ≥ 1, not {self.threads}")
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be > 0, not {self.time_limit_s}")
+        if not 0 <= self.mip_rel_gap < 1:
+            raise ValueError(f"mip_rel_gap must lie in [0, 1), not {self.mip_rel_gap}")
+
 
 @dataclass(frozen=True)
 class TracePoint:
@@ -55,7 +74,8 @@ class RawSolution:
     objective: Optional[float]
     bound: Optional[float]
     gap: Optional[float]
-    solve_s: float
+    solve_s: float  # wall clock
+    cpu_s: float
     nodes: Optional[int] = None
     lp_iterations: Optional[int] = None
     trace: Tuple[TracePoint, ...] = ()
@@ -89,7 +109,8 @@ class OdpResult:
     bound: Optional[float]
     gap: Optional[float]
     r_ms: Optional[float]  # the model's r (equals the response time at the optimum when w_r > 0)
-    solve_s: float
+    solve_s: float  # wall clock of the solver run
+    cpu_s: float  # CPU time of the solver run
     build_s: float
     size: ModelSize
     solver: SolverName
@@ -122,6 +143,7 @@ class OdpResult:
             "gap": num(self.gap),
             "r_ms": num(self.r_ms),
             "solve_s": round(self.solve_s, 4),
+            "cpu_s": round(self.cpu_s, 4),
             "build_s": round(self.build_s, 4),
             "variables": {"x": self.size.x, "y": self.size.y, "continuous": self.size.continuous,
                           "total": self.size.variables},

@@ -2,6 +2,7 @@
 back and measure it (the reported response time and availability come from the placement)."""
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable, Dict
 
@@ -13,6 +14,9 @@ from testbed.placement.odp.metrics import evaluate
 from testbed.placement.odp.model import LinearModel, build_model
 from testbed.placement.odp.result import (ModelSize, OdpResult, RawSolution, SolverName, SolverSettings,
                                           Status)
+
+
+log = logging.getLogger(__name__)
 
 
 def _adapter(name: SolverName) -> Callable[[LinearModel, SolverSettings], RawSolution]:
@@ -30,7 +34,11 @@ def solve(instance: OdpInstance, settings: SolverSettings = SolverSettings()) ->
     model = build_model(ix, settings.objective_form, settings.rt_form, settings.max_paths)
     build_s = time.perf_counter() - started
     raw = _adapter(SolverName(settings.solver))(model, settings)
-    return decode(ix, model, raw, settings, build_s)
+    result = decode(ix, model, raw, settings, build_s)
+    log.info("odp solve: %s (%s) objective %s bound %s gap %s in %.3f s; |x| %d |y| %d rows %d; %s seed %d",
+             result.status.value, raw.solver_status, raw.objective, raw.bound, raw.gap, raw.solve_s,
+             result.size.x, result.size.y, result.size.constraints, settings.solver.value, settings.seed)
+    return result
 
 
 def model_size(model: LinearModel) -> ModelSize:
@@ -66,7 +74,8 @@ def decode(ix: Indexed, model: LinearModel, raw: RawSolution, settings: SolverSe
         network=metrics.network(objective) if metrics and objective else None,
         utility=metrics.utility if metrics else None,
         objective=raw.objective, bound=raw.bound, gap=raw.gap, r_ms=r_ms,
-        solve_s=raw.solve_s, build_s=build_s, size=model_size(model), solver=SolverName(settings.solver),
+        solve_s=raw.solve_s, cpu_s=raw.cpu_s, build_s=build_s, size=model_size(model),
+        solver=SolverName(settings.solver),
         solver_status=raw.solver_status, settings=settings, nodes=raw.nodes, lp_iterations=raw.lp_iterations,
         trace=raw.trace,
     )

@@ -19,7 +19,7 @@ import numpy as np
 import pulp
 
 from testbed.placement.odp.model import LinearModel
-from testbed.placement.odp.result import RawSolution, SolverSettings, Status
+from testbed.placement.odp.result import RawSolution, SolverSettings, Status, cpu_seconds
 
 _RESULT = re.compile(r"^Result - (.+)$", re.M)
 _PRESOLVE = re.compile(r"^(Pre-processing says infeasible.*|Problem is infeasible.*)$", re.M)
@@ -59,16 +59,16 @@ def solve_cbc(model: LinearModel, settings: SolverSettings) -> RawSolution:
                 logPath=str(log_path), keepFiles=False,
                 options=[f"randomSeed {settings.seed}", f"randomCbcSeed {settings.seed}"],
             )
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds()
         prob.solve(cmd)
-        solve_s = time.perf_counter() - started
+        solve_s, cpu_s = time.perf_counter() - started, cpu_seconds() - cpu
         log = log_path.read_text()
         if settings.log:
             print(log)
-    return _from_log(log, cols, solve_s, prob.sol_status)
+    return _from_log(log, cols, solve_s, cpu_s, prob.sol_status)
 
 
-def _from_log(log: str, cols, solve_s: float, sol_status: int) -> RawSolution:
+def _from_log(log: str, cols, solve_s: float, cpu_s: float, sol_status: int) -> RawSolution:
     result = _RESULT.findall(log)
     presolved = _PRESOLVE.findall(log)
     if result:
@@ -101,7 +101,7 @@ def _from_log(log: str, cols, solve_s: float, sol_status: int) -> RawSolution:
         gap = 0.0 if gap is None else gap
     return RawSolution(
         status=status, solver_status=wording, values=values, objective=objective, bound=bound,
-        gap=gap if has_solution else None, solve_s=solve_s,
+        gap=gap if has_solution else None, solve_s=solve_s, cpu_s=cpu_s,
         nodes=_int(fields.get("Enumerated nodes")), lp_iterations=_int(fields.get("Total iterations")),
     )
 

@@ -9,7 +9,7 @@ import highspy
 import numpy as np
 
 from testbed.placement.odp.model import LinearModel
-from testbed.placement.odp.result import RawSolution, SolverSettings, Status, TracePoint
+from testbed.placement.odp.result import RawSolution, SolverSettings, Status, TracePoint, cpu_seconds
 
 _STATUS = {
     highspy.HighsModelStatus.kOptimal: Status.OPTIMAL,
@@ -32,9 +32,9 @@ def solve_highs(model: LinearModel, settings: SolverSettings) -> RawSolution:
     trace: List[TracePoint] = []
     if settings.trace:
         _subscribe_trace(h, trace)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), cpu_seconds()
     h.run()
-    solve_s = time.perf_counter() - started
+    solve_s, cpu_s = time.perf_counter() - started, cpu_seconds() - cpu
     model_status = h.getModelStatus()
     info = h.getInfo()
     has_solution = info.primal_solution_status == highspy.kSolutionStatusFeasible
@@ -47,7 +47,7 @@ def solve_highs(model: LinearModel, settings: SolverSettings) -> RawSolution:
                                 bound if bound is not None else math.nan, gap if gap is not None else math.nan))
     return RawSolution(
         status=_STATUS.get(model_status, Status.ERROR), solver_status=h.modelStatusToString(model_status),
-        values=values, objective=objective, bound=bound, gap=gap, solve_s=solve_s,
+        values=values, objective=objective, bound=bound, gap=gap, solve_s=solve_s, cpu_s=cpu_s,
         nodes=int(info.mip_node_count), lp_iterations=int(info.simplex_iteration_count), trace=tuple(trace),
     )
 

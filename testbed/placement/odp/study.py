@@ -81,7 +81,8 @@ def solve_point(point: Point, settings: SolverSettings) -> tuple:
         "mip_rel_gap": settings.mip_rel_gap, "time_limit_s": settings.time_limit_s,
         "status": res.status.value, "obj": res.objective, "bound": res.bound, "gap": res.gap,
         "r_ms": res.r_ms, "response_time_ms": res.response_time_ms,
-        "r_min_ms": b.r_min, "r_max_ms": b.r_max, "time_s": res.solve_s, "build_s": res.build_s,
+        "r_min_ms": b.r_min, "r_max_ms": b.r_max, "time_s": res.solve_s, "cpu_s": res.cpu_s,
+        "build_s": res.build_s,
         "nx": res.size.x, "ny": res.size.y, "n_paths": res.size.paths, "constraints": res.size.constraints,
         "bb_nodes": res.nodes, "lp_iterations": res.lp_iterations,
     }

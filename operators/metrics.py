@@ -70,7 +70,7 @@ class BusyTime:
 
 @dataclass
 class _Buffer:
-    samples: List[tuple] = field(default_factory=list)  # (t_ms, duration_ms)
+    samples: List[tuple] = field(default_factory=list)  # (t_ms, duration_ms, latency_ms or None)
     processed: int = 0
     dead: int = 0
     emitted: int = 0
@@ -101,16 +101,18 @@ class Metrics:
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
-    def completed(self, sent_ms: int, amqp_timestamp_s: Optional[int], completed_ms: int) -> Optional[int]:
+    def completed(self, sent_ms: int, amqp_timestamp_s: Optional[int], completed_ms: int,
+                  origin_ms: Optional[int] = None) -> Optional[int]:
         """Record that an item's processing completed; returns its duration if it is sampled
-        (every ``sample_every``-th item, the first one included)."""
+        (every ``sample_every``-th item, the first one included). A sampled item with an origin
+        (when the source emitted what it derives from) also gets its end-to-end latency."""
         with self._lock:
             n = self._completions
             self._completions += 1
             if n % self.sample_every:
                 return None
             d = duration_ms(self.measurement, completed_ms, sent_ms, amqp_timestamp_s)
-            self._buf.samples.append((completed_ms, d))
+            self._buf.samples.append((completed_ms, d, None if origin_ms is None else completed_ms - origin_ms))
             return d
 
     def processed(self, n: int = 1, emitted: int = 0) -> None:
@@ -151,8 +153,11 @@ class Metrics:
         base = {"operator": self.operator, "instance": self.instance}
         try:
             pipe = redis.pipeline(transaction=False)
-            for t_ms, d in buf.samples:
-                pipe.xadd(stream, {**base, "kind": "sample", "t_ms": t_ms, "duration_ms": d})
+            for t_ms, d, latency in buf.samples:
+                sample = {**base, "kind": "sample", "t_ms": t_ms, "duration_ms": d}
+                if latency is not None:
+                    sample["latency_ms"] = latency
+                pipe.xadd(stream, sample)
             pipe.xadd(stream, {**base, "kind": "count", "t_ms": self.now_ms(), "processed": buf.processed,
                                "dead": buf.dead, "emitted": buf.emitted, "busy_ms": busy_ms})
             self.cumulative(pipe, buf.unwritten_processed, buf.unwritten_emitted)

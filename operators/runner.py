@@ -322,7 +322,7 @@ class Runner:
         if emissions:
             now = self.metrics.now_ms()
             self.publisher.publish_batch([self._message(e, env, now, pending) for e in emissions])
-        self.metrics.completed(env.sent_ms, d.amqp_timestamp_s, self.metrics.now_ms())
+        self.metrics.completed(env.sent_ms, d.amqp_timestamp_s, self.metrics.now_ms(), env.origin_ms)
         if not emissions:
             self._done.put(pending)
 

@@ -30,6 +30,7 @@ class Sample:
     operator: str
     instance: str
     duration_ms: float
+    latency_ms: Optional[float] = None  # end to end: from the source's emission of its origin
 
 
 @dataclass
@@ -125,11 +126,12 @@ def parse_entries(entries: Iterable[Tuple[Any, Mapping[Any, Any]]], run_start_s:
             continue
         if kind == "sample":
             d = _number(fields, "duration_ms")
-            if d is None:
+            latency = _number(fields, "latency_ms")
+            if d is None or ("latency_ms" in fields and latency is None):
                 bad += 1
                 continue
             # subtract in ms first: epoch seconds as a float keep only ~0.2 us, which shows in t_s
-            samples.append(Sample((t_ms - run_start_s * 1000.0) / 1000.0, operator, instance, d))
+            samples.append(Sample((t_ms - run_start_s * 1000.0) / 1000.0, operator, instance, d, latency))
         elif kind == "count":
             counts = _counts(fields)
             if counts is None:

@@ -183,7 +183,7 @@ class LiveMonitor:
 
 
 def record_reading(tables: Tables, reading: MonitorReading, operators: Sequence[str],
-                   hosts: Sequence[HostView], instances: Sequence[InstanceView]) -> None:
+                   hosts: Sequence[HostView], instances: Sequence[InstanceView], sinks: Sequence[str] = ()) -> None:
     """Append a reading and the pool's views to the event-log tables, in the simulator's columns:
     `processed`, `queues`, `instances`, `hosts` (one interval) and `samples` (the new samples).
     ``tables`` comes from ``testbed.monitoring.new_monitor_tables(samples=True)``.
@@ -196,3 +196,10 @@ def record_reading(tables: Tables, reading: MonitorReading, operators: Sequence[
     s = reading.samples
     append_samples(tables, [x.t_s for x in s], [x.operator for x in s], [x.instance for x in s],
                    [x.duration_ms for x in s])
+    if "latency" in tables:  # end-to-end latency: the sampled items that finished at a sink
+        latency = tables["latency"]
+        for x in s:
+            if x.operator in sinks and x.latency_ms is not None:
+                latency["t_s"].append(x.t_s)
+                latency["operator"].append(x.operator)
+                latency["latency_ms"].append(x.latency_ms)

@@ -33,7 +33,7 @@ from testbed.live.provider_thread import ProviderThread
 from testbed.live.rabbit_management import ManagementError, RunDepths
 from testbed.live.switchboard import RedisSwitchboard
 from testbed.model import InstanceState
-from testbed.monitoring import LATENCY_COLUMNS, Observer, SnapshotSettings, new_monitor_tables
+from testbed.monitoring import Observer, SnapshotSettings, new_monitor_tables
 from testbed.policies.base import Policy, initial_deployment
 from testbed.rng import stream
 from testbed.actions import actions_table
@@ -170,7 +170,6 @@ class LiveRun:
             self._t0 = self.wall()
             monitor = LiveMonitor.from_config(cfg, self.topology, self.wiring, time.time(), self.btu_s)
             tables = new_monitor_tables(samples=True)
-            tables["latency"] = {c: [] for c in LATENCY_COLUMNS}  # not measured live yet (see docs/event-log.md)
             self._control_loop(pool, executor, monitor, provider, tables)
             flushed = provider.stop()
             end = self.now()
@@ -321,7 +320,7 @@ class LiveRun:
     @staticmethod
     def _record(monitor, tables, views, t: float) -> None:
         hosts, instances = views
-        record_reading(tables, monitor.last, monitor.operators, hosts, instances)
+        record_reading(tables, monitor.last, monitor.operators, hosts, instances, monitor.topology.sinks)
 
     def _drain_and_account(self, pool, monitor, provider: ProviderThread, purged: Dict[str, int]) -> Accounting:
         """Stop every instance gracefully (each finishes and acknowledges what it holds), then account

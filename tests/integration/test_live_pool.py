@@ -96,6 +96,8 @@ def test_the_restart_purges_and_every_item_is_accounted_for(run_dir):
     dropped = table(run_dir, "dropped")
     purged = dropped[dropped.reason == "purge"]
     assert int(purged["items"].sum()) == sum(accounting["purged"].values()) > 0
+    latency = table(run_dir, "latency")  # end to end, at the sinks O8 and O9
+    assert len(latency) > 0 and set(latency.operator) <= {"O8", "O9"} and (latency.latency_ms > 0).all()
     edges = table(run_dir, "edges")
     assert set(zip(edges.source, edges.target)) >= {("S2_production", "O1"), ("O1", "O3")}
     assert edges["items"].sum() > 0

@@ -14,8 +14,8 @@ def test_a_failed_flush_keeps_everything_for_the_next(redis_client, unique_prefi
     r = redis_client
     unreachable = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)  # nothing listens
     m = Metrics(unique_prefix, "O3", "O3-a", sample_every=2, clock=lambda: 1700000000.0)
-    for k in range(4):
-        m.completed(sent_ms=1000, amqp_timestamp_s=None, completed_ms=1010 + k)
+    for k in range(4):  # the last two carry their origin: end-to-end latency goes with the sample
+        m.completed(sent_ms=1000, amqp_timestamp_s=None, completed_ms=1010 + k, origin_ms=None if k < 2 else 500)
     m.processed(4)
     m.dead(1)
     m.defer_cumulative(4, 12)  # the runner's transaction with the finished ids failed
@@ -26,7 +26,8 @@ def test_a_failed_flush_keeps_everything_for_the_next(redis_client, unique_prefi
     entries = [{k.decode(): v.decode() for k, v in f.items()} for _id, f in r.xrange(metrics_stream(unique_prefix))]
     assert entries == [
         {"operator": "O3", "instance": "O3-a", "kind": "sample", "t_ms": "1010", "duration_ms": "10"},
-        {"operator": "O3", "instance": "O3-a", "kind": "sample", "t_ms": "1012", "duration_ms": "12"},
+        {"operator": "O3", "instance": "O3-a", "kind": "sample", "t_ms": "1012", "duration_ms": "12",
+         "latency_ms": "512"},
         {"operator": "O3", "instance": "O3-a", "kind": "count", "t_ms": "1700000000000", "processed": "6",
          "dead": "1", "emitted": "0", "busy_ms": "0"},
     ]

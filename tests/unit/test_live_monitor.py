@@ -122,7 +122,9 @@ def test_metric_entries_become_run_relative_samples_and_counts_and_bad_ones_are_
         ("1-2", {"operator": "O3", "instance": "c2", "kind": "count", "t_ms": "1700000013000",
                  "processed": "5", "dead": "0"}),
         ("1-3", {"operator": "O7", "instance": "c9", "kind": "sample", "t_ms": "1700000014000",
-                 "duration_ms": "7.5"}),
+                 "duration_ms": "7.5", "latency_ms": "930"}),
+        ("1-4", {"operator": "O7", "instance": "c9", "kind": "sample", "t_ms": "1", "duration_ms": "7",
+                 "latency_ms": "soon"}),  # a latency that is not a number
         ("2-0", {"operator": "O3", "instance": "c1", "kind": "sample", "t_ms": "1700000012500"}),  # no duration
         ("2-1", {"operator": "O3", "instance": "c1", "kind": "gauge", "t_ms": "1"}),  # unknown kind
         ("2-2", {"operator": "O3", "instance": "c1", "kind": "count", "t_ms": "1", "processed": "-3", "dead": "0"}),
@@ -134,8 +136,8 @@ def test_metric_entries_become_run_relative_samples_and_counts_and_bad_ones_are_
     ]
     processed, dead, samples = {}, {}, []
     bad = parse_entries(entries, start, processed, dead, samples)
-    assert bad == 8
-    assert samples == [Sample(12.5, "O3", "c1", 42.0), Sample(14.0, "O7", "c9", 7.5)]
+    assert bad == 9
+    assert samples == [Sample(12.5, "O3", "c1", 42.0), Sample(14.0, "O7", "c9", 7.5, 930.0)]
     assert processed == {"O3": 15} and dead == {"O3": 1}
 
 
@@ -213,14 +215,16 @@ def test_recorded_readings_fit_the_event_log_schema(tmp_path):
             instances=(InstanceObservation("a1", "O1", 100, 0.5),))
         reading = MonitorReading(
             t=t, depths={"O1": depth, "O7": 1}, dead_letters={"O1": 0, "O7": 0}, missing_queues=(),
-            samples=(Sample(t - 1.0, "O1", "a1", 12.0),), processed={"O1": 100, "O7": 3}, dead={"O1": 0, "O7": 0},
+            samples=(Sample(t - 1.0, "O1", "a1", 12.0, 40.0), Sample(t - 0.5, "O7", "b1", 3.0, 800.0)),
+            processed={"O1": 100, "O7": 3}, dead={"O1": 0, "O7": 0},
             means={"O1": 12.0, "O7": None}, malformed=0, depths_s=0.01, metrics_s=0.02, observation=observation,
         )
-        record_reading(tables, reading, ops, hosts, inst)
+        record_reading(tables, reading, ops, hosts, inst, sinks=("O7",))
     assert tables["queues"] == {"t_s": [15.0, 15.0, 30.0, 30.0], "operator": ["O1", "O7"] * 2, "depth": [7, 1, 0, 1]}
     assert tables["instances"]["instances"] == [2, 1, 2, 1] and tables["instances"]["starting"] == [1, 0, 1, 0]
     assert tables["hosts"] == {"t_s": [15.0, 30.0], "leased": [2, 2], "ready": [1, 1]}
-    assert tables["samples"]["t_s"] == [14.0, 29.0]
+    assert tables["samples"]["t_s"] == [14.0, 14.5, 29.0, 29.5]
+    assert tables["latency"] == {"t_s": [14.5, 29.5], "operator": ["O7", "O7"], "latency_ms": [800.0, 800.0]}
     log = EventLog(tmp_path)
     for name, cols in tables.items():
         log.write(name, cols)  # refuses columns that differ from the schema
@@ -228,4 +232,4 @@ def test_recorded_readings_fit_the_event_log_schema(tmp_path):
     assert log.read("edges")["items"].tolist() == [100, 3, 100, 3]
     assert log.read("dropped")[["operator", "reason", "items"]].values.tolist() == [["O1", "purge", 2]] * 2
     assert log.read("instance_stats")["utilisation"].tolist() == [0.5, 0.5]
-    assert math.isclose(log.read("samples")["duration_ms"].sum(), 24.0)
+    assert math.isclose(log.read("samples")["duration_ms"].sum(), 30.0)

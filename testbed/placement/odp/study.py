@@ -142,7 +142,11 @@ def run_study(cfg: StudyConfig, progress: Callable[[str], None] = lambda s: prin
 
 
 def _append(path: Path, rows: List[dict]) -> None:
-    pd.DataFrame(rows).to_csv(path, mode="a", header=not path.exists(), index=False)
+    # rewritten whole (a few hundred rows at most) so that a resumed folder written by an older
+    # version with other columns stays one consistent table
+    new = pd.DataFrame(rows)
+    table = pd.concat([pd.read_csv(path), new], ignore_index=True) if path.exists() else new
+    table.to_csv(path, index=False)
 
 
 def _fmt(value: Optional[float]) -> str:

@@ -143,22 +143,24 @@ def test_highs_and_cbc_agree_on_optimal_values(case):
 
 @pytest.mark.parametrize("solver", list(SolverName))
 def test_a_time_limited_solve_reports_the_limit_and_a_gap(solver):
-    inst = table2_instance(Table2(12, 10, Topology.FAT, seed=1))
-    result = solve(inst, SolverSettings(solver=solver, time_limit_s=1.0))
+    inst = table2_instance(Table2(12, 10, Topology.FAT, seed=1))  # proven optimal only after minutes
+    # 2 s: HiGHS finds its first incumbent after ~0.4 s of CPU, and the machine is shared
+    result = solve(inst, SolverSettings(solver=solver, time_limit_s=2.0))
     assert result.status is Status.TIME_LIMIT  # never "optimal", whatever PuLP says
-    assert result.solve_s < 10
+    assert result.solve_s < 15
     assert result.placement is not None and result.gap is not None and result.gap > 1e-3
     assert result.bound is not None and result.bound > result.objective
     assert result.to_json()["status"] == "time_limit"
 
 
 def test_the_trace_records_incumbent_and_bound_over_time():
-    inst = table2_instance(Table2(12, 8, Topology.FAT, seed=1))
-    result = solve(inst, SolverSettings(time_limit_s=1.5, trace=True))
+    inst = table2_instance(Table2(8, 8, Topology.SEQUENTIAL, seed=1, c_node=2))  # ~1 s, solved to the gap
+    result = solve(inst, SolverSettings(trace=True))
     times = [p.t_s for p in result.trace]
     assert len(times) >= 2 and times == sorted(times)
-    found = [p for p in result.trace if not math.isnan(p.incumbent)]
-    assert found and all(p.bound >= p.incumbent - 1e-9 for p in found)
+    found = [p for p in result.trace if not math.isnan(p.incumbent) and abs(p.incumbent) < 1e30]
+    assert found and all(p.bound >= p.incumbent - 1e-9 for p in found)  # maximising F'
+    assert result.status is Status.OPTIMAL and found[-1].gap <= 1e-4
 
 
 def run_cli(*args, cwd):

@@ -28,13 +28,14 @@ def _experiment(cfg: DictConfig) -> None:
     from reporting.summary import SummaryError, format_summary, summarise
     from testbed.experiment import run_experiment
 
+    global _COMPOSED
+    _COMPOSED = True
     try:
         typed = validate(to_typed(cfg))
+        runs = run_experiment(typed)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
-    try:
-        runs = run_experiment(typed)
     except KeyboardInterrupt:
         print("interrupted: the runs in progress are marked incomplete", file=sys.stderr)
         sys.exit(130)
@@ -50,11 +51,19 @@ def _experiment(cfg: DictConfig) -> None:
         table.to_csv(root / "summary.csv", index=False)
 
 
+_COMPOSED = False  # set once Hydra has composed the config: a later exit is the experiment's own
+
+
 def experiment(argv: List[str]) -> int:
     register()
     main = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_experiment)
     sys.argv = ["testbed experiment", *argv]
-    main()
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code == 1 and not _COMPOSED:  # Hydra could not compose the overrides (it printed why)
+            sys.exit(2)
+        raise
     return 0
 
 

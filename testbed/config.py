@@ -6,13 +6,15 @@ them, so an unknown key or a value of the wrong type fails at composition, namin
 """
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from data_provider.patterns import PatternConfig
@@ -228,6 +230,7 @@ class ExperimentConfig:
     load_scale: float = 1.0  # emission rate factor (the tick interval is divided by it), both backends
     workers: int = 0  # parallel runs; 0 = one per core (live runs always run one at a time)
     summary: bool = True  # print the summary table at the end
+    mix: bool = False  # allow adding runs to a workload folder that holds runs of other settings
 
 
 def register() -> None:
@@ -235,8 +238,30 @@ def register() -> None:
     ConfigStore.instance().store(name="schema", node=ExperimentConfig)
 
 
+def unknown_keys(node: Any, path: str = "") -> List[str]:
+    """Keys of a composed config that its schema does not have (Hydra's `+key=value` adds them to a
+    typed node, and converting to the dataclasses would silently drop them)."""
+    if not isinstance(node, DictConfig):
+        if isinstance(node, ListConfig):
+            return [k for i, v in enumerate(node) for k in unknown_keys(v, f"{path}[{i}]")]
+        return []
+    typ = OmegaConf.get_type(node)
+    names = {f.name for f in fields(typ)} if dataclasses.is_dataclass(typ) else None
+    out = []
+    for key in node.keys():
+        key_path = f"{path}.{key}" if path else str(key)
+        if names is not None and key not in names:
+            out.append(key_path)
+        else:
+            out += unknown_keys(node._get_node(key), key_path)
+    return out
+
+
 def to_typed(cfg: DictConfig | ExperimentConfig) -> ExperimentConfig:
     if not isinstance(cfg, ExperimentConfig):
+        unknown = unknown_keys(cfg)
+        if unknown:
+            raise ConfigError(unknown[0], "no such key" + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
         obj = OmegaConf.to_object(cfg)
         assert isinstance(obj, ExperimentConfig)
         cfg = obj
@@ -255,6 +280,18 @@ def _positive(key: str, value: float) -> None:
         raise ConfigError(key, f"must be > 0, got {value}")
 
 
+def _at_most(key: str, value: float, limit: float, why: str = "") -> None:
+    if not value <= limit:
+        raise ConfigError(key, f"must be <= {limit:g}{why}, got {value:g}")
+
+
+# What one run may ask of the simulator: beyond these a run takes hours without a line of output.
+MAX_DURATION_MIN = 7 * 24 * 60.0
+MAX_TICKS = 5_000_000  # provider ticks of one run (the emission loop is per tick)
+MAX_STEPS = 5_000_000  # simulation steps of one run
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # a folder name: no separators, no "..", no hidden
+
+
 def _range(key: str, values: List[float]) -> None:
     if len(values) != 2 or values[0] < 0 or values[1] < values[0]:
         raise ConfigError(key, f"must be [low, high] with 0 <= low <= high, got {list(values)}")
@@ -269,8 +306,15 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     except PatternError as exc:
         raise ConfigError(f"pattern.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from exc
     _positive("reps", cfg.reps)
+    _at_most("reps", cfg.reps, 1000)
     _positive("duration_min", cfg.duration_min)
+    _at_most("duration_min", cfg.duration_min, MAX_DURATION_MIN, " (a week)")
     _positive("load_scale", cfg.load_scale)
+    _at_most("load_scale", cfg.load_scale, 1000)
+    if not cfg.out.strip() or "\0" in cfg.out:
+        raise ConfigError("out", f"must name a folder, got {cfg.out!r}")
+    if not SAFE_NAME.match(cfg.pattern.name):
+        raise ConfigError("pattern.name", f"{cfg.pattern.name!r} is not a folder name (letters, digits, _ . -)")
     if cfg.workers < 0:
         raise ConfigError("workers", f"must be >= 0, got {cfg.workers}")
     _positive("billing.btu_minutes", cfg.billing.btu_minutes)
@@ -278,6 +322,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         _positive(f"billing.rebill_minutes[{i}]", m)
     if cfg.billing.penalty_per_item < 0:
         raise ConfigError("billing.penalty_per_item", "must be >= 0")
+    if cfg.billing.price_per_10_minutes < 0:
+        raise ConfigError("billing.price_per_10_minutes", "must be >= 0")
     _validate_policies(cfg)
     _validate_evaluation(cfg)
     infra = cfg.infrastructure
@@ -297,9 +343,48 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _positive("runtime.initial_instances", rt.initial_instances)
     _positive("runtime.history", rt.history)
     _validate_topology(cfg.topology, infra)
+    _validate_scale(cfg)
     if cfg.backend.name == BackendName.docker:
         _validate_live(cfg)
     return cfg
+
+
+def _validate_scale(cfg: ExperimentConfig) -> None:
+    """Relations between keys: the simulation step against the monitoring interval and the run, the
+    provider's ticks and the steps a run would take, the initial deployment against the host limit."""
+    duration_s, rt = cfg.duration_min * 60.0, cfg.runtime
+    if cfg.backend.step_ms / 1000.0 > rt.monitoring_s:
+        raise ConfigError("backend.step_ms", f"must not exceed runtime.monitoring_s ({rt.monitoring_s:g} s)")
+    if rt.monitoring_s > duration_s:
+        raise ConfigError("runtime.monitoring_s", f"must not exceed the run ({duration_s:g} s)")
+    ticks = duration_s * cfg.load_scale / (cfg.topology.tick_ms / 1000.0)
+    if ticks > MAX_TICKS:
+        raise ConfigError("load_scale", f"{ticks:.3g} provider ticks in a run (duration_min {cfg.duration_min:g} x "
+                                        f"load_scale {cfg.load_scale:g}) exceed {MAX_TICKS:,}: lower either")
+    steps = duration_s / (cfg.backend.step_ms / 1000.0)
+    if steps > MAX_STEPS:
+        raise ConfigError("backend.step_ms", f"{steps:.3g} simulation steps in a run exceed {MAX_STEPS:,}")
+    hosts = _first_fit_hosts(cfg)
+    if hosts > cfg.infrastructure.max_hosts:
+        raise ConfigError("runtime.initial_instances", f"the initial deployment ({rt.initial_instances} per operator) "
+                                                       f"needs {hosts} hosts, more than infrastructure.max_hosts "
+                                                       f"({cfg.infrastructure.max_hosts})")
+
+
+def _first_fit_hosts(cfg: ExperimentConfig) -> int:
+    """Hosts the initial deployment leases (first fit, as testbed.policies.base places it)."""
+    from testbed.topology import Topology  # (it imports this module)
+
+    infra, free = cfg.infrastructure, []  # type: InfrastructureConfig, List[List[int]]
+    for op in Topology.from_config(cfg.topology).configs.values():  # topological order, as deployed
+        for _ in range(cfg.runtime.initial_instances):
+            host = next((h for h in free if h[0] >= op.cpu_shares and h[1] >= op.memory_mb), None)
+            if host is None:
+                host = [infra.host_cpu_shares, infra.host_memory_mb]
+                free.append(host)
+            host[0] -= op.cpu_shares
+            host[1] -= op.memory_mb
+    return len(free)
 
 
 def _validate_policies(cfg: ExperimentConfig) -> None:

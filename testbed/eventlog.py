@@ -151,6 +151,17 @@ def _to_table(table: str, columns: Mapping[str, Column]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema.with_metadata(meta))
 
 
+def _process_umask() -> int:
+    """The umask, read once at import (os.umask can only be read by setting it, which would race
+    with threads started later)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_process_umask()  # as open() would create them: shared run folders stay readable
+
+
 def _replace_atomically(path: Path, write: Any) -> None:
     """Write via a temp file in the same folder and os.replace: readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -158,6 +169,7 @@ def _replace_atomically(path: Path, write: Any) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, FILE_MODE)  # mkstemp makes it 0600
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -231,6 +243,9 @@ class Manifest:
     # how reporting bills the run: "own" = by the BTU length it ran with (btu_minutes); "rebill" = under
     # each of billing.rebill_minutes (BTU-agnostic approaches). Empty in runs written before it existed.
     billing: str = ""
+    # digest of the experiment's settings apart from which configurations and repetitions ran: runs
+    # of one workload folder are compared (and averaged) only if it is the same
+    settings_digest: str = ""
     details: Dict[str, Any] = field(default_factory=dict)  # backend facts, e.g. live image digests, accounting
 
 

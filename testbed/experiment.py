@@ -17,6 +17,8 @@ from testbed.config import BackendName, BillingMode, ExperimentConfig, RunConfig
 from testbed.eventlog import (
     TABLES,
     EventLog,
+    EventLogError,
+    read_manifest,
     Manifest,
     code_revision,
     finish_manifest,
@@ -25,6 +27,7 @@ from testbed.eventlog import (
     utc_now,
     write_manifest,
 )
+from testbed import runs_folder
 from testbed.placement.base import make_placement
 from testbed.policies.registry import Policy, make_policy, policy_entry
 from testbed.rng import stream
@@ -118,7 +121,7 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
     write_manifest(spec.run_dir, Manifest(
         run_id=f"{spec.pattern}/{spec.config}/{spec.rep}", experiment=cfg.evaluation.name, pattern=spec.pattern,
         config=spec.config, policy=spec.policy, btu_minutes=spec.btu_minutes, rep=spec.rep,
-        billing=run_cfg.evaluation.configurations[0].billing.value,
+        billing=run_cfg.evaluation.configurations[0].billing.value, settings_digest=runs_folder.settings_digest(cfg),
         seed=spec.seed, seeds={"run": spec.seed, "pattern": pattern_seed}, backend=cfg.backend.name.value,
         resolved_config=to_plain(run_cfg), code_revision=code_revision(), versions=package_versions(),
         started_at=utc_now(), status="running",
@@ -158,9 +161,31 @@ def _worker_init() -> None:
 
 
 def run_experiment(cfg: ExperimentConfig) -> List[Path]:
-    """All runs of the config; in parallel over `workers` processes (0 = one per core). On Ctrl-C
-    or SIGTERM, running runs are marked incomplete and queued ones never start."""
-    specs = plan_runs(cfg)
+    """All runs of the config; in parallel over `workers` processes (0 = one per core). The runs
+    folder is checked and locked before anything runs. On Ctrl-C or SIGTERM, running runs are marked
+    incomplete and queued ones never start."""
+    out = runs_folder.prepare(cfg.out)
+    with runs_folder.locked(out):
+        runs_folder.check_settings(out / cfg.pattern.name, runs_folder.settings_digest(cfg), cfg.mix)
+        specs = plan_runs(cfg)
+        try:
+            return _run_all(cfg, specs)
+        except BaseException:
+            _mark_interrupted(specs)
+            raise
+
+
+def _mark_interrupted(specs: List[RunSpec]) -> None:
+    """A worker stopped while it wrote its manifest may leave it 'running': the parent settles it."""
+    for spec in specs:
+        try:
+            if read_manifest(spec.run_dir).status == "running":
+                finish_manifest(spec.run_dir, "incomplete", error="interrupted")
+        except EventLogError:
+            continue  # never started, or no manifest to settle
+
+
+def _run_all(cfg: ExperimentConfig, specs: List[RunSpec]) -> List[Path]:
     workers = min(cfg.workers or os.cpu_count() or 1, len(specs))
     if cfg.backend.name == BackendName.docker:
         workers = 1  # live runs share the machine's engine, broker and cores: one at a time

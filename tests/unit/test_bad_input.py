@@ -1,0 +1,130 @@
+"""Bad input to `testbed experiment`: one clear error naming the key or folder, exit status 2,
+before any work starts and without writing anything; interrupted experiments settle every manifest;
+files are written with the process's umask."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.config import ConfigError
+from testbed.eventlog import EventLog, read_manifest
+from testbed.experiment import run_experiment
+from tests.conftest import compose_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def experiment(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testbed.cli", "experiment", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.parametrize("override, key", [
+    ("+policies.btu.foo=1", "policies.btu.foo"),  # the + prefix Hydra suggests after a typo
+    ("+foo=1", "foo"),
+    ("+topology.operators.O1.service.speed=2", "topology.operators.O1.service.speed"),
+    ("billing.price_per_10_minutes=-1", "billing.price_per_10_minutes"),
+    ("duration_min=1e9", "duration_min"),
+    ("load_scale=1e6", "load_scale"),
+    ("load_scale=800", "load_scale"),  # within its own bound, but too many ticks for the run
+    ("reps=100000", "reps"),
+    ("backend.step_ms=20000", "backend.step_ms"),  # longer than a monitoring interval
+    ("runtime.monitoring_s=9000", "runtime.monitoring_s"),  # longer than the run
+    ("runtime.initial_instances=100", "runtime.initial_instances"),  # more hosts than max_hosts
+    ("pattern.name=../../escape", "pattern.name"),
+    ("out=", "out"),
+])
+def test_a_bad_value_is_named_before_anything_runs(override, key, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        run_experiment(compose_config("reps=1", "duration_min=60", f"out={tmp_path / 'runs'}", override))
+    assert err.value.key == key, str(err.value)
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "escape").exists()
+
+
+def test_the_command_gives_one_line_and_exit_status_2(tmp_path):
+    (tmp_path / "afile").write_text("")
+    cases = [("+policies.btu.foo=1", "policies.btu.foo"), (f"out={tmp_path / 'afile'}", "out"),
+             ("load_scale=1e6", "load_scale")]
+    for override, key in cases:
+        proc = experiment("reps=1", "duration_min=5", f"out={tmp_path / 'runs'}", override, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and key in proc.stderr
+        assert "Traceback" not in proc.stderr
+    proc = experiment("reps=three", f"out={tmp_path / 'runs'}", cwd=tmp_path)  # Hydra's own composition error
+    assert proc.returncode == 2 and "reps" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_out_must_be_a_writable_folder(tmp_path):
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(ConfigError, match="is a file"):
+        run_experiment(compose_config("reps=1", "duration_min=5", f"out={tmp_path / 'afile'}"))
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    locked.chmod(0o500)
+    if os.geteuid() != 0:  # root may write anywhere
+        with pytest.raises(ConfigError, match="not writable"):
+            run_experiment(compose_config("reps=1", "duration_min=5", f"out={locked}"))
+
+
+def test_a_folder_with_runs_of_other_settings_is_refused_unless_mixed(tmp_path):
+    out = tmp_path / "runs"
+    run_experiment(compose_config("policy=btu", "reps=1", "duration_min=5", f"out={out}", "summary=false"))
+    # other configurations and more repetitions of the same settings are fine
+    run_experiment(compose_config("policy=threshold", "reps=2", "duration_min=5", f"out={out}", "summary=false"))
+    with pytest.raises(ConfigError, match="other settings") as err:
+        run_experiment(compose_config("policy=btu", "reps=1", "duration_min=6", f"out={out}", "summary=false"))
+    assert err.value.key == "out"
+    assert read_manifest(out / "stepwise" / "btu-60" / "1").resolved_config["duration_min"] == 5  # untouched
+    run_experiment(compose_config("policy=btu", "reps=1", "duration_min=6", f"out={out}", "mix=true"))
+
+
+def test_a_second_experiment_into_a_locked_folder_fails_at_once(tmp_path):
+    out = tmp_path / "runs"
+    first = subprocess.Popen([sys.executable, "-m", "testbed.cli", "experiment", f"out={out}", "reps=3",
+                              "summary=false"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(out.glob("stepwise/*/*/manifest.json")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with pytest.raises(ConfigError, match="another experiment"):
+            run_experiment(compose_config("reps=1", "duration_min=5", f"out={out}"))
+    finally:
+        first.terminate()
+        first.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_two_worker_experiment_settles_every_manifest(tmp_path):
+    rng = random.Random(7)
+    for k in range(10):
+        out = tmp_path / f"runs{k}"
+        proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "experiment", f"out={out}", "workers=2",
+                                 "duration_min=30"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while not list(out.glob("stepwise/*/*/manifest.json")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 1.5))
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
+        proc.wait(timeout=120)
+        statuses = [read_manifest(m.parent).status for m in out.glob("stepwise/*/*/manifest.json")]
+        assert statuses and "running" not in statuses, (k, statuses)
+
+
+def test_event_log_files_follow_the_umask(tmp_path):
+    log = EventLog(tmp_path)
+    path = log.write("hosts", {"t_s": [1.0], "leased": [1], "ready": [1]})
+    mode = stat.S_IMODE(path.stat().st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert mode == 0o666 & ~umask

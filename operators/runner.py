@@ -157,6 +157,9 @@ class Runner:
         if self._watcher is not None:
             self._watcher.join(self.config.drain_timeout_s)  # no switch on or off from here on
         self.source.pause()
+        # what it has not started goes back to the broker at once, so the drain lasts as long as the
+        # items in process, not a prefetch's worth of work (which a loaded machine stretches)
+        self._hand_back(self._take_unstarted())
         deadline = time.monotonic() + self.config.drain_timeout_s
         with self._held_cond:
             while self._held > 0 and time.monotonic() < deadline:

@@ -182,3 +182,21 @@ def operator_images(docker_url) -> Dict[str, str]:
         raise RuntimeError(f"infra/images.sh failed:\n{done.stdout}\n{done.stderr}")
     print(f"operator images built in {time.monotonic() - t0:.0f} s\n{done.stdout}")
     return {f"O{i}": f"testbed-o{i}:latest" for i in range(1, 10)}
+
+
+@pytest.fixture(scope="module")
+def cpu_hog() -> Iterator[subprocess.Popen]:
+    """One core kept busy for a whole test module (started and stopped here): the live testbed's
+    guarantees (nothing lost, nothing counted twice, clean shutdown) must hold on a loaded machine,
+    as a user's usually is. TESTBED_NO_CPU_HOG=1 runs without it."""
+    if os.environ.get("TESTBED_NO_CPU_HOG") == "1":
+        yield None
+        return
+    import sys
+
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield hog
+    finally:
+        hog.kill()
+        hog.wait()

@@ -32,18 +32,25 @@ from testbed.live.engines import EngineError
 from .conftest import ROOT, wait_for_rabbit
 from .test_live_run import config
 
-pytestmark = [pytest.mark.integration, pytest.mark.live]
+pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]  # under contention: one core busy
 
 SHORT = ["pattern=constant", "pattern.levels=[1]", "duration_min=2.5", "load_scale=0.5", "reps=1",
          "summary=false", "runtime.reasoning_s=10", "runtime.monitoring_s=3", "backend=docker",
          "backend.live.stop_timeout_s=20", "policy=threshold"]
 
 
+def name_of(container) -> str:
+    """A sparse container's name (the list call gives Names, not Name)."""
+    return (container.attrs.get("Names") or [container.attrs.get("Name", "")])[0].lstrip("/")
+
+
 def run_containers(name_prefix: str, operator: Optional[str] = None) -> List:
     client = docker.from_env()
     try:
         labels = ["testbed.run"] + ([f"testbed.operator={operator}"] if operator else [])
-        return [c for c in client.containers.list(filters={"label": labels}) if c.name.startswith(name_prefix)]
+        # sparse: no inspect per listed container, which fails (404) for one removed in between
+        listed = client.containers.list(sparse=True, filters={"label": labels})
+        return [c for c in listed if name_of(c).startswith(name_prefix)]
     finally:
         client.close()
 
@@ -72,7 +79,7 @@ class Faults(threading.Thread):
             time.sleep(35)  # mid-stream: the run has been processing for a while
             [victim] = run_containers(self.name_prefix, "O3")
             victim.kill()  # SIGKILL
-            self.killed = victim.name
+            self.killed = name_of(victim)
             time.sleep(30)
             rabbitmqctl("stop_app")
             time.sleep(3)

@@ -17,7 +17,8 @@ from testbed.eventlog import EventLogError, find_runs, read_manifest
 
 LOCK_FILE = ".testbed.lock"
 # Keys that say which configurations and repetitions run, not how: runs differing only in them may
-# share a folder (e.g. reps=1 then reps=3, or a multirun over billing.btu_minutes with policy=btu).
+# share a folder (e.g. reps=1 then reps=3, a multirun over billing.btu_minutes with policy=btu, or a
+# live run beside the same scenario simulated).
 NOT_SETTINGS = ("out", "workers", "summary", "mix", "reps", "policy")
 
 
@@ -27,6 +28,9 @@ def settings_digest(cfg: ExperimentConfig) -> str:
         plain.pop(key, None)
     plain["evaluation"].pop("only", None)
     plain["billing"].pop("btu_minutes", None)
+    # a live run sits beside its simulated twin by design (its configurations are named ...-live)
+    plain["backend"].pop("name", None)
+    plain["backend"].pop("live", None)
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]
 
 

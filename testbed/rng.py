@@ -12,7 +12,8 @@ def stream(seed: int, name: str) -> np.random.Generator:
 
 
 class DrawBuffer:
-    """Hands out draws one at a time from numpy blocks (fast in a Python loop, still seeded)."""
+    """Hands out draws one at a time from numpy blocks (fast in a Python loop, still seeded), or
+    block by block to compiled code (`rest`, then `block`): the same stream either way."""
 
     def __init__(self, draw, block: int = 8192):
         self._draw = draw  # callable(size) -> ndarray
@@ -27,3 +28,13 @@ class DrawBuffer:
         v = self._values[self._pos]
         self._pos += 1
         return v
+
+    def rest(self) -> np.ndarray:
+        """The draws of the current block not handed out yet, handed out now as an array."""
+        rest = np.array(self._values[self._pos:])
+        self._values, self._pos = [], 0
+        return rest
+
+    def block(self) -> np.ndarray:
+        """The next block of draws."""
+        return self._draw(self._block)

@@ -67,6 +67,10 @@ class SimCluster:
                 self.paused = False
                 self.version += 1
 
+    def next_event(self) -> float:
+        """When `process_events` next has something to do (inf: nothing scheduled)."""
+        return self._events[0][0] if self._events else float("inf")
+
     def _at(self, when: float, kind: str, ident: str) -> None:
         self._seq += 1
         heapq.heappush(self._events, (when, self._seq, kind, ident))

@@ -6,6 +6,7 @@ import heapq
 from collections import deque
 from typing import Deque, Dict, List, Sequence
 
+from testbed.sim.clock import SteppedInPython
 from testbed.sim.flows import FlowCounters
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
@@ -24,7 +25,7 @@ class _ExactQueue:
         self.processed = 0
 
 
-class ExactNetwork:
+class ExactNetwork(SteppedInPython):
     def __init__(self, topology: Topology, hop_s: float, recorder: SampleRecorder):
         self.hop_s = hop_s
         self.recorder = recorder

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple
 
+import numpy as np
+
 
 class FlowCounters:
     def __init__(self, operators: Sequence[str], edges: Sequence[Tuple[str, str]]):
@@ -61,4 +63,59 @@ class FlowCounters:
         self.received = dict.fromkeys(self.operators, 0)
         self.edges = dict.fromkeys(self.edge_keys, 0)
         self.dropped, self.served, self.busy_s = {}, {}, {}
+        return out
+
+
+class FlowArrays:
+    """The same counts in arrays, for the compiled cohort model (testbed/sim/network.py), which
+    updates them exactly as `FlowCounters` would: `received` per operator, `edge_items` per edge of
+    `edges`, per instance id `served` and `busy_s` with `order` (ids in order of first service,
+    `order_len[0]` of them); `take_interval` reads them into a `FlowCounters`, naming instance id
+    i `names[i]` (the model's list, which grows as instances appear)."""
+
+    def __init__(self, operators: Sequence[str], edges: Sequence[Tuple[str, str]], names: List[str]):
+        self.names = names
+        self.operators = tuple(operators)
+        self.edge_keys = tuple(edges)
+        self.received = np.zeros(len(self.operators), dtype=np.int64)
+        self.edge_items = np.zeros(len(self.edge_keys), dtype=np.int64)
+        self.rr = np.zeros(len(self.operators), dtype=np.int64)  # as FlowCounters._rr
+        self.served = np.zeros(0, dtype=np.int64)
+        self.busy_s = np.zeros(0)
+        self.order = np.zeros(0, dtype=np.int64)
+        self.order_len = np.zeros(1, dtype=np.int64)
+        self.dropped: Dict[Tuple[str, str], int] = {}
+        self.latency_t: List[float] = []
+        self.latency_op: List[str] = []
+        self.latency_ms: List[float] = []
+
+    def grow(self, instances: int) -> None:
+        """Room for instance ids below `instances`."""
+        extra = instances - len(self.served)
+        if extra > 0:
+            self.served = np.concatenate([self.served, np.zeros(extra, dtype=np.int64)])
+            self.busy_s = np.concatenate([self.busy_s, np.zeros(extra)])
+            self.order = np.concatenate([self.order, np.zeros(extra, dtype=np.int64)])
+
+    def drop(self, operator: str, reason: str, count: int) -> None:
+        if count:
+            key = (operator, reason)
+            self.dropped[key] = self.dropped.get(key, 0) + count
+
+    def take_interval(self) -> FlowCounters:
+        """The counts since the previous call as a `FlowCounters`; the counters start again from zero."""
+        names = self.names
+        out = FlowCounters.__new__(FlowCounters)
+        out.operators, out.edge_keys = self.operators, self.edge_keys
+        out.received = dict(zip(self.operators, self.received.tolist()))
+        out.edges = dict(zip(self.edge_keys, self.edge_items.tolist()))
+        out.dropped, self.dropped = self.dropped, {}
+        order = self.order[: self.order_len[0]]
+        out.served = {names[i]: n for i, n in zip(order.tolist(), self.served[order].tolist())}
+        out.busy_s = {names[i]: b for i, b in zip(order.tolist(), self.busy_s[order].tolist())}
+        self.received[:] = 0
+        self.edge_items[:] = 0
+        self.served[order] = 0
+        self.busy_s[order] = 0.0
+        self.order_len[0] = 0
         return out

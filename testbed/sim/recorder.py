@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import List, Sequence
 
 import numpy as np
@@ -35,8 +36,8 @@ class SampleRecorder:
         self._epoch = float(stream(seed, "clock-phase").uniform(0.0, 1.0))  # wall-clock phase of the start
         if self._geometric:
             self._gap = [int(self._gaps.next()) for _ in operators]
-        self._sum_ms = [0.0] * len(operators)  # since the last monitoring read
-        self._n = [0] * len(operators)
+        self._index = {o: k for k, o in enumerate(self.operators)}
+        self._interval_start = 0  # first sample since the last monitoring read
         self.t: List[float] = []
         self.operator: List[str] = []
         self.instance: List[str] = []
@@ -77,17 +78,51 @@ class SampleRecorder:
         self.t.append(finish)
         self.operator.append(self.operators[op])
         self.instance.append(instances[k % len(instances)] if instances else "")
-        d = (finish - send) * 1000.0
-        self.duration_ms.append(d)
-        self._sum_ms[op] += d
-        self._n[op] += 1
+        self.duration_ms.append((finish - send) * 1000.0)
+
+    def extend(self, t: List[float], operator: List[str], instance: List[str], duration_ms: List[float]) -> None:
+        """Samples the compiled cohort model took and measured (see `arrays`)."""
+        self.t += t
+        self.operator += operator
+        self.instance += instance
+        self.duration_ms += duration_ms
 
     def interval_means(self) -> List[float | None]:
-        """Mean sampled duration per operator since the previous call (None: no sample)."""
-        means = [s / n if n else None for s, n in zip(self._sum_ms, self._n)]
-        self._sum_ms = [0.0] * len(self._n)
-        self._n = [0] * len(self._n)
-        return means
+        """Mean sampled duration per operator since the previous call (None: no sample); summed in
+        the order the samples were taken."""
+        sums, counts = [0.0] * len(self.operators), [0] * len(self.operators)
+        index = self._index
+        start, self._interval_start = self._interval_start, len(self.t)
+        for o, d in zip(self.operator[start:], self.duration_ms[start:]):
+            sums[index[o]] += d
+            counts[index[o]] += 1
+        return [s / n if n else None for s, n in zip(sums, counts)]
+
+    def arrays(self) -> "SamplingArrays":
+        """Hands the sampling state over to the compiled cohort model, which samples by the same
+        rules from the same draws and `extend`s the columns; `take`, `service` and
+        `record_finished` must not be used afterwards."""
+        state = SamplingArrays(
+            every=self.every, geometric=self._geometric, truncate=self._truncate, epoch=self._epoch,
+            gap=np.array(self._gap, dtype=np.int64), rr=np.array(self._rr, dtype=np.int64),
+            gaps=self._gaps, noise=self._noise,
+        )
+        self._gap = self._rr = None  # type: ignore[assignment]
+        return state
 
     def __len__(self) -> int:
         return len(self.t)
+
+
+@dataclass
+class SamplingArrays:
+    """A recorder's sampling state for the compiled cohort model (testbed/sim/network.py)."""
+
+    every: int
+    geometric: bool  # gaps drawn from `gaps` (else every `every`-th item)
+    truncate: bool  # seconds-truncated send times
+    epoch: float  # wall-clock phase of the run's start
+    gap: np.ndarray  # per operator: items to skip before its next sample
+    rr: np.ndarray  # per operator: samples so far (their instance goes round)
+    gaps: DrawBuffer  # geometric gaps (int64)
+    noise: List[DrawBuffer]  # per operator: service-time factors

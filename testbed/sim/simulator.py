@@ -2,8 +2,7 @@
 policy for actions every reasoning cycle and produces the event-log tables of one run."""
 from __future__ import annotations
 
-import math
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from data_provider.patterns import Pattern
 from testbed.actions import actions_table
@@ -15,13 +14,12 @@ from testbed.observation import InstanceObservation, Observation, OperatorObserv
 from testbed.policies.base import Policy, initial_deployment
 from testbed.rng import stream
 from testbed.run_result import RunResult
+from testbed.sim.clock import EPS, SourceTicks, StepClock
 from testbed.sim.cluster import SimCluster
 from testbed.sim.exact import ExactNetwork
 from testbed.sim.network import CohortNetwork
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
-
-_EPS = 1e-9
 
 
 class Simulation:
@@ -49,53 +47,37 @@ class Simulation:
         self.observer = Observer(self.topology, SnapshotSettings.from_config(cfg, self.btu_s), cfg.runtime.history,
                                  cfg.runtime.monitoring_s)
         self.service_s = {o: services[o].mean_ms / 1000.0 for o in ops}
-        self._emitted_since_monitor = 0
+        self.clock = StepClock(cfg.backend.step_ms / 1000.0, self.duration_s)
+        self.ticks = SourceTicks.of_run(self.topology, pattern, self.duration_s)
+        self.network.set_sources(self.clock, self.ticks)
+        self._ticks_at_monitor = 0
         self._processed_at_monitor = {o: 0 for o in ops}
-        self.tables: Dict[str, Dict[str, list]] = {
-            "load": {k: [] for k in ("t_s", "machines", "source", "items", "lateness_ms")},
-            **new_monitor_tables(),
-        }
+        self._instance_ids: Dict[str, Tuple[str, int]] = {}  # parsed once
+        self.tables: Dict[str, Dict[str, list]] = new_monitor_tables()
 
     # -- main loop -------------------------------------------------------------------------
     def run(self) -> RunResult:
-        rt = self.cfg.runtime
-        dt = self.cfg.backend.step_ms / 1000.0
-        tick = self.topology.tick_s
-        steps = math.ceil(self.duration_s / dt - _EPS)
+        """Step by step: cloud events due at the step's start, the sources' ticks before its end, the
+        network served; a monitoring read and a reasoning cycle after the steps they fall in. The
+        network runs the steps between two of those moments in one call."""
+        rt, clock = self.cfg.runtime, self.clock
         self.cluster.apply(0.0, initial_deployment(self._snapshot(0.0), rt.initial_instances), immediate=True)
-        next_tick, next_monitor, next_reasoning = 0.0, rt.monitoring_s, rt.reasoning_s
-        version, slots, instances = -1, {}, {}
-        for step in range(steps):
-            t0, t1 = step * dt, min((step + 1) * dt, self.duration_s)
-            self.cluster.process_events(t0)
-            while next_tick < t1 - _EPS:
-                self._emit(next_tick)
-                next_tick += tick
+        next_monitor, next_reasoning = rt.monitoring_s, rt.reasoning_s
+        version, step = -1, 0
+        while step < clock.steps:
+            self.cluster.process_events(clock.t0(step))
             if self.cluster.version != version:
                 version = self.cluster.version
-                slots, instances = self._capacity()
-            self.network.advance(t0, t1, slots, self.service_s, instances)
-            if t1 >= next_monitor - _EPS:
+                self.network.set_capacity(*self._capacity())
+            step = self.network.run(step, min(next_monitor, next_reasoning) - EPS, self.cluster.next_event())
+            t1 = clock.t1(step - 1)
+            if t1 >= next_monitor - EPS:
                 self._monitor(t1)
                 next_monitor += rt.monitoring_s
-            if t1 >= next_reasoning - _EPS and t1 < self.duration_s - _EPS:
+            if t1 >= next_reasoning - EPS and t1 < self.duration_s - EPS:
                 self.cluster.apply(t1, self.policy.decide(self._snapshot(t1)))
                 next_reasoning += rt.reasoning_s
         return RunResult(self._finish_tables(), self.duration_s)
-
-    def _emit(self, t: float) -> None:
-        machines = self.pattern.machines_at(t)
-        load = self.tables["load"]
-        for src in self.topology.sources:
-            items = machines * src.items_per_tick
-            for d in src.downstream:
-                self.network.send(src.name, d, t, items)
-            self._emitted_since_monitor += items
-            load["t_s"].append(t)
-            load["machines"].append(machines)
-            load["source"].append(src.name)
-            load["items"].append(items)
-            load["lateness_ms"].append(0.0)
 
     def _capacity(self):
         serving = self.cluster.serving()
@@ -103,7 +85,7 @@ class Simulation:
         instances = {o: [i.id for i in serving[o]] for o in serving}
         if self.cfg.backend.cpu_contention:
             self.service_s = self._contended_service_times(serving)
-        return slots, instances
+        return slots, self.service_s, instances
 
     def _contended_service_times(self, serving) -> Dict[str, float]:
         """Busy slots needing more cores than a host has slow every instance on it alike."""
@@ -138,7 +120,8 @@ class Simulation:
             operators[o] = OperatorObservation(received=flows.received[o], processed=total - self._processed_at_monitor[o],
                                                queue=net.depth(o), dropped=dropped, duration_ms=means[o])
             self._processed_at_monitor[o] = total
-        obs = Observation(t=t, interval_s=self.cfg.runtime.monitoring_s, input_items=self._emitted_since_monitor,
+        emitted, self._ticks_at_monitor = self.ticks.items(self._ticks_at_monitor, net.ticks_emitted), net.ticks_emitted
+        obs = Observation(t=t, interval_s=self.cfg.runtime.monitoring_s, input_items=emitted,
                           operators=operators, edges=flows.edges, instances=self._instance_observations(flows, serving))
         self.observer.observe(obs)
         append_observation(
@@ -146,23 +129,34 @@ class Simulation:
             {o: InstanceCounts(len(serving[o]), starting[o], len({i.host for i in serving[o]})) for o in ops},
             leased=len(cluster.hosts), ready=sum(1 for h in cluster.hosts.values() if h.ready_at <= t),
         )
-        self._emitted_since_monitor = 0
 
     def _instance_observations(self, flows, serving) -> tuple:
         """Every instance serving at the interval's end or having served in it, per operator in start
         order; utilisation = busy time / (interval x items in parallel), at most 1 (an item started
         near the end counts its whole service time)."""
         interval = self.cfg.runtime.monitoring_s
+        served_by: Dict[str, List[str]] = {}
+        for i in flows.served:
+            served_by.setdefault(self._parse(i)[0], []).append(i)
         rows: List[InstanceObservation] = []
         for o in self.topology.operators:
             ids = [i.id for i in serving[o]]
-            ids += [i for i in flows.served if i.rsplit("-", 1)[0] == o and i not in ids]
-            ids.sort(key=lambda i: int(i.rsplit("-", 1)[1]))
+            known = set(ids)
+            ids += [i for i in served_by.get(o, ()) if i not in known]
+            ids.sort(key=lambda i: self._parse(i)[1])
             slots = self.services[o].parallel
             for i in ids:
                 busy = flows.busy_s.get(i, 0.0)
                 rows.append(InstanceObservation(i, o, flows.served.get(i, 0), min(1.0, busy / (interval * slots))))
         return tuple(rows)
+
+    def _parse(self, instance: str) -> Tuple[str, int]:
+        """(operator, start number) of an instance id `<operator>-<n>`."""
+        parsed = self._instance_ids.get(instance)
+        if parsed is None:
+            operator, n = instance.rsplit("-", 1)
+            parsed = self._instance_ids[instance] = (operator, int(n))
+        return parsed
 
     def _snapshot(self, t: float) -> Snapshot:
         cluster, ops = self.cluster, self.topology.operators
@@ -171,7 +165,7 @@ class Simulation:
 
     def _finish_tables(self) -> Dict[str, Dict[str, list]]:
         rec = self.recorder
-        tables = dict(self.tables)
+        tables = {"load": self.ticks.load_table(), **self.tables}
         tables["samples"] = {"t_s": rec.t, "operator": rec.operator, "instance": rec.instance, "duration_ms": rec.duration_ms}
         flows = self.network.flows
         tables["latency"] = {"t_s": flows.latency_t, "operator": flows.latency_op, "latency_ms": flows.latency_ms}

@@ -1,0 +1,99 @@
+"""The simulator's time: fixed steps, the provider's ticks, and the stepping loop of a network model
+between two moments the simulator must act (a cloud event, a monitoring read, a reasoning cycle)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from data_provider.patterns import Pattern
+from testbed.topology import Topology
+
+EPS = 1e-9  # time comparisons of steps, ticks and intervals
+
+
+@dataclass(frozen=True)
+class StepClock:
+    """Step k serves [k·dt, min((k+1)·dt, duration))."""
+
+    dt: float
+    duration: float
+
+    @property
+    def steps(self) -> int:
+        return math.ceil(self.duration / self.dt - EPS)
+
+    def t0(self, step: int) -> float:
+        return step * self.dt
+
+    def t1(self, step: int) -> float:
+        return min((step + 1) * self.dt, self.duration)
+
+
+@dataclass(frozen=True)
+class SourceTicks:
+    """Every tick of a run on the provider's absolute schedule (t += tick, never skipped) and the
+    machines active at each. Per tick, each source emits machines × its items per tick and sends
+    them along each of its edges (sources by name, then their downstream operators)."""
+
+    times: List[float]
+    machines: List[int]
+    sources: Tuple[Tuple[str, int], ...]  # (source, items per tick per machine)
+    edges: Tuple[Tuple[str, str, int], ...]  # (source, operator, items per tick per machine)
+
+    @classmethod
+    def of_run(cls, topology: Topology, pattern: Pattern, duration: float) -> "SourceTicks":
+        times, t = [], 0.0
+        while t < duration - EPS:  # every tick the steps emit: each before its step's end - EPS
+            times.append(t)
+            t += topology.tick_s
+        machines = pattern.series(np.array(times, dtype=float)).tolist()  # = machines_at(t), tick by tick
+        return cls(times, machines, tuple((s.name, s.items_per_tick) for s in topology.sources),
+                   tuple((s.name, d, s.items_per_tick) for s in topology.sources for d in s.downstream))
+
+    def items(self, first: int, end: int) -> int:
+        """Items all sources emitted in ticks [first, end)."""
+        return sum(n for _, n in self.sources) * sum(self.machines[first:end])
+
+    def load_table(self) -> Dict[str, list]:
+        """The event log's `load` table: one row per tick and source."""
+        table: Dict[str, list] = {k: [] for k in ("t_s", "machines", "source", "items", "lateness_ms")}
+        for t, machines in zip(self.times, self.machines):
+            for source, per_machine in self.sources:
+                table["t_s"].append(t)
+                table["machines"].append(machines)
+                table["source"].append(source)
+                table["items"].append(machines * per_machine)
+                table["lateness_ms"].append(0.0)
+        return table
+
+
+class SteppedInPython:
+    """The stepping loop of a network model in plain Python (the per-item reference model's; the
+    cohort model runs the same loop compiled). The model provides `send` and `advance`."""
+
+    def set_sources(self, clock: StepClock, ticks: SourceTicks) -> None:
+        self.clock, self.ticks, self.ticks_emitted = clock, ticks, 0
+
+    def set_capacity(self, slots: Dict[str, int], service_s: Dict[str, float],
+                     instances: Dict[str, Sequence[str]]) -> None:
+        self._capacity = (slots, service_s, instances)
+
+    def run(self, step: int, stop_after: float, next_event: float) -> int:
+        """Emit and serve from `step` on; return the next step: after the first step ending at or
+        after `stop_after`, before the first step starting at or after `next_event`, or at the end."""
+        clock, ticks = self.clock, self.ticks
+        while True:
+            t0, t1 = clock.t0(step), clock.t1(step)
+            k = self.ticks_emitted
+            while k < len(ticks.times) and ticks.times[k] < t1 - EPS:
+                for source, operator, per_machine in ticks.edges:
+                    self.send(source, operator, ticks.times[k], ticks.machines[k] * per_machine)
+                k += 1
+            self.ticks_emitted = k
+            self.advance(t0, t1, *self._capacity)
+            step += 1
+            if t1 >= stop_after or step >= clock.steps or clock.t0(step) >= next_event:
+                return step

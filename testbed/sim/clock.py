@@ -59,15 +59,16 @@ class SourceTicks:
 
     def load_table(self) -> Dict[str, list]:
         """The event log's `load` table: one row per tick and source."""
-        table: Dict[str, list] = {k: [] for k in ("t_s", "machines", "source", "items", "lateness_ms")}
-        for t, machines in zip(self.times, self.machines):
-            for source, per_machine in self.sources:
-                table["t_s"].append(t)
-                table["machines"].append(machines)
-                table["source"].append(source)
-                table["items"].append(machines * per_machine)
-                table["lateness_ms"].append(0.0)
-        return table
+        n = len(self.sources)
+        machines = np.array(self.machines, dtype=np.int64)
+        per_machine = np.array([k for _, k in self.sources], dtype=np.int64)
+        return {
+            "t_s": np.repeat(np.array(self.times, dtype=np.float64), n).tolist(),
+            "machines": np.repeat(machines, n).tolist(),
+            "source": [s for s, _ in self.sources] * len(self.times),
+            "items": (machines[:, None] * per_machine[None, :]).ravel().tolist(),
+            "lateness_ms": [0.0] * (n * len(self.times)),
+        }
 
 
 class SteppedInPython:

@@ -191,8 +191,8 @@ class SimCluster:
 
     # -- views -----------------------------------------------------------------------------
     def serving(self) -> Dict[str, List[SimInstance]]:
-        """Instances processing items, per operator type (migration sources until replaced; none
-        during a restart's downtime; inactive pool members never)."""
+        """Instances processing items, per operator type, in start order (migration sources until
+        replaced; none during a restart's downtime; inactive pool members never)."""
         out: Dict[str, List[SimInstance]] = {o: [] for o in self.topology.operators}
         if self.paused:
             return out

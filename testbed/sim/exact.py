@@ -1,5 +1,6 @@
 """The exact per-item reference model: every item queued, every slot with its own random service
-times. Too slow for experiments (~100× the cohort model); it validates `testbed.sim.network`."""
+times. Too slow for experiments (a 120-minute run takes several times the cohort model's time,
+benchmarks/bench.py); it validates `testbed.sim.network`."""
 from __future__ import annotations
 
 import heapq

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import namedtuple
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 from numba import njit
@@ -93,29 +93,26 @@ class CohortNetwork:
             out_edge=np.array([e for x in outs for _, e in x], dtype=np.int64),
         )
         self.set_sources(StepClock(1.0, 0.0), SourceTicks([], [], (), ()))
-        self.q = Queues(np.zeros((n, 16), dtype=np.int64), *(np.zeros((n, 16)) for _ in range(4)),
-                        np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
-                        np.zeros(n, dtype=np.int64), np.zeros(n))
-        self.slots = Slots(np.zeros((n, 8)), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.ones(n),
-                           np.zeros((n, 8), dtype=np.int64), np.zeros(n, dtype=np.int64),
-                           np.zeros(8, dtype=np.int64), np.zeros(8))
+        # Arrays start small and grow as `_room` asks (_make_room, _widen_*).
+        self.q = Queues(count=_ints(n, 16), send0=_floats(n, 16), delta=_floats(n, 16), origin0=_floats(n, 16),
+                        origin_delta=_floats(n, 16), head=_ints(n), size=_ints(n), waiting=_ints(n),
+                        processed=_ints(n), owed=_floats(n))
+        self.slots = Slots(free=_floats(n, 8), slots=_ints(n), target=_ints(n), service=np.ones(n),
+                           instances=_ints(n, 8), n_instances=_ints(n), rounds=_ints(8), rotated=_floats(8))
         state = recorder.arrays()
         self._every, self._geometric, self._truncate, self._epoch = (
             state.every, state.geometric, state.truncate, state.epoch)
         self._gap_draws, self._noise_draws = state.gaps, state.noise
         gaps = state.gaps.rest().astype(np.int64)
-        noise = [b.rest().astype(np.float64) for b in state.noise]
-        width = max([len(x) for x in noise] + [1])
-        noise_rows = np.zeros((n, width))
-        for k, x in enumerate(noise):
-            noise_rows[k, :len(x)] = x
         self.sampling = Sampling(
-            state.gap, state.rr, noise_rows, np.zeros(n, dtype=np.int64),
-            np.array([len(x) for x in noise], dtype=np.int64), gaps, np.array([0, len(gaps)], dtype=np.int64),
-            np.zeros(256), np.zeros(256, dtype=np.int64), np.zeros(256, dtype=np.int64), np.zeros(256),
-            np.zeros(256), np.zeros(256, dtype=np.int64), np.zeros(256), np.zeros(2, dtype=np.int64),
+            gap=state.gap, rr=state.rr, noise=_floats(n, 1), noise_pos=_ints(n), noise_end=_ints(n),
+            gaps=gaps, gaps_at=np.array([0, len(gaps)], dtype=np.int64),
+            t=_floats(256), op=_ints(256), instance=_ints(256), duration_ms=_floats(256),
+            lat_t=_floats(256), lat_op=_ints(256), lat_ms=_floats(256), taken=_ints(2),
         )
-        self.needs = Needs(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(3, dtype=np.int64))
+        for k, draws in enumerate(state.noise):
+            self._draw_noise(k, 0, draws.rest())
+        self.needs = Needs(noise=_ints(n), cohorts=_ints(n), outputs=_ints(3))
 
     # -- the simulator's interface ---------------------------------------------------------
     def set_sources(self, clock: StepClock, ticks: SourceTicks) -> None:
@@ -236,7 +233,7 @@ class CohortNetwork:
         smp.taken[:] = 0
 
     def _make_room(self) -> None:
-        """Room for the next step as `_room` asked (after `_collect`)."""
+        """Room for the next step as `_room` asked (after `_collect`: the output buffers are empty)."""
         q, smp, needs = self.q, self.sampling, self.needs
         cohorts = int(needs.cohorts.max())
         if cohorts > q.count.shape[1]:
@@ -253,22 +250,23 @@ class CohortNetwork:
         width = int(max(needs.outputs[SAMPLES], needs.outputs[LATENCIES]))
         if width > len(smp.t):
             width *= 2
-            self.sampling = smp._replace(
-                t=np.zeros(width), op=np.zeros(width, dtype=np.int64), instance=np.zeros(width, dtype=np.int64),
-                duration_ms=np.zeros(width), lat_t=np.zeros(width), lat_op=np.zeros(width, dtype=np.int64),
-                lat_ms=np.zeros(width))
+            self.sampling = smp._replace(t=_floats(width), op=_ints(width), instance=_ints(width),
+                                         duration_ms=_floats(width), lat_t=_floats(width), lat_op=_ints(width),
+                                         lat_ms=_floats(width))
         needs.noise[:] = 0
         needs.cohorts[:] = 0
         needs.outputs[:] = 0
 
-    def _draw_noise(self, k: int, need: int) -> None:
-        """Operator k's service-time factors: what is left, then whole blocks of its stream."""
+    def _draw_noise(self, k: int, need: int, first: Optional[np.ndarray] = None) -> None:
+        """At least `need` service-time factors for operator k: what is left, then whole blocks of its
+        stream (`first`: the recorder's block it had begun)."""
         smp = self.sampling
-        blocks = [smp.noise[k, smp.noise_pos[k]:smp.noise_end[k]].copy()]
+        left = smp.noise[k, smp.noise_pos[k]:smp.noise_end[k]].copy() if first is None else first
+        blocks = [left.astype(np.float64)]
         while sum(len(b) for b in blocks) < need:
             blocks.append(self._noise_draws[k].block())
         row = np.concatenate(blocks)
-        if len(row) > smp.noise.shape[1]:
+        if len(row) > smp.noise.shape[1]:  # wider rows for all, each from its first unused draw
             wider = np.zeros((smp.noise.shape[0], 2 * len(row)))
             for j in range(smp.noise.shape[0]):
                 wider[j, :smp.noise_end[j] - smp.noise_pos[j]] = smp.noise[j, smp.noise_pos[j]:smp.noise_end[j]]
@@ -302,6 +300,14 @@ class CohortNetwork:
         instances[:, :old] = sl.instances
         self.slots = sl._replace(free=free, instances=instances, rounds=np.zeros(width, dtype=np.int64),
                                  rotated=np.zeros(width))
+
+
+def _ints(*shape: int) -> np.ndarray:
+    return np.zeros(shape, dtype=np.int64)
+
+
+def _floats(*shape: int) -> np.ndarray:
+    return np.zeros(shape, dtype=np.float64)
 
 
 # -- the compiled model --------------------------------------------------------------------------
@@ -417,7 +423,7 @@ def _set_slots(sl, k, t):
         free[target - c:target] = free[:c].copy()
         free[:target - c] = t
     sl.slots[k] = target
-    free[:target].sort()
+    _sort(free, target)
 
 
 @njit(cache=True)
@@ -498,12 +504,24 @@ def _serve(q, sl, g, smp, fl, op, hop, every, geometric, truncate, epoch, t0, t1
             q.size[op] -= 1
         else:
             break  # the rest of this cohort cannot start before t1
-    free[:c].sort()
+    _sort(free, c)
     if started:
         q.waiting[op] -= started
         q.processed[op] += started
         _count_served(sl, fl, op, started, started * s)
         _emit(q, g, fl, op, started, first_finish, last_finish, origin_first, origin_last)
+
+
+@njit(cache=True)
+def _sort(a, n):
+    """Sort a[:n] in place: insertion sort, as the slots' free times are nearly sorted."""
+    for i in range(1, n):
+        v = a[i]
+        j = i - 1
+        while j >= 0 and a[j] > v:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = v
 
 
 @njit(cache=True)

@@ -135,19 +135,20 @@ class Simulation:
         order; utilisation = busy time / (interval x items in parallel), at most 1 (an item started
         near the end counts its whole service time)."""
         interval = self.cfg.runtime.monitoring_s
+        served, busy_s, parse = flows.served, flows.busy_s, self._parse
         served_by: Dict[str, List[str]] = {}
-        for i in flows.served:
-            served_by.setdefault(self._parse(i)[0], []).append(i)
+        for i in served:
+            served_by.setdefault(parse(i)[0], []).append(i)
         rows: List[InstanceObservation] = []
         for o in self.topology.operators:
-            ids = [i.id for i in serving[o]]
+            ids = [i.id for i in serving[o]]  # in start order (the cluster's)
             known = set(ids)
-            ids += [i for i in served_by.get(o, ()) if i not in known]
-            ids.sort(key=lambda i: self._parse(i)[1])
-            slots = self.services[o].parallel
-            for i in ids:
-                busy = flows.busy_s.get(i, 0.0)
-                rows.append(InstanceObservation(i, o, flows.served.get(i, 0), min(1.0, busy / (interval * slots))))
+            gone = [i for i in served_by.get(o, ()) if i not in known]
+            if gone:
+                ids += gone
+                ids.sort(key=lambda i: parse(i)[1])
+            per_slot = interval * self.services[o].parallel
+            rows += [InstanceObservation(i, o, served.get(i, 0), min(1.0, busy_s.get(i, 0.0) / per_slot)) for i in ids]
         return tuple(rows)
 
     def _parse(self, instance: str) -> Tuple[str, int]:

@@ -1,5 +1,7 @@
 """Elasticity metrics after the SPEC Research Group (Herbst et al., "Quantifying Cloud Performance
-and Dependability", ACM TOMPECS 2018), per operator type and run, with Spark.
+and Dependability", ACM TOMPECS 2018), per operator type and run: sums over the monitoring
+intervals with Spark (`elasticity_sums`), the metrics from those sums with pandas
+(`elasticity_metrics`).
 
 Per monitoring interval i of length dt_i (from the previous sample, the first from t = 0):
 * supply s_i = running instances of the operator at the end of the interval (`instances` table);
@@ -21,9 +23,9 @@ mean_demand_instances / mean_supply_instances: time-weighted means summed over t
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Dict, Tuple
 
-from reporting.spark_tables import materialise
+import pandas as pd
 
 ELASTICITY_METRICS: Tuple[str, ...] = (
     "elasticity_under_accuracy_pct",
@@ -38,19 +40,30 @@ DEMAND_SUPPLY_METRICS: Tuple[str, ...] = ("mean_demand_instances", "mean_supply_
 # rate / capacity just above an integer must not ask for another instance because of float noise
 _CEIL_EPSILON = 1e-9
 
+# the sums per (run, operator) that elasticity_sums computes: T, under/over accuracy, under/over
+# time, unstable time, T after the first interval, demand x dt, supply x dt
+SUMS = ("T", "ua", "oa", "ut", "ot", "un", "T2", "dd", "ss")
 
-def demand_supply(tables, ops):
-    """Per (run_id, operator, t_s): dt, demand, supply (Spark DataFrame)."""
+
+def _demand_supply(tables, capacity):
+    """Per (run_id, operator, t_s): dt, demand, supply. One shuffle: the three monitoring tables are
+    stacked and partitioned by (run, operator), which both the grouping by interval and the window
+    over time then reuse; an interval counts when all three tables have it (an inner join's rows)
+    and the operator has a capacity (a column: capacity per second of the row's run and operator)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     keys = ["run_id", "operator", "t_s"]
+    stacked = (tables["processed"].select(*keys, "items")
+               .unionByName(tables["queues"].select(*keys, "depth"), allowMissingColumns=True)
+               .unionByName(tables["instances"].select(*keys, F.col("instances").alias("supply")),
+                            allowMissingColumns=True))
     series = (
-        tables["processed"].select(*keys, "items")
-        .join(tables["queues"].select(*keys, "depth"), keys)
-        .join(tables["instances"].select(*keys, F.col("instances").alias("supply")), keys)
-        .join(F.broadcast(ops.select("run_id", "operator", "capacity_per_s")), ["run_id", "operator"])
-        .where(F.col("capacity_per_s").isNotNull())
+        stacked.repartition("run_id", "operator").groupBy(*keys)
+        .agg(F.max("items").alias("items"), F.max("depth").alias("depth"), F.max("supply").alias("supply"))
+        .withColumn("capacity_per_s", capacity)
+        .where(F.col("items").isNotNull() & F.col("depth").isNotNull() & F.col("supply").isNotNull()
+               & F.col("capacity_per_s").isNotNull())
     )
     w = Window.partitionBy("run_id", "operator").orderBy("t_s")
     dt = F.col("t_s") - F.coalesce(F.lag("t_s").over(w), F.lit(0.0))
@@ -61,57 +74,55 @@ def demand_supply(tables, ops):
                          F.col("supply").cast("long").alias("supply")).where(F.col("dt") > 0)
 
 
-def elasticity_metrics(tables, ops):
-    """(per_run, per_operator) long DataFrames of (run_id, metric, value) and
-    (run_id, operator, metric, value)."""
+def elasticity_sums(tables, capacity):
+    """Spark DataFrame of the SUMS per (run_id, operator); capacity: a column, the capacity per
+    second of the row's run and operator (null without a service model)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    ds = demand_supply(tables, ops)
+    ds = _demand_supply(tables, capacity)
     w = Window.partitionBy("run_id", "operator").orderBy("t_s")
     d, s, dt = F.col("demand"), F.col("supply"), F.col("dt")
     first = F.row_number().over(w) == 1
     moves_apart = F.least(F.abs(F.signum(s - F.lag(s).over(w)) - F.signum(d - F.lag(d).over(w))), F.lit(1.0))
     terms = ds.select(
-        "run_id", "operator", dt.alias("dt"),
-        (F.greatest(d - s, F.lit(0)) / d * dt).alias("under_acc"),
-        (F.greatest(s - d, F.lit(0)) / d * dt).alias("over_acc"),
-        F.when(d > s, dt).otherwise(0.0).alias("under_time"),
-        F.when(s > d, dt).otherwise(0.0).alias("over_time"),
-        F.when(first, None).otherwise(moves_apart * dt).alias("unstable"),
-        F.when(first, None).otherwise(dt).alias("dt_after_first"),
-        (d * dt).alias("d_dt"), (s * dt).alias("s_dt"),
+        "run_id", "operator", dt.alias("T"),
+        (F.greatest(d - s, F.lit(0)) / d * dt).alias("ua"),
+        (F.greatest(s - d, F.lit(0)) / d * dt).alias("oa"),
+        F.when(d > s, dt).otherwise(0.0).alias("ut"),
+        F.when(s > d, dt).otherwise(0.0).alias("ot"),
+        F.when(first, None).otherwise(moves_apart * dt).alias("un"),
+        F.when(first, None).otherwise(dt).alias("T2"),
+        (d * dt).alias("dd"), (s * dt).alias("ss"),
     )
-    sums = materialise(terms.groupBy("run_id", "operator").agg(
-        F.sum("dt").alias("T"), F.sum("under_acc").alias("ua"), F.sum("over_acc").alias("oa"),
-        F.sum("under_time").alias("ut"), F.sum("over_time").alias("ot"),
-        F.sum("unstable").alias("un"), F.sum("dt_after_first").alias("T2"),
-        F.sum("d_dt").alias("dd"), F.sum("s_dt").alias("ss"),
-    ))
+    return terms.groupBy("run_id", "operator").agg(*[F.sum(name).alias(name) for name in SUMS])
 
-    def pct(num: str, den: str):
-        return F.lit(100.0) * F.try_divide(F.col(num), F.col(den))
 
+def _ratio(num: pd.Series, den: pd.Series) -> pd.Series:
+    """num / den, NaN where either is missing or den is 0 (Spark's try_divide)."""
+    return num.astype(float) / den.astype(float).where(den != 0)
+
+
+def elasticity_metrics(sums: pd.DataFrame) -> Tuple[Dict[str, float], Dict[str, float]]:
+    """From one run's SUMS per operator (rows): (per-run metrics, per-operator metrics named
+    elasticity_<kind>_<operator>_pct). Empty without operators."""
+    if sums.empty:
+        return {}, {}
     values = {
-        "elasticity_under_accuracy_pct": pct("ua", "T"),
-        "elasticity_over_accuracy_pct": pct("oa", "T"),
-        "elasticity_under_timeshare_pct": pct("ut", "T"),
-        "elasticity_over_timeshare_pct": pct("ot", "T"),
-        "elasticity_instability_pct": pct("un", "T2"),
-        "mean_demand_instances": F.try_divide(F.col("dd"), F.col("T")),
-        "mean_supply_instances": F.try_divide(F.col("ss"), F.col("T")),
+        "elasticity_under_accuracy_pct": 100.0 * _ratio(sums["ua"], sums["T"]),
+        "elasticity_over_accuracy_pct": 100.0 * _ratio(sums["oa"], sums["T"]),
+        "elasticity_under_timeshare_pct": 100.0 * _ratio(sums["ut"], sums["T"]),
+        "elasticity_over_timeshare_pct": 100.0 * _ratio(sums["ot"], sums["T"]),
+        "elasticity_instability_pct": 100.0 * _ratio(sums["un"], sums["T2"]),
+        "mean_demand_instances": _ratio(sums["dd"], sums["T"]),
+        "mean_supply_instances": _ratio(sums["ss"], sums["T"]),
     }
-    names: List[str] = list(values)
-    wide = sums.select("run_id", "operator", *[v.alias(k) for k, v in values.items()])
-    per_op = wide.unpivot(["run_id", "operator"], names, "metric", "value")
     # the SPEC metrics average over operators; demand and supply add up to the topology's instances
-    total = F.col("metric").isin(list(DEMAND_SUPPLY_METRICS))
-    per_run = per_op.groupBy("run_id", "metric").agg(
-        F.when(total, F.sum("value")).otherwise(F.avg("value")).alias("value"))
-    per_op_named = per_op.where(F.col("metric").isin(list(ELASTICITY_METRICS))).select(
-        "run_id", "operator",
-        F.concat(F.regexp_extract("metric", r"^(.*)_[^_]+$", 1), F.lit("_"), F.col("operator"),
-                 F.lit("_"), F.regexp_extract("metric", r"_([^_]+)$", 1)).alias("metric"),
-        "value",
-    )
-    return per_run, per_op_named
+    per_run = {name: float(v.sum(min_count=1) if name in DEMAND_SUPPLY_METRICS else v.mean())
+               for name, v in values.items()}
+    per_operator = {}
+    for name in ELASTICITY_METRICS:
+        kind, unit = name.rsplit("_", 1)
+        for operator, value in zip(sums["operator"], values[name]):
+            per_operator[f"{kind}_{operator}_{unit}"] = float(value)
+    return per_run, per_operator

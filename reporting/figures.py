@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from reporting.paper_comparison import BASELINE, BTU, LEVEL_LABELS  # noqa: E402
+from reporting.paper_comparison import LEVEL_LABELS  # noqa: E402
 from reporting.summary import LEVELS  # noqa: E402
 
 SOURCES = ("paper", "measured")
@@ -27,12 +27,10 @@ _SERIES = ("data volume [items/s]", "operator instances", "leased VMs")
 _COST_METRICS = (("resource_cost", "resource cost"), *((f"{lv}_total_cost", f"total cost {LEVEL_LABELS[lv]}") for lv, _ in LEVELS))
 
 
-def _config_order(configs: Sequence[str]) -> List[str]:
-    """Baseline first, then the BTU policy by BTU length, then anything else by name."""
-    def key(c: str):
-        tail = c.rsplit("-", 1)[-1]
-        return (0 if c.startswith(BASELINE) else 1 if c.startswith(BTU) else 2, int(tail) if tail.isdigit() else -1, c)
-    return sorted(set(configs), key=key)
+def _present(order: Sequence[str], configs: Sequence[str]) -> List[str]:
+    """The configurations of `configs` in the report's order (unknown ones last, by name)."""
+    present = set(configs)
+    return [c for c in order if c in present] + sorted(present - set(order))
 
 
 def _palette(configs: Sequence[str]) -> Dict[str, tuple]:
@@ -64,11 +62,11 @@ def arrival_patterns(arrivals: pd.DataFrame, path: Path, dpi: int = 100) -> Path
         return _save(fig, path, dpi)
 
 
-def timeseries(data: pd.DataFrame, pattern: str, path: Path, dpi: int = 100) -> Path:
+def timeseries(data: pd.DataFrame, pattern: str, order: Sequence[str], path: Path, dpi: int = 100) -> Path:
     """Rows: data volume, operator instances, leased VMs; one line per configuration (mean over
-    repetitions, band = sd)."""
+    repetitions, band = sd), configurations in `order`."""
     own = data[data["pattern"] == pattern]
-    configs = _config_order(own["config"])
+    configs = _present(order, own["config"])
     with sns.axes_style("whitegrid"):
         fig, axes = plt.subplots(len(_SERIES), 1, figsize=(9, 7), sharex=True)
         for ax, series in zip(axes, _SERIES):
@@ -112,8 +110,7 @@ def _paper_vs_measured(comparison: pd.DataFrame, metrics: Sequence[tuple], title
                 tidy = pd.concat([
                     pd.DataFrame({"label": rows["config"], "source": s, "mean": rows[f"mean_{s}"], "sd": rows[f"sd_{s}"]})
                     for s in SOURCES])
-                order = _config_order(rows["config"])
-                _bars(ax, tidy, order)
+                _bars(ax, tidy, list(dict.fromkeys(rows["config"])))
                 ax.set_title(f"{pattern}: {label}", fontsize="medium")
                 ax.set_ylabel(ylabel if c == 0 else "")
         handles, labels = axes[0][0].get_legend_handles_labels()
@@ -132,14 +129,14 @@ def cost_vs_paper(comparison: pd.DataFrame, path: Path, dpi: int = 100) -> Path:
     return _paper_vs_measured(comparison, _COST_METRICS, "Cost: paper vs measured, mean ± sd", "cost", path, dpi)
 
 
-def durations(hist: pd.DataFrame, pattern: str, path: Path, dpi: int = 100) -> Path:
+def durations(hist: pd.DataFrame, pattern: str, order: Sequence[str], path: Path, dpi: int = 100) -> Path:
     """Per operator: the share of sampled items at most x times their SLO (ECDF of duration / SLO,
-    pooled over repetitions), one line per configuration; dotted lines at 1x, 2x and 5x SLO."""
+    pooled over repetitions), one line per configuration (in `order`); dotted lines at 1x, 2x and 5x SLO."""
     own = hist[hist["pattern"] == pattern].copy()
     own["share"] = own.groupby(["config", "operator"])["count"].cumsum() / own.groupby(
         ["config", "operator"])["count"].transform("sum")
     operators = sorted(own["operator"].unique())
-    configs = _config_order(own["config"])
+    configs = _present(order, own["config"])
     cols = 3
     rows_n = max(1, int(np.ceil(len(operators) / cols)))
     with sns.axes_style("whitegrid"):

@@ -10,30 +10,31 @@ Output (default RUNS_DIR/report/):
     tables/runs.csv, tables/manifests.json   the runs covered (complete and incomplete) and their manifests
     figures/*.png, index.html (self-contained), report.md
 
-One Spark session per report; the heavy work (all tables of all runs) happens in Spark, only small
-aggregates reach pandas for rendering.
+One Spark session per report, started in the background while the run folders are read; the heavy
+work (all tables of all runs) happens in Spark, in a few passes collected together
+(reporting.spark_passes); metrics and figures are computed from those small results in pandas.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
-from reporting import figures as fig
 from reporting.figure_data import FigureData, figure_data
 from reporting.fidelity_section import acceptance_gaps, fidelity_section, load_fidelity
 from reporting.html_report import write_html
 from reporting.markdown_report import write_markdown
-from reporting.metrics_spark import SparkMetrics, compute_metrics
 from reporting.paper_comparison import check_claims, compare, load_reference
 from reporting.report_config import ReportConfig, ReportConfigError, parse_overrides
-from reporting.report_document import build_document
-from reporting.run_catalog import ReportError, RunCatalog, load_catalog
-from reporting.spark_session import SparkStartError, spark_session
+from reporting.report_document import build_document, config_order
+from reporting.report_metrics import ReportMetrics, report_metrics
+from reporting.run_catalog import REPORT_TABLES, ReportError, RunCatalog, load_catalog, run_folders
+from reporting.spark_passes import collect_aggregates
+from reporting.spark_session import SessionStart, SparkStartError
 from reporting.spark_tables import RunTables
 
 PathLike = Union[str, Path]
@@ -43,14 +44,23 @@ PathLike = Union[str, Path]
 class ReportResult:
     out: Path
     catalog: RunCatalog
-    metrics: SparkMetrics
+    metrics: ReportMetrics
     files: Dict[str, Path] = field(default_factory=dict)
     timings: Dict[str, float] = field(default_factory=dict)  # spark_start_s, compute_s, render_s
-    steps: Dict[str, float] = field(default_factory=dict)  # compute_s by step (seconds)
+    steps: Dict[str, float] = field(default_factory=dict)  # spark_start_s and compute_s by step (seconds)
     master: str = ""
 
 
-def _write_tables(out: Path, catalog: RunCatalog, metrics: SparkMetrics, comparison, claims) -> Dict[str, Path]:
+def _check_writable(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise ReportError(f"cannot write the report to {out}: {exc}") from exc
+
+
+def _write_tables(out: Path, catalog: RunCatalog, metrics: ReportMetrics, comparison, claims) -> Dict[str, Path]:
     folder = out / "tables"
     folder.mkdir(parents=True, exist_ok=True)
     files = {
@@ -73,41 +83,72 @@ def _write_tables(out: Path, catalog: RunCatalog, metrics: SparkMetrics, compari
     return files
 
 
-def _draw_figures(out: Path, data: FigureData, comparison, dpi: int) -> Dict[str, Path]:
+def _draw_figures(out: Path, data: FigureData, comparison, order: List[str], dpi: int) -> Dict[str, Path]:
+    from reporting import figures as fig  # matplotlib and seaborn: imported while Spark works
+
     folder = out / "figures"
     drawn = {"arrival_patterns": fig.arrival_patterns(data.arrivals, folder / "arrival_patterns.png", dpi)}
     for pattern in sorted(data.timeseries["pattern"].unique()):
-        drawn[f"timeseries_{pattern}"] = fig.timeseries(data.timeseries, pattern, folder / f"timeseries_{pattern}.png", dpi)
+        drawn[f"timeseries_{pattern}"] = fig.timeseries(data.timeseries, pattern, order,
+                                                        folder / f"timeseries_{pattern}.png", dpi)
     for pattern in sorted(data.durations["pattern"].unique()):
-        drawn[f"durations_{pattern}"] = fig.durations(data.durations, pattern, folder / f"durations_{pattern}.png", dpi)
+        drawn[f"durations_{pattern}"] = fig.durations(data.durations, pattern, order, folder / f"durations_{pattern}.png", dpi)
     if not comparison.empty:
         drawn["compliance_vs_paper"] = fig.compliance_vs_paper(comparison, folder / "compliance_vs_paper.png", dpi)
         drawn["cost_vs_paper"] = fig.cost_vs_paper(comparison, folder / "cost_vs_paper.png", dpi)
     return drawn
 
 
+def _spark_stage(session, catalog: RunCatalog, out: Path):
+    """The Spark passes over the run folders' tables, collected (the links Spark reads through are
+    made in `out`, which is writable, and removed afterwards)."""
+    with RunTables(session, catalog, REPORT_TABLES, scratch_parent=out) as tables:
+        return collect_aggregates(catalog, tables)
+
+
 def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=None) -> ReportResult:
     """Report the runs below runs_dir. With `spark` given, that session is used and left running
-    (tests share one); otherwise one is started from cfg.spark and stopped at the end."""
+    (tests share one); otherwise one is started from cfg.spark in the background while the run
+    folders are read, and stopped in the background once its results are collected."""
     cfg = cfg or ReportConfig()
-    catalog = load_catalog(runs_dir)  # fails before Spark starts when there is nothing to report
-    out = Path(cfg.out) if cfg.out else Path(runs_dir) / "report"
-    timings: Dict[str, float] = {}
     t0 = time.perf_counter()
-    with (contextlib.nullcontext(spark) if spark is not None else spark_session(cfg.spark)) as session:
-        t1 = time.perf_counter()
-        timings["spark_start_s"] = t1 - t0
-        tables = RunTables(session, catalog)
-        steps = {"run folders (file map)": time.perf_counter() - t1}
-        metrics = compute_metrics(session, catalog, tables)
-        steps.update(metrics.timings)
-        t_fig = time.perf_counter()
-        data = figure_data(session, catalog, tables) if cfg.figures else None
-        steps["figure data"] = time.perf_counter() - t_fig
-        session.catalog.clearCache()
-        master = session.sparkContext.master
-        timings["compute_s"] = time.perf_counter() - t1
-    t2 = time.perf_counter()
+    dirs = run_folders(runs_dir)  # no runs, or no place to write the report: fail before Spark starts
+    out = Path(cfg.out) if cfg.out else Path(runs_dir) / "report"
+    _check_writable(out)
+    start = SessionStart(cfg.spark) if spark is None else None
+    steps: Dict[str, float] = {}
+    try:
+        try:
+            catalog = load_catalog(runs_dir, dirs)  # manifests and table schemas, while the JVM starts
+            steps["run folders: manifests, table schemas"] = time.perf_counter() - t0
+            session = spark if start is None else start.session()
+            t1 = time.perf_counter()
+            steps["waiting for the Spark session"] = t1 - t0 - steps["run folders: manifests, table schemas"]
+            aggregates = _spark_stage(session, catalog, out)
+            master = session.sparkContext.master
+            steps["Spark passes (one collect)"] = time.perf_counter() - t1
+        finally:
+            if start is not None:
+                start.stop()  # in the background, while the rest is computed and drawn
+        t2 = time.perf_counter()
+        metrics = report_metrics(catalog, aggregates)
+        steps["metrics"] = time.perf_counter() - t2
+        t3 = time.perf_counter()
+        data = figure_data(catalog, aggregates) if cfg.figures else None
+        steps["figure data"] = time.perf_counter() - t3
+        timings = {"spark_start_s": t1 - t0, "compute_s": time.perf_counter() - t1}
+        t4 = time.perf_counter()
+        files = _render(runs_dir, out, cfg, catalog, metrics, data, master)
+        timings["render_s"] = time.perf_counter() - t4
+    finally:
+        if start is not None:
+            start.join()
+    return ReportResult(out, catalog, metrics, files, timings, steps, master)
+
+
+def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalog, metrics: ReportMetrics,
+            data: Optional[FigureData], master: str) -> Dict[str, Path]:
+    """Paper comparison, claims, tables, figures, index.html and report.md."""
     reference = load_reference()
     comparison = compare(metrics.summary, reference)
     claims = check_claims(metrics.summary, reference)
@@ -117,14 +158,13 @@ def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=Non
     if fidelity:
         files["fidelity_gaps"] = out / "tables" / "fidelity_gaps.csv"
         acceptance_gaps(comparison).to_csv(files["fidelity_gaps"], index=False)
-    drawn = _draw_figures(out, data, comparison, cfg.dpi) if data is not None else {}
+    drawn = _draw_figures(out, data, comparison, config_order(metrics.summary), cfg.dpi) if data is not None else {}
     files.update({f"figure:{k}": v for k, v in drawn.items()})
     table_files = [p for k, p in files.items() if not k.startswith("figure:")]
     doc = build_document(catalog, metrics.summary, comparison, claims, drawn, master, table_files, extra)
     files["html"] = write_html(doc, out / "index.html")
     files["markdown"] = write_markdown(doc, out / "report.md", files["manifests"])
-    timings["render_s"] = time.perf_counter() - t2
-    return ReportResult(out, catalog, metrics, files, timings, steps, master)
+    return files
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -154,7 +194,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for row in pd.read_csv(claims).itertuples():
         print(f"  {row.pattern:<14} {row.measured:<14} {row.text}")
     t = result.timings
-    print(f"Spark start {t['spark_start_s']:.1f} s, computation {t['compute_s']:.1f} s, "
+    print(f"Spark start (run folders read meanwhile) {t['spark_start_s']:.1f} s, computation {t['compute_s']:.1f} s, "
           f"figures and documents {t['render_s']:.1f} s")
     print(f"wrote {result.files['html']} and {result.files['markdown']}")
     return 0

@@ -11,10 +11,10 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import pandas as pd
 
 from reporting.elasticity import ELASTICITY_METRICS
-from reporting.metrics_spark import compliance_metric
-from reporting.paper_comparison import BTU, LEVEL_LABELS, config_label
+from reporting.paper_comparison import LEVEL_LABELS
+from reporting.report_metrics import compliance_metric
 from reporting.run_catalog import RunCatalog
-from reporting.summary import LEVELS
+from reporting.summary import LEVELS, rebilled
 
 
 @dataclass
@@ -95,15 +95,22 @@ assert {m for _, m, _ in _ELASTICITY_COLUMNS} >= set(ELASTICITY_METRICS)
 
 
 def _config_rows(summary: pd.DataFrame) -> List[Tuple[str, str, Optional[int]]]:
-    """(label, config, btu) per table row: the baseline once per billing BTU, the BTU policy once."""
+    """(label, config, btu) per table row: a re-billed configuration (the baseline) once per billing
+    BTU, one billed by its own BTU once; re-billed ones first, then by BTU length."""
     out = []
-    for (approach, config), rows in summary.groupby(["approach", "config"], sort=False):
+    for config, rows in summary.groupby("config", sort=False):
+        own = not rebilled(rows)
         btus = sorted({int(b) for b in rows["btu_minutes"].dropna()})
         for b in btus or [None]:
-            label = config if approach == BTU or b is None else config_label(approach, b)
-            out.append((label, config, b, approach))
-    out.sort(key=lambda r: (r[3] == BTU, -1 if r[2] is None else r[2], r[1]))
+            label = config if own or b is None else f"{config}@{b}"
+            out.append((label, config, b, own))
+    out.sort(key=lambda r: (r[3], -1 if r[2] is None else r[2], r[1]))
     return [(label, config, b) for label, config, b, _ in out]
+
+
+def config_order(summary: pd.DataFrame) -> List[str]:
+    """The configurations in the order of the report's tables (for the figures' legends)."""
+    return list(dict.fromkeys(config for _, config, _ in _config_rows(summary)))
 
 
 def _lookup(summary: pd.DataFrame):

@@ -1,6 +1,8 @@
 """The runs a report covers: run folders found below RUNS_DIR, their manifests, and the per-run
-parameters the metrics need (SLOs, service capacity, billing), read from each manifest's resolved
-config the same way reporting.summary reads them.
+parameters the Spark stage needs (SLOs and service capacity per operator), read from each
+manifest's resolved config the same way reporting.summary reads them. Every event-log table the
+report reads is checked against its schema with pyarrow (the files' footers only) before Spark
+reads it, so that a bad file fails with its name instead of deep inside a Spark job.
 
 Only complete runs enter the metrics; the others are listed with their status and error.
 """
@@ -10,15 +12,19 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from reporting.summary import SummaryError, config_value, release_window_from_config, billing_btus, is_btu_based
-from testbed.billing import price_per_btu
+from reporting.summary import Billing, SummaryError, billing_of, config_value
 from testbed.eventlog import TABLES, EventLogError, Manifest, find_runs, read_manifest
 
 PathLike = Union[str, Path]
+
+# The event-log tables a report reads (a run's other tables are not its business).
+REPORT_TABLES = ("samples", "processed", "queues", "instances", "hosts", "load", "actions", "leases")
 
 
 class ReportError(ValueError):
@@ -29,15 +35,7 @@ class ReportError(ValueError):
 class OperatorParams:
     operator: str
     slo_ms: float
-    excluded: bool  # left out of the headline compliance (O2/O6 in the paper)
     capacity_per_s: float  # items one instance serves per second: parallel / mean service time
-
-
-@dataclass(frozen=True)
-class BillingParams:
-    btu_minutes: int  # a BTU length this run is billed under
-    price_per_btu: float
-    release_window_s: float  # a release leaving more paid time than this unused is early
 
 
 @dataclass(frozen=True)
@@ -59,17 +57,8 @@ class RunInfo:
         return int(self.manifest.rep)
 
     @property
-    def approach(self) -> str:
-        return self.manifest.policy
-
-    @property
-    def btu_based(self) -> bool:
-        return is_btu_based(self.manifest.policy)
-
-    @property
-    def own_btu(self) -> Optional[int]:
-        """The BTU a BTU-based run was made with; None for BTU-agnostic runs (re-billed under each)."""
-        return int(self.manifest.btu_minutes) if self.btu_based else None
+    def billing(self) -> Billing:
+        return billing_of(self.manifest, self.run_dir)
 
     @property
     def config_digest(self) -> str:
@@ -80,7 +69,6 @@ class RunInfo:
     def operators(self) -> List[OperatorParams]:
         cfg = self.manifest.resolved_config
         ops = config_value(cfg, "topology.operators", self.run_dir)
-        excluded = set(config_value(cfg, "topology.compliance_excluded", self.run_dir))
         out = []
         for op in sorted(ops):
             slo = float(config_value(cfg, f"topology.operators.{op}.slo_ms", self.run_dir))
@@ -88,17 +76,8 @@ class RunInfo:
             mean_ms = float(config_value(cfg, f"topology.operators.{op}.service.mean_ms", self.run_dir, 0.0))
             parallel = float(config_value(cfg, f"topology.operators.{op}.service.parallel", self.run_dir, 1))
             capacity = parallel / (mean_ms / 1000.0) if mean_ms > 0 else float("nan")
-            out.append(OperatorParams(op, slo, op in excluded, capacity))
+            out.append(OperatorParams(op, slo, capacity))
         return out
-
-    def billing(self) -> List[BillingParams]:
-        cfg = self.manifest.resolved_config
-        price_10 = float(config_value(cfg, "billing.price_per_10_minutes", self.run_dir))
-        return [BillingParams(m, price_per_btu(m, price_10), release_window_from_config(cfg, m * 60.0, self.run_dir))
-                for m in billing_btus(self.manifest, self.run_dir)]
-
-    def penalty_per_item(self) -> float:
-        return float(config_value(self.manifest.resolved_config, "billing.penalty_per_item", self.run_dir))
 
 
 @dataclass(frozen=True)
@@ -125,23 +104,34 @@ class RunCatalog:
         return pd.DataFrame(rows)
 
 
-def _check_complete_run(run: RunInfo) -> None:
-    for table in TABLES:
-        path = run.run_dir / f"{table}.parquet"
-        if not path.is_file():
-            raise ReportError(f"run marked complete but event-log table {table!r} is missing: {path}")
+def _check_config(run: RunInfo) -> None:
+    """The config values the metrics need, read once here so that a missing one fails before Spark."""
     try:
         run.operators()
-        run.billing()
-        run.penalty_per_item()
+        run.billing
+        config_value(run.manifest.resolved_config, "billing.penalty_per_item", run.run_dir)
+        config_value(run.manifest.resolved_config, "billing.price_per_10_minutes", run.run_dir)
     except SummaryError as exc:
         raise ReportError(str(exc)) from exc
 
 
-def load_catalog(runs_dir: PathLike) -> RunCatalog:
-    """All runs below runs_dir. Raises ReportError naming the folder or file when there is nothing
-    to report: no such folder, no run folders, a corrupt manifest, only incomplete runs, runs of
-    several experiments, or a configuration run twice under the same (pattern, config, rep)."""
+def check_table(path: Path, table: str) -> None:
+    """The file exists, its footer is readable and its columns are the schema's, in name and type."""
+    if not path.is_file():
+        raise ReportError(f"run marked complete but event-log table {table!r} is missing: {path}")
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise ReportError(f"cannot read event-log table {path}: {exc}") from exc
+    expected = TABLES[table]
+    found = [(f.name, f.type) for f in schema]
+    if found != [(f.name, f.type) for f in expected]:
+        raise ReportError(f"{path}: columns {', '.join(f'{n} {t}' for n, t in found)} are not those of table "
+                          f"{table!r}: {', '.join(f'{f.name} {f.type}' for f in expected)}")
+
+
+def run_folders(runs_dir: PathLike) -> List[Path]:
+    """The run folders below runs_dir; ReportError when there is no such folder or no run in it."""
     root = Path(runs_dir)
     if not root.exists():
         raise ReportError(f"runs folder not found: {root}")
@@ -150,8 +140,18 @@ def load_catalog(runs_dir: PathLike) -> RunCatalog:
     dirs = find_runs(root)
     if not dirs:
         raise ReportError(f"no runs (folders with manifest.json) below {root}")
+    return dirs
+
+
+def load_catalog(runs_dir: PathLike, dirs: Optional[Sequence[Path]] = None) -> RunCatalog:
+    """All runs below runs_dir (dirs: run_folders(runs_dir), when already known). Raises ReportError
+    naming the folder or file when there is nothing to report: no such folder, no run folders, a
+    corrupt manifest, only incomplete runs, runs of several experiments, a configuration run twice
+    under the same (pattern, config, rep), a config value the metrics need, or an event-log table
+    that is missing, unreadable or not of its schema."""
+    root = Path(runs_dir)
     runs: List[RunInfo] = []
-    for d in dirs:
+    for d in run_folders(root) if dirs is None else dirs:
         try:
             manifest = read_manifest(d)
         except EventLogError as exc:
@@ -174,5 +174,7 @@ def load_catalog(runs_dir: PathLike) -> RunCatalog:
     ordered = sorted(complete_runs, key=lambda r: (r.pattern, r.config, r.rep))
     complete = tuple(RunInfo(i, r.run_dir, r.manifest) for i, r in enumerate(ordered))
     for run in complete:
-        _check_complete_run(run)
+        _check_config(run)
+        for table in REPORT_TABLES:
+            check_table(run.run_dir / f"{table}.parquet", table)
     return RunCatalog(root, complete, incomplete)

@@ -1,16 +1,20 @@
 """The one Spark session of a report: master and settings from the reporting config, quiet and quick
-to start (no UI, few shuffle partitions, JVM logging at ERROR)."""
+to start (no UI, few shuffle partitions, JVM logging at ERROR), started in the background while the
+report reads the run folders (`SessionStart`)."""
 from __future__ import annotations
 
-import contextlib
 import os
+import threading
 import warnings
 from pathlib import Path
-from typing import Iterator
 
 from reporting.report_config import SparkConfig
 
 LOG4J_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
+# A report's driver JVM lives for seconds: C1 alone compiles its hot code (C2's compiler threads
+# otherwise take more CPU than the report itself on a small machine), the serial collector needs
+# no threads of its own.
+DRIVER_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
 class SparkStartError(RuntimeError):
@@ -30,7 +34,7 @@ def build_session(cfg: SparkConfig):
     """Start (or join, when one runs in this process) a Spark session configured by cfg."""
     from pyspark.sql import SparkSession
 
-    java_opts = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
+    java_opts = " ".join([f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}", *DRIVER_JAVA_OPTIONS])
     builder = (
         SparkSession.builder.master(cfg.master)
         .appName(cfg.app_name)
@@ -41,6 +45,9 @@ def build_session(cfg: SparkConfig):
         .config("spark.driver.extraJavaOptions", java_opts)
         # small aggregates reach pandas through Arrow, not row by row
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # the driver lists a report's files itself (Spark's default starts a job per table for more
+        # than 32 files, which takes longer than listing thousands of files)
+        .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
     )
     if is_local(cfg.master):
         # A local session needs no network: bind to loopback (a host name resolving to a loopback
@@ -63,11 +70,42 @@ def build_session(cfg: SparkConfig):
     return spark
 
 
-@contextlib.contextmanager
-def spark_session(cfg: SparkConfig) -> Iterator["object"]:
-    """A session for the duration of one report, stopped afterwards."""
-    spark = build_session(cfg)
-    try:
-        yield spark
-    finally:
-        spark.stop()
+class SessionStart:
+    """A session starting in a background thread: the JVM takes seconds to start, during which the
+    report reads manifests and table schemas. `session()` waits for it (raising SparkStartError
+    if it failed); `stop()` stops it in the background (once it has started), `join()` waits
+    until it is stopped."""
+
+    def __init__(self, cfg: SparkConfig):
+        self._spark = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, args=(cfg,), name="spark-start", daemon=True)
+        self._thread.start()
+        self._stopping: threading.Thread | None = None
+
+    def _start(self, cfg: SparkConfig) -> None:
+        try:
+            self._spark = build_session(cfg)
+        except BaseException as exc:  # handed to the thread waiting in session()
+            self._error = exc
+
+    def session(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._spark
+
+    def stop(self) -> None:
+        if self._stopping is None:
+            self._stopping = threading.Thread(target=self._stop, name="spark-stop")
+            self._stopping.start()
+
+    def _stop(self) -> None:
+        self._thread.join()
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+
+    def join(self) -> None:
+        if self._stopping is not None:
+            self._stopping.join()

@@ -3,28 +3,35 @@
 Input is run folders only (via testbed.eventlog): the manifest's resolved config gives the SLOs,
 the excluded operators and the billing parameters; the tables give everything else.
 
-Billing: a run of the BTU policy (manifest policy "btu") is billed under its own BTU. Every other
-policy is BTU-agnostic and, as in the paper, the *same* run is re-billed under each of
-billing.rebill_minutes: one compliance value, one cost per BTU length.
+Billing comes from the manifest (`billing_of`, the one place reporting reads it): a run billed "own"
+(the BTU policy) pays under the BTU length it ran with; a "rebill" run (a BTU-agnostic approach) is,
+as in the paper, re-billed under each of billing.rebill_minutes: one compliance value, one cost per
+BTU length.
+
+The metrics of a run are computed from its totals (`RunTotals`: per-operator sample counts,
+processed items, action counts, time to adapt, leases) by `metrics_from_totals`; this module gets
+the totals with pandas, the Spark report (reporting.spark_passes) with Spark, and both derive the
+metrics, the long rows and the mean/sd over repetitions with the functions below.
 
 Output (`summarise`) is the long format of experiments/reference/paper_btu_results.csv:
 pattern, approach, btu_minutes, metric, mean, sd, followed by n (values averaged) and config.
-btu_minutes is empty for the BTU-independent metrics of BTU-agnostic runs.
+btu_minutes is empty for the BTU-independent metrics of re-billed runs (`rebilled` reads that back).
 """
 from __future__ import annotations
 
 import argparse
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
 
 from testbed.billing import paid_btus, price_per_btu
 from testbed.policies.btu import release_window_s
-from testbed.eventlog import EventLog, EventLogError, Manifest, find_runs, read_manifest
+from testbed.eventlog import BILLING_MODES, EventLog, EventLogError, Manifest, billing_mode, find_runs, read_manifest
 
 # compliance levels: a sample complies at a level when duration_ms <= factor * slo_ms
 LEVELS: Tuple[Tuple[str, float], ...] = (("realtime", 1.0), ("near_realtime", 2.0), ("relaxed", 5.0))
@@ -44,7 +51,8 @@ BTU_DEPENDENT_METRICS: Tuple[str, ...] = (
 METRICS: Tuple[str, ...] = BTU_INDEPENDENT_METRICS + BTU_DEPENDENT_METRICS
 
 COLUMNS = ["pattern", "approach", "btu_minutes", "metric", "mean", "sd", "n", "config"]
-_ACTION_COUNTS = {"vm_leases": "lease", "vm_prolongations": "prolong", "vm_releases": "release",
+LONG_KEYS = ["pattern", "approach", "config", "btu_minutes", "metric"]
+ACTION_COUNTS = {"vm_leases": "lease", "vm_prolongations": "prolong", "vm_releases": "release",
                   "scale_ups": "scale_up", "scale_downs": "scale_down", "migrations": "migrate"}
 
 # Release window when the resolved config does not give one (spec §8: 5 % of the BTU, at least
@@ -70,26 +78,85 @@ def config_value(cfg: Dict[str, Any], key: str, where: Path, default: Any = ...)
     return node
 
 
-def is_btu_based(policy: str) -> bool:
-    return policy == "btu"
+# ---- billing -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Billing:
+    own: bool  # billed by the BTU length the run used; False: re-billed under each rebill length
+    btu_minutes: Tuple[int, ...]  # the BTU lengths the run is billed under
 
 
-def billing_btus(manifest: Manifest, where: Path) -> List[int]:
-    """BTU lengths (minutes) a run is billed under: its own for "btu", all rebill lengths otherwise."""
-    if is_btu_based(manifest.policy):
-        return [int(manifest.btu_minutes)]
-    return sorted({int(m) for m in config_value(manifest.resolved_config, "billing.rebill_minutes", where)})
+def billing_of(manifest: Manifest, where: Path) -> Billing:
+    """How a run is billed, from its manifest (`billing`: "own" or "rebill"; older manifests without
+    the field: testbed.eventlog.billing_mode's rule). The one place reporting reads it."""
+    mode = billing_mode(manifest)
+    if mode == "own":
+        return Billing(True, (int(manifest.btu_minutes),))
+    if mode == "rebill":
+        minutes = config_value(manifest.resolved_config, "billing.rebill_minutes", where)
+        return Billing(False, tuple(sorted({int(m) for m in minutes})))
+    raise SummaryError(f"{where}: manifest billing {mode!r} is none of {list(BILLING_MODES)}")
+
+
+def rebilled(rows: pd.DataFrame) -> bool:
+    """Whether the rows of one configuration in a table of this module's long format come from
+    re-billed runs: their BTU-independent metrics have no BTU length, while a run billed by its own
+    BTU has every metric under that BTU (as in the paper's table)."""
+    return bool(pd.to_numeric(rows["btu_minutes"], errors="coerce").isna().any())
+
+
+def configurations(df: pd.DataFrame) -> pd.Series:
+    """The configuration of each row of a long-format table: its config column, or in a table
+    without one (the paper's) its approach, named <approach>-<BTU> where the approach is billed by
+    its own BTU (as testbed.experiment names such configurations)."""
+    if "config" in df.columns:
+        return df["config"].astype(str)
+    own = {a for a, rows in df.groupby("approach") if not rebilled(rows)}
+    btu = pd.to_numeric(df["btu_minutes"], errors="coerce")
+    return pd.Series([f"{a}-{int(b)}" if a in own and not pd.isna(b) else str(a) for a, b in zip(df["approach"], btu)],
+                     index=df.index)
 
 
 # ---- one run ----------------------------------------------------------------------------------
 
-def _compliance_shares(samples: pd.DataFrame, slo_ms: Dict[str, float]) -> Dict[str, float]:
-    """Share of samples complying at each level; NaN without samples."""
-    if samples.empty:
-        return {level: math.nan for level, _ in LEVELS}
+@dataclass
+class RunTotals:
+    """What the metrics of one run are computed from."""
+    compliance: pd.DataFrame  # one row per operator (index): n samples, ok_<level> samples complying
+    items: int  # processed items
+    actions: Mapping[str, int]  # count per action
+    time_to_adapt_s: float  # mean violation episode length, NaN without episodes
+    leases: pd.DataFrame  # the run's leases table
+
+
+def slos(manifest: Manifest, where: Path) -> Dict[str, float]:
+    cfg = manifest.resolved_config
+    operators = config_value(cfg, "topology.operators", where)
+    return {op: float(config_value(cfg, f"topology.operators.{op}.slo_ms", where)) for op in sorted(operators)}
+
+
+def check_operators(operators: Sequence[str], slo_ms: Mapping[str, float], where: Path) -> None:
+    unknown = sorted(set(operators) - set(slo_ms))
+    if unknown:
+        raise SummaryError(f"{where}: samples of operators without an SLO in the config: {unknown}")
+
+
+def compliance_counts(samples: pd.DataFrame, slo_ms: Mapping[str, float]) -> pd.DataFrame:
+    """Per operator: samples (n) and samples within factor x SLO at each level (ok_<level>)."""
     slo = samples["operator"].map(slo_ms).to_numpy(dtype=float)
     durations = samples["duration_ms"].to_numpy(dtype=float)
-    return {level: float(np.mean(durations <= factor * slo)) for level, factor in LEVELS}
+    flags = pd.DataFrame({f"ok_{level}": durations <= factor * slo for level, factor in LEVELS})
+    flags.insert(0, "n", 1)
+    counts = flags.groupby(samples["operator"].to_numpy()).sum()
+    return counts.astype("int64").rename_axis("operator")
+
+
+def _compliance_shares(counts: pd.DataFrame) -> Dict[str, float]:
+    """Share of samples complying at each level; NaN without samples."""
+    n = int(counts["n"].sum())
+    if n == 0:
+        return {level: math.nan for level, _ in LEVELS}
+    return {level: int(counts[f"ok_{level}"].sum()) / n for level, _ in LEVELS}
 
 
 def _episodes(times: np.ndarray, compliant: np.ndarray) -> List[float]:
@@ -161,27 +228,39 @@ def _cost_metrics(leases: pd.DataFrame, btu_minutes: int, penalties: Dict[str, f
     return out
 
 
+def run_totals(run_dir: PathLike, manifest: Manifest) -> RunTotals:
+    """The totals of one run, read from its event log with pandas."""
+    run_dir = Path(run_dir)
+    log = EventLog(run_dir)
+    samples, processed = log.read("samples"), log.read("processed")
+    actions, leases = log.read("actions"), log.read("leases")
+    slo_ms = slos(manifest, run_dir)
+    check_operators(samples["operator"].unique(), slo_ms, run_dir)
+    counts = actions["action"].value_counts()
+    return RunTotals(compliance_counts(samples, slo_ms), int(processed["items"].sum()),
+                     {action: int(counts[action]) for action in counts.index},
+                     _time_to_adapt(samples, slo_ms), leases)
+
+
 def run_metrics(run_dir: PathLike) -> Dict[str, Any]:
     """Metrics of one run: the BTU-independent metrics as top-level keys, and under "by_btu" a dict
     {btu_minutes: {cost metric: value}} with one entry per BTU length the run is billed under."""
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
+    return metrics_from_totals(run_totals(run_dir, manifest), manifest, run_dir)
+
+
+def metrics_from_totals(totals: RunTotals, manifest: Manifest, where: Path) -> Dict[str, Any]:
+    """run_metrics's result from a run's totals (however they were computed)."""
     cfg = manifest.resolved_config
-    log = EventLog(run_dir)
-    samples, processed = log.read("samples"), log.read("processed")
-    actions, leases = log.read("actions"), log.read("leases")
+    check_operators(totals.compliance.index, slos(manifest, where), where)
+    excluded = set(config_value(cfg, "topology.compliance_excluded", where))
+    penalty_per_item = float(config_value(cfg, "billing.penalty_per_item", where))
 
-    operators = config_value(cfg, "topology.operators", run_dir)
-    slo_ms = {op: float(config_value(cfg, f"topology.operators.{op}.slo_ms", run_dir)) for op in sorted(operators)}
-    unknown = sorted(set(samples["operator"]) - set(slo_ms))
-    if unknown:
-        raise SummaryError(f"{run_dir}: samples of operators without an SLO in the config: {unknown}")
-    excluded = set(config_value(cfg, "topology.compliance_excluded", run_dir))
-    penalty_per_item = float(config_value(cfg, "billing.penalty_per_item", run_dir))
-
-    headline = _compliance_shares(samples[~samples["operator"].isin(excluded)], slo_ms)
-    overall = _compliance_shares(samples, slo_ms)
-    items = int(processed["items"].sum())
+    counts = totals.compliance
+    headline = _compliance_shares(counts[~counts.index.isin(excluded)])
+    overall = _compliance_shares(counts)
+    items = totals.items
 
     metrics: Dict[str, Any] = {}
     for level, _ in LEVELS:
@@ -193,12 +272,11 @@ def run_metrics(run_dir: PathLike) -> Dict[str, Any]:
     penalties = {level: penalty_per_item * items * (1.0 - headline[level]) for level, _ in LEVELS}
     for level, _ in LEVELS:
         metrics[f"{level}_penalty"] = penalties[level]
-    counts = actions["action"].value_counts()
-    for name, action in _ACTION_COUNTS.items():
-        metrics[name] = float(counts.get(action, 0))
-    metrics["time_to_adapt_s"] = _time_to_adapt(samples, slo_ms)
-    metrics["by_btu"] = {m: _cost_metrics(leases, m, penalties, cfg, run_dir)
-                         for m in billing_btus(manifest, run_dir)}
+    for name, action in ACTION_COUNTS.items():
+        metrics[name] = float(totals.actions.get(action, 0))
+    metrics["time_to_adapt_s"] = totals.time_to_adapt_s
+    metrics["by_btu"] = {m: _cost_metrics(totals.leases, m, penalties, cfg, where)
+                         for m in billing_of(manifest, where).btu_minutes}
     return metrics
 
 
@@ -222,20 +300,48 @@ def incomplete_runs(runs_root: PathLike) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run_dir", "pattern", "config", "rep", "status", "error"])
 
 
-def _long_rows(manifest: Manifest, metrics: Dict[str, Any]) -> List[Dict[str, Any]]:
-    approach, own = manifest.policy, is_btu_based(manifest.policy)
-    base = {"pattern": manifest.pattern, "approach": approach, "config": manifest.config}
+def long_rows(manifest: Manifest, metrics: Mapping[str, Any], where: Path,
+              independent: Sequence[str] = BTU_INDEPENDENT_METRICS) -> List[Dict[str, Any]]:
+    """One row per metric value of a run (run_metrics's result), keyed by LONG_KEYS."""
+    base = {"pattern": manifest.pattern, "approach": manifest.policy, "config": manifest.config}
     rows = []
     by_btu: Dict[int, Dict[str, float]] = metrics["by_btu"]
-    # A BTU run has one BTU, so all its metrics belong to it; a BTU-agnostic run's
+    # A run billed by its own BTU has one BTU, so all its metrics belong to it; a re-billed run's
     # BTU-independent metrics hold for every BTU length (btu_minutes left empty, as in the paper).
-    independent_btu = next(iter(by_btu)) if own else pd.NA
-    for name in BTU_INDEPENDENT_METRICS:
+    independent_btu = next(iter(by_btu)) if billing_of(manifest, where).own else pd.NA
+    for name in independent:
         rows.append({**base, "btu_minutes": independent_btu, "metric": name, "value": metrics[name]})
     for minutes in sorted(by_btu):
         for name in BTU_DEPENDENT_METRICS:
             rows.append({**base, "btu_minutes": minutes, "metric": name, "value": by_btu[minutes][name]})
     return rows
+
+
+def _metric_rank(metric: str) -> int:
+    return METRICS.index(metric)
+
+
+MeanSd = Callable[[Sequence[float]], Tuple[float, float]]
+
+
+def mean_sd(long: pd.DataFrame, rank: Callable[[str], Hashable] = _metric_rank,
+            statistics: Optional[MeanSd] = None) -> pd.DataFrame:
+    """Mean, sample sd (ddof=1) and n (values that are not NaN) over the repetitions of each
+    configuration, in COLUMNS, ordered by pattern, config, BTU (empty first) and rank(metric).
+    statistics(values) -> (mean, sd) of the values that are not NaN, in repetition order; pandas'
+    groupby mean and std without it."""
+    if long.empty:
+        return pd.DataFrame({c: pd.Series(dtype="Int64" if c == "btu_minutes" else object) for c in COLUMNS})
+    long = long.assign(btu_minutes=pd.array(long["btu_minutes"], dtype="Int64"))
+    grouped = long.groupby(LONG_KEYS, dropna=False, sort=False)["value"]
+    if statistics is None:
+        out = grouped.agg(mean="mean", sd=lambda v: v.std(ddof=1), n="count").reset_index()
+    else:
+        stats = grouped.agg(stats=lambda v: statistics(v.dropna().tolist()), n="count").reset_index()
+        out = stats.assign(mean=[m for m, _ in stats["stats"]], sd=[sd for _, sd in stats["stats"]])
+    out = out.assign(_rank=out["metric"].map(rank), _btu=out["btu_minutes"].fillna(-1))
+    out = out.sort_values(["pattern", "config", "_btu", "_rank"], kind="mergesort")
+    return out[COLUMNS].reset_index(drop=True)
 
 
 def summarise(runs_root: PathLike) -> pd.DataFrame:
@@ -251,19 +357,8 @@ def summarise(runs_root: PathLike) -> pd.DataFrame:
         raise SummaryError(f"{runs_root}: runs of several experiments {experiments}; summarise one experiment folder")
     rows: List[Dict[str, Any]] = []
     for run_dir, manifest in complete:
-        rows.extend(_long_rows(manifest, run_metrics(run_dir)))
-    if rows:
-        long = pd.DataFrame(rows)
-        long["btu_minutes"] = long["btu_minutes"].astype("Int64")
-        keys = ["pattern", "approach", "config", "btu_minutes", "metric"]
-        grouped = long.groupby(keys, dropna=False, sort=False)["value"]
-        out = grouped.agg(mean="mean", sd=lambda v: v.std(ddof=1), n="count").reset_index()
-        rank = {name: i for i, name in enumerate(METRICS)}
-        out = out.assign(_rank=out["metric"].map(rank), _btu=out["btu_minutes"].fillna(-1))
-        out = out.sort_values(["pattern", "config", "_btu", "_rank"], kind="mergesort")
-        out = out[COLUMNS].reset_index(drop=True)
-    else:
-        out = pd.DataFrame({c: pd.Series(dtype="Int64" if c == "btu_minutes" else object) for c in COLUMNS})
+        rows.extend(long_rows(manifest, run_metrics(run_dir), run_dir))
+    out = mean_sd(pd.DataFrame(rows))
     out.attrs["incomplete_runs"] = [str(d) for d, m in runs if m.status != "complete"]
     return out
 
@@ -298,8 +393,8 @@ def _cell(mean: Any, sd: Any, decimals: int) -> str:
 def _table_rows(df: pd.DataFrame) -> List[Tuple[Tuple[Any, ...], str, Dict[str, Tuple[Any, Any]]]]:
     """One row per (configuration, BTU length): (sort key, label, metric -> (mean, sd))."""
     btu = pd.to_numeric(df["btu_minutes"], errors="coerce").astype("Int64")
-    config = df["config"] if "config" in df.columns else pd.Series(
-        [f"btu-{b}" if a == "btu" else a for a, b in zip(df["approach"], btu)], index=df.index)
+    config = configurations(df)
+    rebilled_configs = {c for c, rows in df.groupby(config) if rebilled(rows)}
     values: Dict[Tuple[str, str, Optional[int], str], Tuple[Any, Any]] = {}
     for a, c, b, m, mean, sd in zip(df["approach"], config, btu, df["metric"], df["mean"], df["sd"]):
         values[(str(a), str(c), None if pd.isna(b) else int(b), str(m))] = (mean, sd)
@@ -311,12 +406,12 @@ def _table_rows(df: pd.DataFrame) -> List[Tuple[Tuple[Any, ...], str, Dict[str, 
             continue  # BTU-independent values are shown in each BTU row of the configuration
         cells = {m: values.get((a, c, b, m), values.get((a, c, None, m), (None, None)))
                  for _, m, _ in _TABLE_COLUMNS}
-        btu_based = is_btu_based(a)
-        label = c if btu_based or b is None else f"{c}@{b}"
-        # BTU-agnostic configurations first (the baseline, by config then BTU), then the BTU
-        # policy by BTU length; plain tuples so the order never depends on input order
+        own = c not in rebilled_configs
+        label = c if own or b is None else f"{c}@{b}"
+        # re-billed configurations first (the baseline, by config then BTU), then those billed by
+        # their own BTU by BTU length; plain tuples so the order never depends on input order
         minutes = -1 if b is None else b
-        rows.append(((1, minutes, c) if btu_based else (0, c, minutes), label, cells))
+        rows.append(((1, minutes, c) if own else (0, c, minutes), label, cells))
     return sorted(rows, key=lambda r: r[0])
 
 

@@ -49,7 +49,7 @@ def make_run(root: Path, *, config: str = "threshold", rep: int = 1, policy: str
              samples: Sequence[Tuple[float, str, float]] = SAMPLES, leases: Sequence[Lease] = BASELINE_LEASES,
              actions: Sequence[str] = ("lease", "lease", "scale_up", "scale_up", "scale_up", "scale_down",
                                        "migrate", "release", "release"),
-             status: str = "complete", pattern: str = "stepwise") -> Path:
+             status: str = "complete", pattern: str = "stepwise", billing: str = "") -> Path:
     run_dir = run_dir_for(root, pattern, config, rep)
     log = EventLog(run_dir)
     shuffled = list(samples[1::2]) + list(samples[::2])  # file order must not matter, only time
@@ -72,6 +72,6 @@ def make_run(root: Path, *, config: str = "threshold", rep: int = 1, policy: str
     write_manifest(run_dir, Manifest(
         run_id=f"{pattern}/{config}/{rep}", experiment="test", pattern=pattern, config=config, policy=policy,
         btu_minutes=btu_minutes, rep=rep, seed=100 + rep, seeds={"run": 100 + rep}, backend="sim",
-        resolved_config=_resolved(), code_revision="test-revision", versions={}, status=status,
+        resolved_config=_resolved(), code_revision="test-revision", versions={}, status=status, billing=billing,
     ))
     return run_dir

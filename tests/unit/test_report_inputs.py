@@ -3,9 +3,12 @@ paper comparison and claims."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from reporting import report
@@ -78,6 +81,46 @@ def test_only_incomplete_runs_and_missing_tables(tmp_path: Path) -> None:
     assert catalog.runs_frame()["status"].tolist() == ["complete", "incomplete"]
 
 
+def test_every_table_is_checked_against_its_schema_before_spark(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "types")
+    hosts = pq.read_table(run / "hosts.parquet")  # leased int32 stored as int64: Spark would fail deep in a job
+    pq.write_table(hosts.set_column(1, "leased", hosts["leased"].cast(pa.int64())), run / "hosts.parquet")
+    with pytest.raises(ReportError, match=re.escape(f"{run / 'hosts.parquet'}: columns t_s double, leased int64")):
+        load_catalog(tmp_path / "types")
+    run = make_run(tmp_path / "names")
+    leases = pq.read_table(run / "leases.parquet")
+    pq.write_table(leases.rename_columns(["host", "start", *leases.column_names[2:]]), run / "leases.parquet")
+    with pytest.raises(ReportError, match=re.escape(str(run / "leases.parquet"))):
+        load_catalog(tmp_path / "names")
+    run = make_run(tmp_path / "corrupt")
+    (run / "samples.parquet").write_bytes(b"not parquet")
+    with pytest.raises(ReportError, match=re.escape(f"cannot read event-log table {run / 'samples.parquet'}")):
+        load_catalog(tmp_path / "corrupt")
+    run = make_run(tmp_path / "extra")  # tables the report does not read are not its business
+    pq.write_table(pa.table({"x": [1]}), run / "edges.parquet")
+    load_catalog(tmp_path / "extra")
+
+
+def test_unwritable_output_fails_before_spark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_run(tmp_path / "runs")
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the report folder would go")
+    start = time.perf_counter()
+    assert report.main([str(tmp_path / "runs"), f"out={blocked / 'report'}"]) == 1
+    assert f"cannot write the report to {blocked / 'report'}" in capsys.readouterr().err
+    assert time.perf_counter() - start < 5  # no JVM was started
+
+
+def test_catalog_bills_runs_as_their_manifest_says(tmp_path: Path) -> None:
+    make_run(tmp_path, config="threshold", policy="threshold", billing="rebill")
+    make_run(tmp_path, config="visp-10", policy="visp", btu_minutes=10, billing="own")
+    make_run(tmp_path, config="btu-10", policy="btu", btu_minutes=10)  # an older manifest: the policy's rule
+    billing = {r.config: r.billing for r in load_catalog(tmp_path).complete}
+    assert (billing["threshold"].own, billing["threshold"].btu_minutes) == (False, (10, 30, 60))
+    assert (billing["visp-10"].own, billing["visp-10"].btu_minutes) == (True, (10,))
+    assert (billing["btu-10"].own, billing["btu-10"].btu_minutes) == (True, (10,))
+
+
 # ---- the paper's table and claims ----------------------------------------------------------------------
 
 def test_reference_table_is_the_published_one() -> None:
@@ -148,3 +191,13 @@ def test_comparison_joins_on_the_published_keys() -> None:
     assert table.loc[table["config"] == "threshold@60", "metric"].tolist()[0] == "resource_cost"
     assert table["config"].unique().tolist() == [
         "threshold", "btu-10", "btu-30", "btu-60", "threshold@10", "threshold@30", "threshold@60"]
+
+
+def test_comparison_and_claims_ignore_approaches_the_paper_does_not_have() -> None:
+    ref = load_reference()
+    measured = _measured()
+    other = measured[measured["approach"] == "threshold"].assign(approach="visp", config="visp", mean=1.0)
+    both = pd.concat([measured.assign(config=[f"btu-{b}" if a == "btu" else a for a, b in
+                                               zip(measured["approach"], measured["btu_minutes"])]), other])
+    assert compare(both, ref).equals(compare(measured, ref))
+    assert check_claims(both, ref).equals(check_claims(measured, ref))

@@ -20,11 +20,13 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import pandas as pd
 import pytest
 
-from reporting.metrics_spark import compute_metrics
 from reporting.report import run_report
 from reporting.report_config import ReportConfig, SparkConfig
-from reporting.run_catalog import load_catalog
+from reporting.report_metrics import ReportMetrics, report_metrics
+from reporting.run_catalog import REPORT_TABLES, RunCatalog, load_catalog
+from reporting.spark_passes import collect_aggregates
 from reporting.spark_session import build_session
+from reporting.spark_tables import RunTables
 from reporting.summary import METRICS, run_metrics, summarise
 from testbed.eventlog import read_manifest, run_dir_for, write_manifest
 from testbed.experiment import run_experiment
@@ -43,6 +45,12 @@ def spark() -> Iterator[Any]:
     session = build_session(SparkConfig(master="local[2]", shuffle_partitions=2))
     yield session
     session.stop()
+
+
+def compute_metrics(spark: Any, catalog: RunCatalog, scratch: Path) -> ReportMetrics:
+    """The report's metrics without the report around them: the Spark passes, then pandas."""
+    with RunTables(spark, catalog, REPORT_TABLES, scratch) as tables:
+        return report_metrics(catalog, collect_aggregates(catalog, tables))
 
 
 def _values(per_run: pd.DataFrame, config: str, rep: int = 1) -> Dict[Tuple[Optional[int], str], float]:
@@ -64,7 +72,7 @@ def hand_built(spark: Any, tmp_path_factory: pytest.TempPathFactory):
     make_run(root, config="btu-10", policy="btu", btu_minutes=10, leases=[("h1", 0.0, 1190.0, 600.0, 3, 2, True)],
              actions=["lease", "prolong", "prolong", "release"])
     catalog = load_catalog(root)
-    return root, catalog, compute_metrics(spark, catalog)
+    return root, catalog, compute_metrics(spark, catalog, root)
 
 
 def test_hand_built_compliance_is_exact(hand_built) -> None:

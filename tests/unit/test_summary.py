@@ -45,7 +45,7 @@ def _samples(durations: Dict[str, Sequence[float]]) -> List[Sample]:
 def make_run(root: Path, *, pattern: str = "stepwise", config: str = "threshold", rep: int = 1,
              policy: str = "threshold", btu_minutes: int = 60, samples: Optional[List[Sample]] = None,
              processed: Sequence[int] = (10_000, 20_000), leases: Sequence[Lease] = (),
-             actions: Sequence[str] = (), status: str = "complete") -> Path:
+             actions: Sequence[str] = (), status: str = "complete", billing: str = "") -> Path:
     run_dir = run_dir_for(root, pattern, config, rep)
     samples = samples if samples is not None else _samples({"A": A_DURATIONS, "B": B_DURATIONS, "X": X_DURATIONS})
     log = EventLog(run_dir)
@@ -62,7 +62,7 @@ def make_run(root: Path, *, pattern: str = "stepwise", config: str = "threshold"
     write_manifest(run_dir, Manifest(
         run_id=f"{pattern}-{config}-{rep}", experiment="test", pattern=pattern, config=config, policy=policy,
         btu_minutes=btu_minutes, rep=rep, seed=rep, seeds={"load": rep}, backend="sim",
-        resolved_config=_resolved(), code_revision="test", versions={}, status=status,
+        resolved_config=_resolved(), code_revision="test", versions={}, status=status, billing=billing,
     ))
     return run_dir
 
@@ -116,6 +116,34 @@ def test_btu_run_billed_under_its_own_btu_and_early_releases(tmp_path: Path) -> 
     counts = {k: m[k] for k in ("vm_leases", "vm_prolongations", "vm_releases", "scale_ups", "scale_downs", "migrations")}
     assert counts == {"vm_leases": 4, "vm_prolongations": 14, "vm_releases": 3, "scale_ups": 3,
                       "scale_downs": 1, "migrations": 2}
+
+
+def test_billing_comes_from_the_manifest_not_the_policy_name(tmp_path: Path) -> None:
+    lease = ("h1", 0.0, 1500.0, 600.0, 3, 2, True)  # 25 min under 10-min BTUs, 3 paid as stored
+    # an approach of another name that plans around its own BTU is billed by it, like the BTU policy
+    own = run_metrics(make_run(tmp_path / "own", config="visp-10", policy="visp", btu_minutes=10,
+                               leases=[lease], billing="own"))
+    assert sorted(own["by_btu"]) == [10] and own["by_btu"][10]["paid_btus"] == 3
+    # and a run of the BTU policy marked "rebill" is re-billed under every BTU length
+    rebill = run_metrics(make_run(tmp_path / "rebill", config="btu-agnostic", policy="btu", btu_minutes=10,
+                                  leases=[lease], billing="rebill"))
+    assert {b: c["paid_btus"] for b, c in rebill["by_btu"].items()} == {10: 3, 30: 1, 60: 1}
+    # manifests older than the field: the BTU policy billed itself, everything else is re-billed
+    assert sorted(run_metrics(make_run(tmp_path / "old", config="btu-10", policy="btu", btu_minutes=10,
+                                       leases=[lease]))["by_btu"]) == [10]
+    with pytest.raises(SummaryError, match="billing 'hourly'"):
+        run_metrics(make_run(tmp_path / "bad", leases=[lease], billing="hourly"))
+
+
+def test_summary_labels_follow_the_billing_mode(tmp_path: Path) -> None:
+    lease = ("h1", 0.0, 1500.0, 600.0, 3, 2, True)
+    make_run(tmp_path, config="visp-10", policy="visp", btu_minutes=10, leases=[lease], billing="own")
+    make_run(tmp_path, config="btu-agnostic", policy="btu", btu_minutes=10, leases=[lease], billing="rebill")
+    df = summarise(tmp_path)
+    assert set(df.loc[df["config"] == "visp-10", "btu_minutes"]) == {10}
+    assert df.loc[df["config"] == "btu-agnostic", "btu_minutes"].isna().any()
+    labels = [line.split()[0] for line in format_summary(df).splitlines()[3:]]
+    assert labels == ["btu-agnostic@10", "btu-agnostic@30", "btu-agnostic@60", "visp-10"]
 
 
 def test_time_to_adapt(tmp_path: Path) -> None:

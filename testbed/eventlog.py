@@ -101,14 +101,6 @@ TABLES: Dict[str, pa.Schema] = {
 }
 
 
-TABLES_ADDED_IN: Dict[str, int] = {"edges": 2, "instance_stats": 2, "dropped": 2, "latency": 2}
-
-
-def tables_of_version(schema_version: int) -> list[str]:
-    """The tables a complete run of that schema version has (older runs lack the later tables)."""
-    return [t for t in TABLES if TABLES_ADDED_IN.get(t, 1) <= schema_version]
-
-
 class EventLogError(Exception):
     """A missing, malformed or schema-violating event-log file; the message names the file/table."""
 

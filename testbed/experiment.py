@@ -42,6 +42,7 @@ class RunSpec:
     rep: int  # 1-based
     seed: int  # of this run; the same for every configuration of one repetition
     run_dir: Path
+    settings: str = ""  # the experiment's settings digest (testbed/runs_folder.py), computed once
 
 
 def run_seed(seed: int, rep: int) -> int:
@@ -62,13 +63,13 @@ def configurations(cfg: ExperimentConfig) -> List[RunConfiguration]:
 
 
 def plan_runs(cfg: ExperimentConfig) -> List[RunSpec]:
-    runs = []
+    runs, settings = [], runs_folder.settings_digest(cfg)
     for conf in configurations(cfg):
         name = f"{conf.name}-live" if cfg.backend.name == BackendName.docker else conf.name  # beside simulated ones
         btu = conf.btu_minutes if conf.btu_minutes is not None else cfg.billing.btu_minutes
         for rep in range(1, cfg.reps + 1):
             runs.append(RunSpec(cfg.pattern.name, name, conf.policy, btu, rep, run_seed(cfg.seed, rep),
-                                run_dir_for(cfg.out, cfg.pattern.name, name, rep)))
+                                run_dir_for(cfg.out, cfg.pattern.name, name, rep), settings))
     return runs
 
 
@@ -121,7 +122,7 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
     write_manifest(spec.run_dir, Manifest(
         run_id=f"{spec.pattern}/{spec.config}/{spec.rep}", experiment=cfg.evaluation.name, pattern=spec.pattern,
         config=spec.config, policy=spec.policy, btu_minutes=spec.btu_minutes, rep=spec.rep,
-        billing=run_cfg.evaluation.configurations[0].billing.value, settings_digest=runs_folder.settings_digest(cfg),
+        billing=run_cfg.evaluation.configurations[0].billing.value, settings_digest=spec.settings,
         seed=spec.seed, seeds={"run": spec.seed, "pattern": pattern_seed}, backend=cfg.backend.name.value,
         resolved_config=to_plain(run_cfg), code_revision=code_revision(), versions=package_versions(),
         started_at=utc_now(), status="running",
@@ -166,8 +167,8 @@ def run_experiment(cfg: ExperimentConfig) -> List[Path]:
     incomplete and queued ones never start."""
     out = runs_folder.prepare(cfg.out)
     with runs_folder.locked(out):
-        runs_folder.check_settings(out / cfg.pattern.name, runs_folder.settings_digest(cfg), cfg.mix)
         specs = plan_runs(cfg)
+        runs_folder.check_settings(out / cfg.pattern.name, specs[0].settings, cfg.mix)
         try:
             return _run_all(cfg, specs)
         except BaseException:

@@ -19,7 +19,7 @@ from testbed.model import InstanceState
 from tests.conftest import compose_config
 from tests.integration.conftest import BASE_IMAGE
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("cpu_hog")]  # under contention: one core busy
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("cpu_hog")]  # TESTBED_CPU_HOG=1: one core busy
 
 PREFIX, TAG = "testbed-pooltest-", "v1"
 DRAIN_S = 0.6

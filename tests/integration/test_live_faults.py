@@ -32,7 +32,7 @@ from testbed.live.engines import EngineError
 from .conftest import ROOT, wait_for_rabbit
 from .test_live_run import config
 
-pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]  # under contention: one core busy
+pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]  # TESTBED_CPU_HOG=1: one core busy
 
 SHORT = ["pattern=constant", "pattern.levels=[1]", "duration_min=2.5", "load_scale=0.5", "reps=1",
          "summary=false", "runtime.reasoning_s=10", "runtime.monitoring_s=3", "backend=docker",

@@ -21,7 +21,7 @@ from testbed.policies import registry
 from testbed.policies.registry import register_policy
 from tests.integration.test_live_run import config
 
-pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]  # under contention: one core busy
+pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]  # TESTBED_CPU_HOG=1: one core busy
 
 OFF_AT, ON_AT, RESTART_AT, DOWNTIME_S = 10.0, 60.0, 90.0, 10.0
 

@@ -22,7 +22,7 @@ from testbed.config import CONF_DIR, register, to_typed, validate
 from testbed.eventlog import read_manifest
 from testbed.experiment import run_experiment
 
-pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]  # under contention: one core busy
+pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]  # TESTBED_CPU_HOG=1: one core busy
 
 STEP_S = 90.0  # the load steps from 1 to 3 machines here
 # 1 machine for 1.5 min, then 3; hosts that hold the initial deployment and little more, so that

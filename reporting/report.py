@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 from reporting.figure_data import FigureData, figure_data
+from reporting.figure_drawing import FigureWorkers
 from reporting.fidelity_section import acceptance_gaps, fidelity_section, load_fidelity
 from reporting.html_report import write_html
 from reporting.markdown_report import write_markdown
@@ -83,27 +84,16 @@ def _write_tables(out: Path, catalog: RunCatalog, metrics: ReportMetrics, compar
     return files
 
 
-def _draw_figures(out: Path, data: FigureData, comparison, order: List[str], dpi: int) -> Dict[str, Path]:
-    from reporting import figures as fig  # matplotlib and seaborn: imported while Spark works
-
-    folder = out / "figures"
-    drawn = {"arrival_patterns": fig.arrival_patterns(data.arrivals, folder / "arrival_patterns.png", dpi)}
-    for pattern in sorted(data.timeseries["pattern"].unique()):
-        drawn[f"timeseries_{pattern}"] = fig.timeseries(data.timeseries, pattern, order,
-                                                        folder / f"timeseries_{pattern}.png", dpi)
-    for pattern in sorted(data.durations["pattern"].unique()):
-        drawn[f"durations_{pattern}"] = fig.durations(data.durations, pattern, order, folder / f"durations_{pattern}.png", dpi)
-    if not comparison.empty:
-        drawn["compliance_vs_paper"] = fig.compliance_vs_paper(comparison, folder / "compliance_vs_paper.png", dpi)
-        drawn["cost_vs_paper"] = fig.cost_vs_paper(comparison, folder / "cost_vs_paper.png", dpi)
-    return drawn
-
-
 def _spark_stage(session, catalog: RunCatalog, out: Path):
     """The Spark passes over the run folders' tables, collected (the links Spark reads through are
     made in `out`, which is writable, and removed afterwards)."""
     with RunTables(session, catalog, REPORT_TABLES, scratch_parent=out) as tables:
         return collect_aggregates(catalog, tables)
+
+
+def _samples_bytes(run_dirs: Sequence[Path]) -> int:
+    """The size of the largest input, the samples tables: how much work the Spark stage has."""
+    return sum(p.stat().st_size for d in run_dirs if (p := d / "samples.parquet").is_file())
 
 
 def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=None) -> ReportResult:
@@ -115,9 +105,11 @@ def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=Non
     dirs = run_folders(runs_dir)  # no runs, or no place to write the report: fail before Spark starts
     out = Path(cfg.out) if cfg.out else Path(runs_dir) / "report"
     _check_writable(out)
-    start = SessionStart(cfg.spark) if spark is None else None
+    workers = FigureWorkers() if cfg.figures else None  # they start while Spark works
+    start: Optional[SessionStart] = None
     steps: Dict[str, float] = {}
     try:
+        start = SessionStart(cfg.spark, _samples_bytes(dirs)) if spark is None else None
         try:
             catalog = load_catalog(runs_dir, dirs)  # manifests and table schemas, while the JVM starts
             steps["run folders: manifests, table schemas"] = time.perf_counter() - t0
@@ -138,16 +130,18 @@ def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=Non
         steps["figure data"] = time.perf_counter() - t3
         timings = {"spark_start_s": t1 - t0, "compute_s": time.perf_counter() - t1}
         t4 = time.perf_counter()
-        files = _render(runs_dir, out, cfg, catalog, metrics, data, master)
+        files = _render(runs_dir, out, cfg, catalog, metrics, data, workers, master)
         timings["render_s"] = time.perf_counter() - t4
     finally:
+        if workers is not None:
+            workers.close()
         if start is not None:
             start.join()
     return ReportResult(out, catalog, metrics, files, timings, steps, master)
 
 
 def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalog, metrics: ReportMetrics,
-            data: Optional[FigureData], master: str) -> Dict[str, Path]:
+            data: Optional[FigureData], workers: Optional[FigureWorkers], master: str) -> Dict[str, Path]:
     """Paper comparison, claims, tables, figures, index.html and report.md."""
     reference = load_reference()
     comparison = compare(metrics.summary, reference)
@@ -158,7 +152,7 @@ def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalo
     if fidelity:
         files["fidelity_gaps"] = out / "tables" / "fidelity_gaps.csv"
         acceptance_gaps(comparison).to_csv(files["fidelity_gaps"], index=False)
-    drawn = _draw_figures(out, data, comparison, config_order(metrics.summary), cfg.dpi) if data is not None else {}
+    drawn = workers.draw(out, data, comparison, config_order(metrics.summary), cfg.dpi) if workers is not None and data is not None else {}
     files.update({f"figure:{k}": v for k, v in drawn.items()})
     table_files = [p for k, p in files.items() if not k.startswith("figure:")]
     doc = build_document(catalog, metrics.summary, comparison, claims, drawn, master, table_files, extra)

@@ -27,6 +27,9 @@ class SparkConfig:
     driver_memory: str = "2g"
     log_level: str = "ERROR"  # JVM and Spark logging; WARN shows Spark's warnings
     ui: bool = False  # the Spark web UI costs start-up time and a port
+    # keep the classes the driver JVM loads in an archive for the next report's JVM (seconds
+    # faster to start; ~/.cache/testbed, written once by the first report, reporting.class_archive)
+    class_archive: bool = True
     conf: Dict[str, str] = field(default_factory=dict)  # further Spark settings, verbatim
 
 

@@ -7,14 +7,21 @@ import os
 import threading
 import warnings
 from pathlib import Path
+from typing import Optional
 
+from reporting.class_archive import ClassArchive
 from reporting.report_config import SparkConfig
 
 LOG4J_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
-# A report's driver JVM lives for seconds: C1 alone compiles its hot code (C2's compiler threads
-# otherwise take more CPU than the report itself on a small machine), the serial collector needs
-# no threads of its own.
-DRIVER_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+# A report's driver JVM lives for seconds to a minute; the serial collector needs no threads of its
+# own. JIT: in a small report C1 alone compiles the hot code (C2's compiler threads would take more
+# CPU than the report itself on a small machine); a large one runs its row loops long enough for
+# C2 to pay off, but only there, so C2 waits for methods ten times hotter than by default.
+DRIVER_JAVA_OPTIONS = ("-XX:+UseSerialGC",)
+LARGE_INPUT_BYTES = 64 << 20
+SMALL_INPUT_JIT = ("-XX:TieredStopAtLevel=1",)
+LARGE_INPUT_JIT = ("-XX:Tier4InvocationThreshold=50000", "-XX:Tier4CompileThreshold=60000",
+                   "-XX:Tier4BackEdgeThreshold=200000")
 
 
 class SparkStartError(RuntimeError):
@@ -30,11 +37,14 @@ def is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
-def build_session(cfg: SparkConfig):
-    """Start (or join, when one runs in this process) a Spark session configured by cfg."""
+def build_session(cfg: SparkConfig, archive: Optional[ClassArchive] = None, input_bytes: int = 0):
+    """Start (or join, when one runs in this process) a Spark session configured by cfg, its JVM
+    using (or recording for) the class archive if one is given, its JIT set for input_bytes."""
     from pyspark.sql import SparkSession
 
-    java_opts = " ".join([f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}", *DRIVER_JAVA_OPTIONS])
+    jit = LARGE_INPUT_JIT if input_bytes >= LARGE_INPUT_BYTES else SMALL_INPUT_JIT
+    java_opts = " ".join([f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}", *DRIVER_JAVA_OPTIONS, *jit,
+                          *(archive.java_options() if archive else [])])
     builder = (
         SparkSession.builder.master(cfg.master)
         .appName(cfg.app_name)
@@ -73,19 +83,21 @@ def build_session(cfg: SparkConfig):
 class SessionStart:
     """A session starting in a background thread: the JVM takes seconds to start, during which the
     report reads manifests and table schemas. `session()` waits for it (raising SparkStartError
-    if it failed); `stop()` stops it in the background (once it has started), `join()` waits
+    if it failed); `stop()` stops it in the background (once it has started; first archiving
+    its classes if cfg.class_archive asks for it and there is no archive yet), `join()` waits
     until it is stopped."""
 
-    def __init__(self, cfg: SparkConfig):
+    def __init__(self, cfg: SparkConfig, input_bytes: int = 0):
         self._spark = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._start, args=(cfg,), name="spark-start", daemon=True)
+        self._archive = ClassArchive() if cfg.class_archive else None
+        self._thread = threading.Thread(target=self._start, args=(cfg, input_bytes), name="spark-start", daemon=True)
         self._thread.start()
         self._stopping: threading.Thread | None = None
 
-    def _start(self, cfg: SparkConfig) -> None:
+    def _start(self, cfg: SparkConfig, input_bytes: int) -> None:
         try:
-            self._spark = build_session(cfg)
+            self._spark = build_session(cfg, self._archive, input_bytes)
         except BaseException as exc:  # handed to the thread waiting in session()
             self._error = exc
 
@@ -103,6 +115,8 @@ class SessionStart:
     def _stop(self) -> None:
         self._thread.join()
         if self._spark is not None:
+            if self._archive is not None and self._archive.recording:
+                self._archive.dump(self._spark._jvm.java.lang.ProcessHandle.current().pid())
             self._spark.stop()
             self._spark = None
 

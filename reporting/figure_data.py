@@ -33,7 +33,7 @@ def figure_data(catalog: RunCatalog, aggregates: Aggregates) -> FigureData:
     timeseries = pd.concat([volume, instances, hosts], ignore_index=True)
     timeseries = timeseries.sort_values(["pattern", "config", "rep", "series", "minute"], kind="mergesort")
 
-    samples = aggregates.samples.merge(runs, on="run_id")
+    samples = aggregates.compliance.merge(runs, on="run_id")
     durations = samples.groupby(["pattern", "config", "operator", "bin"], as_index=False)["n"].sum()
     durations = durations.rename(columns={"n": "count"})
     durations["ratio"] = 10.0 ** (durations.pop("bin").astype(float) * LOG_BIN)

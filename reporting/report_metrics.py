@@ -74,9 +74,8 @@ def _mean_over_intervals(per_minute: pd.DataFrame, column: str) -> float:
 def _run_values(run: RunInfo, part: Dict[str, pd.DataFrame]) -> Dict[str, object]:
     """All metrics of one run (run_metrics's layout: BTU-independent ones at the top, costs in
     "by_btu"), from its rows of each aggregate."""
-    samples = part["samples"]
-    counts = samples.groupby("operator")[_COUNTS].sum()
-    episodes = samples.groupby("operator")[["episode_sum", "episodes"]].sum(min_count=1)
+    counts = part["compliance"].groupby("operator")[_COUNTS].sum()
+    episodes = part["episodes"].set_index("operator").reindex(counts.index)
     # mean over every episode of every operator
     time_to_adapt = _ratio(float(episodes["episode_sum"].sum(min_count=1)), float(episodes["episodes"].sum()))
     totals = RunTotals(counts, int(part["items"]["items"].sum()), dict(zip(part["actions"]["action"], part["actions"]["n"])),

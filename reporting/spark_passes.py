@@ -3,8 +3,9 @@ grouped aggregation down to a small result per run (and operator, bin or minute)
 collected together in one Spark action (`collect_aggregates`). Everything after it (metrics,
 figures) works on these small tables in pandas.
 
-* samples, the largest table, shuffled once by (run, operator) and sorted by time there: samples,
-  compliant samples and violation episodes (time to adapt) per (run, operator, bin of duration / SLO);
+* samples, the largest table: samples and compliant samples per (run, operator, bin of duration /
+  SLO) in a hash aggregation; the violation episodes (time to adapt) per (run, operator) from the
+  samples shuffled once by (run, operator) and sorted by time there;
 * processed, queues and instances stacked, shuffled once: the elasticity sums per (run, operator)
   (reporting.elasticity);
 * per run: processed items, action counts and the lease rows (a few per run);
@@ -35,7 +36,8 @@ LEASE_COLUMNS = ["host", "start_s", "end_s", "btu_s", "paid_btus", "prolongation
 @dataclass
 class Aggregates:
     """The collected results, one small pandas table each (run_id = RunInfo.run_id)."""
-    samples: pd.DataFrame  # run_id, operator, bin, n, ok_<level>, episode_sum, episodes
+    compliance: pd.DataFrame  # run_id, operator, bin, n, ok_<level>
+    episodes: pd.DataFrame  # run_id, operator, episode_sum, episodes (operators with a compliant sample after a violation)
     elasticity: pd.DataFrame  # run_id, operator, reporting.elasticity.SUMS
     items: pd.DataFrame  # run_id, items
     actions: pd.DataFrame  # run_id, action, n
@@ -61,36 +63,40 @@ def _per_run_and_operator(values: Dict[int, Dict[str, float]]):
     return column
 
 
-def _samples_pass(tables: RunTables, slo_ms):
-    """Per (run, operator, bin): samples n, compliant ok_<level>, and the violation episodes that
-    end in the bin: episode_sum, episodes (an episode: a real-time violation right after a
-    compliant sample until the next compliant sample; leading violations and an episode still open
-    at the end have no known length and do not count)."""
+def _compliance_pass(tables: RunTables, slo_ms):
+    """Per (run, operator, bin of duration / SLO): samples n and those complying at each level,
+    ok_<level>. Order does not matter: a hash aggregation, mostly before the shuffle."""
+    from pyspark.sql import functions as F
+
+    s = tables["samples"].select("run_id", "operator", "duration_ms", slo_ms.alias("slo_ms"))
+    ratio = F.greatest(F.col("duration_ms") / F.col("slo_ms"), F.lit(10 ** LOG_MIN))
+    log_bin = F.least(F.ceil(F.log10(ratio) / F.lit(LOG_BIN)), F.lit(int(round(LOG_MAX / LOG_BIN))))
+    return s.groupBy("run_id", "operator", log_bin.alias("bin")).agg(
+        F.count(F.lit(1)).alias("n"),
+        *[F.sum((F.col("duration_ms") <= F.lit(factor) * F.col("slo_ms")).cast("long")).alias(f"ok_{level}")
+          for level, factor in LEVELS])
+
+
+def _episodes_pass(tables: RunTables, slo_ms):
+    """Per (run, operator) with episodes: the sum and number of the violation episodes. An episode
+    starts at a real-time violation right after a compliant sample and ends at the next compliant
+    sample; leading violations and an episode still open at the end have no known length.
+
+    The samples are shuffled by (run, operator) and sorted by time there, once; only the
+    transitions between compliance and violation are kept, and as they alternate, the one before
+    an episode's end is its start."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    s = (tables["samples"].select("run_id", "operator", "t_s", "_row", "duration_ms")
-         .repartition("run_id", "operator")  # the one shuffle: the window and the grouping reuse it
-         .withColumn("slo_ms", slo_ms))
     # _row (position in the file) breaks ties in t_s as the pandas stable sort does
     w = Window.partitionBy("run_id", "operator").orderBy("t_s", "_row")
-    ok = {level: F.col("duration_ms") <= F.lit(factor) * F.col("slo_ms") for level, factor in LEVELS}
-    ratio = F.greatest(F.col("duration_ms") / F.col("slo_ms"), F.lit(10 ** LOG_MIN))
-    log_bin = F.least(F.ceil(F.log10(ratio) / F.lit(LOG_BIN)), F.lit(int(round(LOG_MAX / LOG_BIN))))
-    s = s.select("run_id", "operator", "t_s", "_row", log_bin.alias("bin"),
-                 *[c.alias(f"ok_{level}") for level, c in ok.items()])
-    s = s.withColumn("prev_ok", F.lag("ok_realtime").over(w))
-    # An episode starts at a real-time violation right after a compliant sample. The last start at
-    # or before a compliant sample that follows a violation is the start of the episode it ends.
-    s = s.withColumn("start_t", F.when(~F.col("ok_realtime") & F.col("prev_ok"), F.col("t_s")))
-    s = s.withColumn("open_start", F.last("start_t", ignorenulls=True).over(
-        w.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
-    ends = F.col("ok_realtime") & ~F.col("prev_ok") & F.col("open_start").isNotNull()
-    s = s.withColumn("episode_s", F.when(ends, F.col("t_s") - F.col("open_start")))
-    return s.groupBy("run_id", "operator", "bin").agg(
-        F.count(F.lit(1)).alias("n"),
-        *[F.sum(F.col(f"ok_{level}").cast("long")).alias(f"ok_{level}") for level, _ in LEVELS],
-        F.sum("episode_s").alias("episode_sum"), F.count("episode_s").alias("episodes"))
+    ok = (F.col("duration_ms") <= slo_ms).alias("ok")
+    s = tables["samples"].select("run_id", "operator", "t_s", "_row", ok)
+    s = s.select("*", F.lag("ok").over(w).alias("prev_ok"))
+    transitions = s.where(F.col("ok") != F.col("prev_ok"))  # a start (ok -> violation) or an end
+    ends = transitions.select("run_id", "operator", "ok", (F.col("t_s") - F.lag("t_s").over(w)).alias("length"))
+    return ends.where(F.col("ok")).groupBy("run_id", "operator").agg(
+        F.sum("length").alias("episode_sum"), F.count("length").alias("episodes"))
 
 
 def _minute():
@@ -109,7 +115,8 @@ def _passes(catalog: RunCatalog, tables: RunTables) -> dict:
                                       for run_id, ops in operators.items()})  # NaN: no service model
     instances = tables["instances"].groupBy("run_id", "t_s").agg(F.sum("instances").alias("instances"))
     return {
-        "samples": _samples_pass(tables, slo_ms),
+        "compliance": _compliance_pass(tables, slo_ms),
+        "episodes": _episodes_pass(tables, slo_ms),
         "elasticity": elasticity_sums(tables, capacity),
         "items": tables["processed"].groupBy("run_id").agg(F.sum("items").alias("items")),
         "actions": tables["actions"].groupBy("run_id", "action").agg(F.count(F.lit(1)).alias("n")),

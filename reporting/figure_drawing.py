@@ -1,15 +1,19 @@
 """The report's figures drawn in worker processes, one figure per task, on all cores (at most 2 by
-default: the report's machine). The workers are forked from a server process that imports
-matplotlib and seaborn (reporting.figures) once, while the Spark stage runs; the report's own
-process never imports them.
+default: the report's machine). The workers are forked when the report starts, before it starts
+any thread, and import matplotlib and seaborn (reporting.figures) while the Spark stage runs.
+
+A process that runs threads already (a Spark session of its own, say) is not forked: forking
+copies locks other threads may hold. There, and with one core, the figures are drawn in the
+report's own process, one after the other.
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import Future, ProcessPoolExecutor
+import threading
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import pandas as pd
 
@@ -22,14 +26,27 @@ def _draw(function: str, *args) -> Path:
     return getattr(figures, function)(*args)
 
 
+def _import_figures() -> None:
+    import reporting.figures  # noqa: F401
+
+
+class _InProcess(Executor):
+    def submit(self, fn: Callable, /, *args, **kwargs) -> Future:
+        future: Future = Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
 class FigureWorkers:
     def __init__(self, workers: Optional[int] = None):
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["reporting.figures"])
-        self.workers = workers or min(2, os.cpu_count() or 1)
-        self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
-        for _ in range(self.workers):
-            self._pool.submit(int)  # start them now, not when the first figure is due
+        workers = workers or min(2, os.cpu_count() or 1)
+        self._pool: Executor
+        if workers > 1 and threading.active_count() == 1:
+            self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+            for _ in range(workers):
+                self._pool.submit(_import_figures)
+        else:
+            self._pool = _InProcess()
 
     def draw(self, out: Path, data: FigureData, comparison: pd.DataFrame, order: List[str], dpi: int) -> Dict[str, Path]:
         """Every figure of the report into out/figures: name -> PNG path."""

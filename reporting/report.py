@@ -130,7 +130,7 @@ def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=Non
         steps["figure data"] = time.perf_counter() - t3
         timings = {"spark_start_s": t1 - t0, "compute_s": time.perf_counter() - t1}
         t4 = time.perf_counter()
-        files = _render(runs_dir, out, cfg, catalog, metrics, data, workers, master)
+        files = _render(runs_dir, out, cfg, catalog, metrics, data, workers, master, steps)
         timings["render_s"] = time.perf_counter() - t4
     finally:
         if workers is not None:
@@ -141,8 +141,10 @@ def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=Non
 
 
 def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalog, metrics: ReportMetrics,
-            data: Optional[FigureData], workers: Optional[FigureWorkers], master: str) -> Dict[str, Path]:
-    """Paper comparison, claims, tables, figures, index.html and report.md."""
+            data: Optional[FigureData], workers: Optional[FigureWorkers], master: str,
+            steps: Dict[str, float]) -> Dict[str, Path]:
+    """Paper comparison, claims, tables, figures, index.html and report.md (steps: seconds of the
+    figures and of the documents)."""
     reference = load_reference()
     comparison = compare(metrics.summary, reference)
     claims = check_claims(metrics.summary, reference)
@@ -152,12 +154,15 @@ def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalo
     if fidelity:
         files["fidelity_gaps"] = out / "tables" / "fidelity_gaps.csv"
         acceptance_gaps(comparison).to_csv(files["fidelity_gaps"], index=False)
+    t0 = time.perf_counter()
     drawn = workers.draw(out, data, comparison, config_order(metrics.summary), cfg.dpi) if workers is not None and data is not None else {}
+    steps["figures"] = time.perf_counter() - t0
     files.update({f"figure:{k}": v for k, v in drawn.items()})
     table_files = [p for k, p in files.items() if not k.startswith("figure:")]
     doc = build_document(catalog, metrics.summary, comparison, claims, drawn, master, table_files, extra)
     files["html"] = write_html(doc, out / "index.html")
     files["markdown"] = write_markdown(doc, out / "report.md", files["manifests"])
+    steps["documents"] = time.perf_counter() - t0 - steps["figures"]
     return files
 
 

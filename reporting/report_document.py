@@ -191,6 +191,10 @@ def build_document(catalog: RunCatalog, summary: pd.DataFrame, comparison: pd.Da
         f"pattern(s); {len(incomplete)} incomplete run(s)"
         + (" — reported below and excluded from every mean." if incomplete else "."),
         "Code revision(s): " + ", ".join(revisions) + ".",
+        # the numbers depend on the simulator's profile (paper values, calibrated unknowns, ...): say which
+        "Evaluation(s) and profile(s): " + ", ".join(sorted(
+            {f"{r.manifest.experiment} on profile {r.manifest.resolved_config.get('profile', '?')}" for r in complete}))
+        + ".",
         "Tables: " + ", ".join(p.name for p in table_files) + " (folder tables/).",
     ]
     sections: List[Section] = [Section("The paper's claims", [claims_table(claims)])]

@@ -53,8 +53,9 @@ def compute_metrics(spark: Any, catalog: RunCatalog, scratch: Path) -> ReportMet
         return report_metrics(catalog, collect_aggregates(catalog, tables))
 
 
-def _values(per_run: pd.DataFrame, config: str, rep: int = 1) -> Dict[Tuple[Optional[int], str], float]:
-    rows = per_run[(per_run["config"] == config) & (per_run["rep"] == rep)]
+def _values(per_run: pd.DataFrame, config: str, rep: int = 1,
+            pattern: str = "stepwise") -> Dict[Tuple[Optional[int], str], float]:
+    rows = per_run[(per_run["pattern"] == pattern) & (per_run["config"] == config) & (per_run["rep"] == rep)]
     return {(None if pd.isna(b) else int(b), m): v for b, m, v in zip(rows["btu_minutes"], rows["metric"], rows["value"])}
 
 
@@ -71,6 +72,8 @@ def hand_built(spark: Any, tmp_path_factory: pytest.TempPathFactory):
     # the 3 BTUs stored, not the 2 that ⌈1190/600⌉ would give
     make_run(root, config="btu-10", policy="btu", btu_minutes=10, leases=[("h1", 0.0, 1190.0, 600.0, 3, 2, True)],
              actions=["lease", "prolong", "prolong", "release"])
+    # another pattern whose topology has other SLOs and service times: the per-run lookups differ
+    make_run(root, pattern="two_level", slo={"A": 200.0, "B": 100.0, "X": 500.0}, service_mean_ms=20.0)
     catalog = load_catalog(root)
     return root, catalog, compute_metrics(spark, catalog, root)
 
@@ -128,6 +131,10 @@ def test_hand_built_elasticity(hand_built) -> None:
     assert v[(None, "mean_supply_instances")] == pytest.approx(2.0)
     assert v[(None, "mean_instances")] == pytest.approx(2.0)
     assert v[(None, "mean_leased_vms")] == pytest.approx(10 / 6)
+    # A at 20 ms per item: 50 items/s per instance, so demand doubles: 2,4,4,2,6,2 against 1,1,2,2,3,3
+    other = _values(metrics.per_run, "threshold", pattern="two_level")
+    assert other[(None, "mean_demand_instances")] == pytest.approx(20 / 6)
+    assert other[(None, "elasticity_under_timeshare_pct")] == pytest.approx(100 * 40 / 60)
 
 
 def test_hand_built_means_exclude_the_incomplete_run(hand_built) -> None:
@@ -143,9 +150,10 @@ def test_hand_built_means_exclude_the_incomplete_run(hand_built) -> None:
 
 def test_hand_built_matches_pandas(hand_built) -> None:
     root, _, metrics = hand_built
-    for config, rep in (("threshold", 1), ("threshold", 2), ("btu-10", 1)):
-        expected = run_metrics(run_dir_for(root, "stepwise", config, rep))
-        got = _values(metrics.per_run, config, rep)
+    for pattern, config, rep in (("stepwise", "threshold", 1), ("stepwise", "threshold", 2), ("stepwise", "btu-10", 1),
+                                 ("two_level", "threshold", 1)):
+        expected = run_metrics(run_dir_for(root, pattern, config, rep))
+        got = _values(metrics.per_run, config, rep, pattern)
         own = 10 if config == "btu-10" else None
         for name in METRICS:
             if name in expected:
@@ -209,6 +217,8 @@ def test_report_files_and_incomplete_run(simulated) -> None:
     md = (out / "report.md").read_text()
     assert "1 incomplete run(s)" in md and "KeyboardInterrupt: test" in md
     assert read_manifest(run_dir_for(runs.parent, "stepwise", "btu-10", 1)).code_revision in md
+    profile = read_manifest(run_dir_for(runs.parent, "stepwise", "btu-10", 1)).resolved_config["profile"]
+    assert f"on profile {profile}" in md  # which profile produced the numbers
     for png in (out / "figures").glob("*.png"):
         assert f"figures/{png.name}" in md
     assert {p.name for p in (out / "figures").glob("*.png")} == {

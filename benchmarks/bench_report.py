@@ -10,6 +10,10 @@ median reported. Runs folders (simulated into a temporary folder unless given):
 * 48 runs: the matrix of all four patterns in one folder;
 * one run: a single run folder of the 12 (btu-10, repetition 1).
 
+Before them, one report that is not counted: the first report on a machine writes the archive of
+Spark's classes that later reports' JVMs start from (reporting.class_archive), which costs it
+seconds once.
+
 Targets (issue 17, 2-core machine): the report of 12 runs at most 2x the summary's wall time, the
 report of one run under 20 s, of 48 runs under 45 s.
 
@@ -31,6 +35,10 @@ from pathlib import Path
 from typing import List, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from reporting.class_archive import ClassArchive  # noqa: E402
+
 PATTERNS = ("stepwise", "two_level", "random_walk_1", "random_walk_2")
 TARGET_RATIO_12, TARGET_ONE_S, TARGET_48_S = 2.0, 20.0, 45.0
 
@@ -82,6 +90,10 @@ def main() -> None:
             root = Path(tmp) / "runs"
             print(f"simulating the 48-run matrix ... {simulate(root):.1f} s")
         one_run = root / "stepwise" / "btu-10" / "1"
+        archived = ClassArchive().path.is_file()
+        first_s, _ = testbed("report", str(one_run), f"out={Path(tmp) / 'report'}", *args.overrides)
+        print(f"first report (one run; {'the class archive exists' if archived else 'writes the class archive'}): "
+              f"{first_s:.1f} s, not counted")
         cases = [("one run", one_run), ("12 runs (stepwise)", root / "stepwise"), ("48 runs (4 patterns)", root)]
         results = {name: compare(name, folder, Path(tmp) / "report", args.repeat, args.overrides)
                    for name, folder in cases}
@@ -89,7 +101,8 @@ def main() -> None:
     print("\nmedians:")
     print(f"   12 runs: report / summary {ratio_12:4.1f}x   target <= {TARGET_RATIO_12:.0f}x"
           + ("" if ratio_12 <= TARGET_RATIO_12 else "   ** over target **"))
-    print(f"   one run: report {one_s:5.1f} s   target < {TARGET_ONE_S:.0f} s" + ("" if one_s < TARGET_ONE_S else "   ** over target **"))
+    print(f"   one run: report {one_s:5.1f} s   target < {TARGET_ONE_S:.0f} s"
+          + ("" if one_s < TARGET_ONE_S else "   ** over target **"))
     print(f"   48 runs: report {all_s:5.1f} s ({ratio_48:.1f}x the summary)   target < {TARGET_48_S:.0f} s"
           + ("" if all_s < TARGET_48_S else "   ** over target **"))
 

@@ -48,7 +48,7 @@ class ReportResult:
     metrics: ReportMetrics
     files: Dict[str, Path] = field(default_factory=dict)
     timings: Dict[str, float] = field(default_factory=dict)  # spark_start_s, compute_s, render_s
-    steps: Dict[str, float] = field(default_factory=dict)  # spark_start_s and compute_s by step (seconds)
+    steps: Dict[str, float] = field(default_factory=dict)  # the timings by step (seconds)
     master: str = ""
 
 
@@ -155,7 +155,9 @@ def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalo
         files["fidelity_gaps"] = out / "tables" / "fidelity_gaps.csv"
         acceptance_gaps(comparison).to_csv(files["fidelity_gaps"], index=False)
     t0 = time.perf_counter()
-    drawn = workers.draw(out, data, comparison, config_order(metrics.summary), cfg.dpi) if workers is not None and data is not None else {}
+    drawn: Dict[str, Path] = {}
+    if workers is not None and data is not None:
+        drawn = workers.draw(out, data, comparison, config_order(metrics.summary), cfg.dpi)
     steps["figures"] = time.perf_counter() - t0
     files.update({f"figure:{k}": v for k, v in drawn.items()})
     table_files = [p for k, p in files.items() if not k.startswith("figure:")]

@@ -78,8 +78,9 @@ def _run_values(run: RunInfo, part: Dict[str, pd.DataFrame]) -> Dict[str, object
     episodes = part["episodes"].set_index("operator").reindex(counts.index)
     # mean over every episode of every operator
     time_to_adapt = _ratio(float(episodes["episode_sum"].sum(min_count=1)), float(episodes["episodes"].sum()))
-    totals = RunTotals(counts, int(part["items"]["items"].sum()), dict(zip(part["actions"]["action"], part["actions"]["n"])),
-                       time_to_adapt, part["leases"][LEASE_COLUMNS].reset_index(drop=True))
+    actions = dict(zip(part["actions"]["action"], part["actions"]["n"]))
+    totals = RunTotals(counts, int(part["items"]["items"].sum()), actions, time_to_adapt,
+                       part["leases"][LEASE_COLUMNS].reset_index(drop=True))
     try:
         values: Dict[str, object] = metrics_from_totals(totals, run.manifest, run.run_dir)
     except SummaryError as exc:

@@ -37,7 +37,7 @@ LEASE_COLUMNS = ["host", "start_s", "end_s", "btu_s", "paid_btus", "prolongation
 class Aggregates:
     """The collected results, one small pandas table each (run_id = RunInfo.run_id)."""
     compliance: pd.DataFrame  # run_id, operator, bin, n, ok_<level>
-    episodes: pd.DataFrame  # run_id, operator, episode_sum, episodes (operators with a compliant sample after a violation)
+    episodes: pd.DataFrame  # run_id, operator, episode_sum, episodes (operators with a transition to compliance)
     elasticity: pd.DataFrame  # run_id, operator, reporting.elasticity.SUMS
     items: pd.DataFrame  # run_id, items
     actions: pd.DataFrame  # run_id, action, n
@@ -110,9 +110,11 @@ def _passes(catalog: RunCatalog, tables: RunTables) -> dict:
     from pyspark.sql import functions as F
 
     operators = {r.run_id: r.operators() for r in catalog.complete}
-    slo_ms = _per_run_and_operator({run_id: {o.operator: o.slo_ms for o in ops} for run_id, ops in operators.items()})
-    capacity = _per_run_and_operator({run_id: {o.operator: o.capacity_per_s for o in ops if not math.isnan(o.capacity_per_s)}
-                                      for run_id, ops in operators.items()})  # NaN: no service model
+    slo_ms = _per_run_and_operator({run_id: {o.operator: o.slo_ms for o in ops}
+                                    for run_id, ops in operators.items()})
+    capacity = _per_run_and_operator({run_id: {o.operator: o.capacity_per_s for o in ops
+                                               if not math.isnan(o.capacity_per_s)}  # NaN: no service model
+                                      for run_id, ops in operators.items()})
     instances = tables["instances"].groupBy("run_id", "t_s").agg(F.sum("instances").alias("instances"))
     return {
         "compliance": _compliance_pass(tables, slo_ms),

@@ -33,9 +33,9 @@ Lease = Tuple[str, float, float, float, int, int, bool]  # host, start, end, btu
 BASELINE_LEASES: List[Lease] = [("h1", 0.0, 1500.0, 3600.0, 1, 0, True), ("h2", 600.0, 4200.0, 3600.0, 1, 0, True)]
 
 
-def _resolved(penalty: float = 0.0001) -> Dict[str, Any]:
-    ops: Dict[str, Any] = {op: {"slo_ms": slo} for op, slo in SLO.items()}
-    ops["A"]["service"] = {"mean_ms": 10.0, "parallel": 1}
+def _resolved(slo: Dict[str, float], service_mean_ms: float, penalty: float = 0.0001) -> Dict[str, Any]:
+    ops: Dict[str, Any] = {op: {"slo_ms": value} for op, value in slo.items()}
+    ops["A"]["service"] = {"mean_ms": service_mean_ms, "parallel": 1}
     return {
         "topology": {"operators": ops, "compliance_excluded": ["X"]},
         "billing": {"btu_minutes": 60, "price_per_10_minutes": 1.0, "penalty_per_item": penalty,
@@ -49,7 +49,8 @@ def make_run(root: Path, *, config: str = "threshold", rep: int = 1, policy: str
              samples: Sequence[Tuple[float, str, float]] = SAMPLES, leases: Sequence[Lease] = BASELINE_LEASES,
              actions: Sequence[str] = ("lease", "lease", "scale_up", "scale_up", "scale_up", "scale_down",
                                        "migrate", "release", "release"),
-             status: str = "complete", pattern: str = "stepwise", billing: str = "") -> Path:
+             status: str = "complete", pattern: str = "stepwise", billing: str = "",
+             slo: Dict[str, float] = SLO, service_mean_ms: float = 10.0) -> Path:
     run_dir = run_dir_for(root, pattern, config, rep)
     log = EventLog(run_dir)
     shuffled = list(samples[1::2]) + list(samples[::2])  # file order must not matter, only time
@@ -72,6 +73,6 @@ def make_run(root: Path, *, config: str = "threshold", rep: int = 1, policy: str
     write_manifest(run_dir, Manifest(
         run_id=f"{pattern}/{config}/{rep}", experiment="test", pattern=pattern, config=config, policy=policy,
         btu_minutes=btu_minutes, rep=rep, seed=100 + rep, seeds={"run": 100 + rep}, backend="sim",
-        resolved_config=_resolved(), code_revision="test-revision", versions={}, status=status, billing=billing,
+        resolved_config=_resolved(slo, service_mean_ms), code_revision="test-revision", versions={}, status=status, billing=billing,
     ))
     return run_dir

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from reporting import report
+from reporting.class_archive import ClassArchive
 from reporting.paper_comparison import FAILS, HOLDS, NOT_EVALUABLE, check_claims, compare, load_reference
 from reporting.report_config import ReportConfig, ReportConfigError, parse_overrides
 from reporting.run_catalog import ReportError, load_catalog
@@ -201,3 +202,16 @@ def test_comparison_and_claims_ignore_approaches_the_paper_does_not_have() -> No
                                                zip(measured["approach"], measured["btu_minutes"])]), other])
     assert compare(both, ref).equals(compare(measured, ref))
     assert check_claims(both, ref).equals(check_claims(measured, ref))
+
+
+def test_class_archive_options(tmp_path: Path) -> None:
+    archive = ClassArchive(tmp_path)
+    assert archive.path.parent == tmp_path and archive.path.name.startswith("spark-classes-")
+    if archive.recording:  # a JDK with jcmd: the first report records, then archives its classes
+        assert archive.java_options() == ["-XX:+RecordDynamicDumpInfo", "-Xlog:cds*=off"]
+    archive.path.write_bytes(b"an archive")
+    later = ClassArchive(tmp_path)
+    assert not later.recording
+    assert later.java_options() == [f"-XX:SharedArchiveFile={archive.path}", "-Xlog:cds*=off"]
+    later.dump(1)  # nothing to record: no jcmd call, the archive stays
+    assert archive.path.read_bytes() == b"an archive"

@@ -52,7 +52,7 @@ METRICS: Tuple[str, ...] = BTU_INDEPENDENT_METRICS + BTU_DEPENDENT_METRICS
 
 COLUMNS = ["pattern", "approach", "btu_minutes", "metric", "mean", "sd", "n", "config"]
 LONG_KEYS = ["pattern", "approach", "config", "btu_minutes", "metric"]
-ACTION_COUNTS = {"vm_leases": "lease", "vm_prolongations": "prolong", "vm_releases": "release",
+_ACTION_COUNTS = {"vm_leases": "lease", "vm_prolongations": "prolong", "vm_releases": "release",
                   "scale_ups": "scale_up", "scale_downs": "scale_down", "migrations": "migrate"}
 
 # Release window when the resolved config does not give one (spec §8: 5 % of the BTU, at least
@@ -272,7 +272,7 @@ def metrics_from_totals(totals: RunTotals, manifest: Manifest, where: Path) -> D
     penalties = {level: penalty_per_item * items * (1.0 - headline[level]) for level, _ in LEVELS}
     for level, _ in LEVELS:
         metrics[f"{level}_penalty"] = penalties[level]
-    for name, action in ACTION_COUNTS.items():
+    for name, action in _ACTION_COUNTS.items():
         metrics[name] = float(totals.actions.get(action, 0))
     metrics["time_to_adapt_s"] = totals.time_to_adapt_s
     metrics["by_btu"] = {m: _cost_metrics(totals.leases, m, penalties, cfg, where)

@@ -53,8 +53,6 @@ def build_session(cfg: SparkConfig, archive: Optional[ClassArchive] = None, inpu
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", cfg.driver_memory)
         .config("spark.driver.extraJavaOptions", java_opts)
-        # small aggregates reach pandas through Arrow, not row by row
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         # the driver lists a report's files itself (Spark's default starts a job per table for more
         # than 32 files, which takes longer than listing thousands of files)
         .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")

@@ -372,19 +372,16 @@ def _validate_scale(cfg: ExperimentConfig) -> None:
 
 
 def _first_fit_hosts(cfg: ExperimentConfig) -> int:
-    """Hosts the initial deployment leases (first fit, as testbed.policies.base places it)."""
-    from testbed.topology import Topology  # (it imports this module)
+    """Hosts the initial deployment leases: testbed.policies.base.initial_deployment on an empty cloud."""
+    from testbed.model import LeaseHost  # (these import this module)
+    from testbed.monitoring import Observer, SnapshotSettings
+    from testbed.policies.base import initial_deployment
+    from testbed.topology import Topology
 
-    infra, free = cfg.infrastructure, []  # type: InfrastructureConfig, List[List[int]]
-    for op in Topology.from_config(cfg.topology).configs.values():  # topological order, as deployed
-        for _ in range(cfg.runtime.initial_instances):
-            host = next((h for h in free if h[0] >= op.cpu_shares and h[1] >= op.memory_mb), None)
-            if host is None:
-                host = [infra.host_cpu_shares, infra.host_memory_mb]
-                free.append(host)
-            host[0] -= op.cpu_shares
-            host[1] -= op.memory_mb
-    return len(free)
+    topology = Topology.from_config(cfg.topology)
+    empty = Observer(topology, SnapshotSettings.from_config(cfg, cfg.billing.btu_minutes * 60.0), 1,
+                     cfg.runtime.monitoring_s).snapshot(0.0, (), (), {})
+    return sum(isinstance(a, LeaseHost) for a in initial_deployment(empty, cfg.runtime.initial_instances))
 
 
 def _validate_policies(cfg: ExperimentConfig) -> None:

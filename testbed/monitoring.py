@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from testbed.config import ExperimentConfig
-from testbed.model import HostView, InstanceState, InstanceView, OperatorType, OperatorView, Snapshot
+from testbed.model import HostView, InstanceState, InstanceView, OperatorView, Snapshot
 from testbed.observation import Observation
 from testbed.topology import Topology
 

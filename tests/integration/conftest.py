@@ -202,3 +202,9 @@ def cpu_hog() -> Iterator[subprocess.Popen]:
     finally:
         hog.kill()
         hog.wait()
+
+
+
+def name_of(container) -> str:
+    """A sparse container's name (the list call gives Names, not Name)."""
+    return (container.attrs.get("Names") or [container.attrs.get("Name", "")])[0].lstrip("/")

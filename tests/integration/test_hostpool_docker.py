@@ -17,7 +17,7 @@ from testbed.live.engines import RUN_LABEL, EngineError
 from testbed.live.hostpool import HostPool
 from testbed.model import InstanceState
 from tests.conftest import compose_config
-from tests.integration.conftest import BASE_IMAGE
+from tests.integration.conftest import BASE_IMAGE, name_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("cpu_hog")]  # TESTBED_CPU_HOG=1: one core busy
 
@@ -108,10 +108,6 @@ def run_containers(client, run_id: str) -> list:
     # sparse: no inspect per listed container, which fails (404) for one removed in between
     return client.containers.list(all=True, sparse=True, filters={"label": f"{RUN_LABEL}={run_id}"})
 
-
-def name_of(container) -> str:
-    """A sparse container's name (the list call gives Names, not Name)."""
-    return (container.attrs.get("Names") or [container.attrs.get("Name", "")])[0].lstrip("/")
 
 
 def test_lifecycle_labels_drain_crash_release(make_pool, client):

@@ -29,7 +29,7 @@ from testbed.eventlog import read_manifest
 from testbed.experiment import run_experiment
 from testbed.live.engines import EngineError
 
-from .conftest import ROOT, wait_for_rabbit
+from .conftest import ROOT, name_of, wait_for_rabbit
 from .test_live_run import config
 
 pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]  # TESTBED_CPU_HOG=1: one core busy
@@ -38,11 +38,6 @@ SHORT = ["pattern=constant", "pattern.levels=[1]", "duration_min=2.5", "load_sca
          "summary=false", "runtime.reasoning_s=10", "runtime.monitoring_s=3", "backend=docker",
          "backend.live.stop_timeout_s=20", "policy=threshold",
          "profile=paper"]  # the scenario was sized for the paper's values (the btu evaluation defaults to the calibrated ones)
-
-
-def name_of(container) -> str:
-    """A sparse container's name (the list call gives Names, not Name)."""
-    return (container.attrs.get("Names") or [container.attrs.get("Name", "")])[0].lstrip("/")
 
 
 def run_containers(name_prefix: str, operator: Optional[str] = None) -> List:

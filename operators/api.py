@@ -88,6 +88,11 @@ def instance_state_hash(prefix: str) -> str:
     return f"{prefix}:instance_state"
 
 
+def seen_key(prefix: str, operator: str, producer: str, item_id: str) -> str:
+    """Redis key remembering that ``operator`` finished input ``item_id`` from ``producer``."""
+    return f"{prefix}:{operator}:finished:{producer}:{item_id}"
+
+
 ACTIVE, INACTIVE, STOPPED = "active", "inactive", "stopped"
 INACTIVE_FLAG = "0"  # any other value of the activation key (or none) means active
 

@@ -33,8 +33,9 @@ import signal
 import sys
 
 # A stop can come while the instance is still starting (a scale-down or the end of a run right
-# after a start). As PID 1 of a container, a process ignores a SIGTERM it has no handler for, so
-# until the runner installs its draining handler a stop simply ends the instance: it holds nothing.
+# after a start). The image starts the interpreter with SIGTERM ignored (operators/Dockerfile) and
+# the host pool repeats its SIGTERM; from here until the draining handler is installed a stop simply
+# ends the instance with status 0: it holds nothing yet.
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 import importlib  # noqa: E402
@@ -47,7 +48,7 @@ from dataclasses import dataclass  # noqa: E402
 from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple  # noqa: E402
 
 from operators.activation import ActivationStore, RedisActivation
-from operators.api import INACTIVE, STOPPED, Emission, Operator, OperatorContext, PoisonItem
+from operators.api import INACTIVE, STOPPED, Emission, Operator, OperatorContext, PoisonItem, seen_key
 from operators.envelope import Envelope, EnvelopeError, amqp_properties
 from operators.metrics import Metrics
 from operators.runner_config import ConfigError, RunnerConfig, config_from_env
@@ -80,11 +81,6 @@ class RunnerStats:
     released: int = 0  # handed back unstarted when switched off
     stale: int = 0  # deliveries of a lost connection / revoked partition, left to the broker
     errors: int = 0  # operator failures other than PoisonItem (input requeued)
-
-
-def seen_key(prefix: str, operator: str, producer: str, item_id: str) -> str:
-    """Redis key remembering that ``operator`` finished input ``item_id`` from ``producer``."""
-    return f"{prefix}:{operator}:finished:{producer}:{item_id}"
 
 
 class Runner:

@@ -172,7 +172,9 @@ class LiveConfig:
     network_mode: str = "host"  # containers reach the broker and Redis at the addresses above
     prefetch: int = 5
     parallel: int = 1  # items in process at once per instance
-    stop_timeout_s: float = 30.0  # graceful drain before a container is killed
+    # a stopping instance's allowance for confirms, metrics flush and exit; its drain deadline adds
+    # 3 x parallel x the slowest service time seen in the run (testbed/live/hostpool.py)
+    stop_timeout_s: float = 15.0
     emulate_pull: bool = True  # hosts sharing one engine: wait image_mb / pull_mb_per_s on first use
     cgroup_parent: bool = False  # enforce each logical host's CPU and memory with a cgroup parent
     work_ms: Dict[str, float] = field(default_factory=dict)  # optional emulated work per operator

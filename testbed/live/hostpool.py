@@ -14,7 +14,6 @@ engines, the containers and the threads.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -22,6 +21,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import docker.errors
 import numpy as np
+import requests
 from docker import DockerClient
 
 from testbed.billing import price_per_btu
@@ -298,6 +298,8 @@ class HostPool:
         self._new_crashes: List[InstanceView] = []
         self._crashes: List[CrashRecord] = []
         self._closed = False
+        # slowest observed service time of an operator (s); the live run sets it from its monitor
+        self.service_bound_s: Callable[[str], float] = lambda operator: 0.0
         self._checked = False
         # cgroup_parent: per logical host, the cgroup its instances nest in (made on its first start)
         self._parents: Dict[str, str] = {}
@@ -369,7 +371,7 @@ class HostPool:
         return inst.id
 
     def stop_instance(self, instance_id: str) -> None:
-        """Graceful stop: SIGTERM, up to stop_timeout_s to drain, then SIGKILL; the instance is
+        """Graceful stop: SIGTERM, up to `drain_timeout_s` to drain, then SIGKILL; the instance is
         draining until its container is gone. Unknown or already stopping instances are ignored."""
         with self._lock:
             if instance_id not in self.book.instances or not self.book.mark_draining(self.clock(), instance_id):
@@ -418,7 +420,7 @@ class HostPool:
         container = ops.container
         if container is not None:
             try:
-                container.stop(timeout=math.ceil(self.live.stop_timeout_s))
+                self._terminate(container, self.drain_timeout_s(self.book.instances[ident].operator))
                 container.reload()
                 exit_code = int(container.attrs["State"]["ExitCode"])
             except docker.errors.NotFound:
@@ -432,6 +434,39 @@ class HostPool:
                 self.book.gone(self.clock(), ident, exit_code=exit_code, error=error)
         if host is not None:
             self._drop_parent_if_released(host)
+
+    def drain_timeout_s(self, operator: str) -> float:
+        """How long a stopping instance may drain before it is killed: what it can still hold in
+        process (it hands back what it has not started) at the slowest service time seen so far in
+        the run, three times over for a loaded machine, plus `stop_timeout_s` for its confirms,
+        metrics flush and exit. A slow machine shows slow service times, so the bound grows with it."""
+        return self.live.stop_timeout_s + 3.0 * self.live.parallel * max(0.0, self.service_bound_s(operator))
+
+    def _terminate(self, container, timeout_s: float) -> None:
+        """SIGTERM until the container exits, SIGKILL after `timeout_s`. The image starts the runner
+        with SIGTERM ignored until its handler is installed (operators/Dockerfile), so a stop that
+        comes during start-up is not lost and not fatal: it is repeated every second instead."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                container.kill(signal="SIGTERM")
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # 409: not running any more
+                    raise
+                return
+            try:
+                container.wait(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+                return
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                pass
+            if time.monotonic() >= deadline:
+                try:
+                    container.kill()
+                    container.wait(timeout=60)
+                except docker.errors.APIError as exc:
+                    if exc.status_code != 409:
+                        raise
+                return
 
     def _crash(self, ident: str, container, reason: str) -> None:
         """An instance ended without being asked to: record it for the watchdog, remove the container."""

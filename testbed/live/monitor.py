@@ -93,6 +93,7 @@ class LiveMonitor:
         self.clock = clock  # only times the reading itself
         self.last: Optional[MonitorReading] = None
         self._source_items: Dict[str, int] = {}  # cumulative per source at the last observe
+        self.slowest_ms: Dict[str, float] = {}  # per operator: the longest sampled service time so far
 
     @classmethod
     def from_config(cls, cfg: ExperimentConfig, topology: Topology, wiring: Wiring, run_start_s: float,
@@ -126,6 +127,9 @@ class LiveMonitor:
         batch = self.metrics.read()
         ops = self.operators
         means = interval_means(ops, (s.operator for s in batch.samples), (s.duration_ms for s in batch.samples))
+        for s in batch.samples:
+            if s.duration_ms > self.slowest_ms.get(s.operator, 0.0):
+                self.slowest_ms[s.operator] = s.duration_ms
         totals = dict(source_items or {})
         previous, self._source_items = self._source_items, totals
         sent = {s: n - previous.get(s, 0) for s, n in totals.items()}
@@ -170,6 +174,9 @@ class LiveMonitor:
         if depths is None and self.last is None:
             raise RuntimeError("snapshot before the first observe(): no depths yet (pass depths=)")
         return self.observer.snapshot(t, hosts, instances, scalings, depths)
+
+    def slowest_s(self, operator: str) -> float:
+        return self.slowest_ms.get(operator, 0.0) / 1000.0
 
     def totals(self) -> Tuple[Dict[str, int], Dict[str, int]]:
         """Cumulative (processed, dead) per operator, from the Redis hashes (final accounting)."""

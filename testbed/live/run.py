@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Mapping, Optional
 
 from kafka.errors import KafkaError
 from redis.exceptions import RedisError
@@ -26,7 +26,7 @@ from redis.exceptions import RedisError
 from data_provider.patterns import Pattern
 from operators.transports import create_topics, declare_wiring
 from operators.wiring import Wiring, kafka_topics, wiring_for
-from testbed.config import ExperimentConfig, TransportName
+from testbed.config import ExperimentConfig, LiveConfig, TransportName
 from testbed.live.executor import LiveExecutor
 from testbed.live.monitor import LiveMonitor, depth_source, record_reading
 from testbed.live.provider_thread import ProviderThread
@@ -63,7 +63,11 @@ class Accounting:
     queued: Dict[str, int]
     dead: Dict[str, int]
     purged: Dict[str, int] = field(default_factory=dict)
-    missing: Dict[str, int] = field(default_factory=dict)  # inflow - processed - queued - dead - purged, if not 0
+    # still queued although finished: processed and remembered, but the ack was lost (a broker
+    # restart); the runner would acknowledge them unprocessed, so they count once, as processed
+    finished_queued: Dict[str, int] = field(default_factory=dict)
+    # inflow - processed - (queued - finished_queued) - dead - purged, if not 0
+    missing: Dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {k: dict(v) for k, v in self.__dict__.items()}
@@ -78,6 +82,48 @@ def exact_depths(cfg: ExperimentConfig, wiring: Wiring) -> RunDepths:
         close = getattr(reader, "close", None)
         if close is not None:
             close()
+
+
+def finished_in_queues(live: LiveConfig, wiring: Wiring, depths: Mapping[str, int]) -> Dict[str, int]:
+    """Per operator, the items left in its RabbitMQ queues whose finish its runner already recorded
+    in Redis (operators/api.py `seen_key`): read without acknowledging, then handed back when the
+    channel closes. After the drain nothing else consumes. Kafka's lag says nothing per item: {}."""
+    if live.transport != TransportName.rabbitmq or not any(depths.values()):
+        return {}
+    import pika
+    import redis
+
+    from operators.envelope import Envelope, EnvelopeError
+    from operators.api import seen_key
+
+    found: Dict[str, int] = {}
+    client = redis.Redis.from_url(live.redis_url)
+    conn = pika.BlockingConnection(pika.URLParameters(live.amqp_url))
+    try:
+        for e in wiring.edges:
+            if not depths.get(e.consumer):
+                continue
+            channel = conn.channel()
+            keys = []
+            while True:
+                method, _props, body = channel.basic_get(e.queue, auto_ack=False)
+                if method is None:
+                    break
+                try:
+                    keys.append(seen_key(wiring.prefix, e.consumer, e.producer, Envelope.decode(body).item_id))
+                except EnvelopeError:
+                    continue  # malformed: dead-lettered when consumed, not a finished item
+            if keys:
+                pipe = client.pipeline(transaction=False)
+                for k in keys:
+                    pipe.exists(k)
+                found[e.consumer] = found.get(e.consumer, 0) + sum(bool(x) for x in pipe.execute())
+            channel.close()  # the unacknowledged reads go back to the queue
+    finally:
+        if conn.is_open:
+            conn.close()
+        client.close()
+    return {o: n for o, n in found.items() if n}
 
 
 def delete_wiring(amqp_url: str, wiring: Wiring) -> None:
@@ -169,6 +215,7 @@ class LiveRun:
             provider.start()
             self._t0 = self.wall()
             monitor = LiveMonitor.from_config(cfg, self.topology, self.wiring, time.time(), self.btu_s)
+            pool.service_bound_s = monitor.slowest_s  # drain deadlines follow the service times seen
             tables = new_monitor_tables(samples=True)
             self._control_loop(pool, executor, monitor, provider, tables)
             flushed = provider.stop()
@@ -327,7 +374,7 @@ class LiveRun:
         for every emitted item: per operator, inflow = processed + still queued + dead-lettered + purged."""
         for inst in pool.instance_views():
             pool.stop_instance(inst.id)
-        if not pool.wait_idle(self.cfg.backend.live.stop_timeout_s + 30.0):
+        if not pool.wait_idle(max(pool.drain_timeout_s(o) for o in self.topology.operators) + 30.0):
             log.warning("some instances of %s did not stop in time", self.prefix)
         processed, _ = monitor.totals()  # dead-lettered: counted where they are, in the dead-letter queues
         depths = exact_depths(self.cfg, self.wiring)
@@ -339,6 +386,8 @@ class LiveRun:
         queued = {o: depths.depths.get(o, 0) for o in self.topology.operators}
         dead_letters = {o: depths.dead_letters.get(o, 0) for o in self.topology.operators}
         purged = {o: purged.get(o, 0) for o in self.topology.operators}
-        missing = {o: inflow[o] - processed[o] - queued[o] - dead_letters[o] - purged[o] for o in self.topology.operators}
+        finished = finished_in_queues(self.cfg.backend.live, self.wiring, queued)
+        missing = {o: inflow[o] - processed[o] - (queued[o] - finished.get(o, 0)) - dead_letters[o] - purged[o]
+                   for o in self.topology.operators}
         return Accounting(emitted=emitted, inflow=inflow, processed=processed, queued=queued, dead=dead_letters,
-                          purged=purged, missing={o: m for o, m in missing.items() if m})
+                          purged=purged, finished_queued=finished, missing={o: m for o, m in missing.items() if m})

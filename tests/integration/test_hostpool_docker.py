@@ -4,6 +4,7 @@ The containers run a tiny image built FROM the registry-free base (a Python loop
 SIGTERM), tagged as every operator's image under a test prefix."""
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from pathlib import Path
@@ -17,7 +18,7 @@ from testbed.live.engines import RUN_LABEL, EngineError
 from testbed.live.hostpool import HostPool
 from testbed.model import InstanceState
 from tests.conftest import compose_config
-from tests.integration.conftest import BASE_IMAGE, name_of
+from tests.integration.conftest import BASE_IMAGE, ROOT, name_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("cpu_hog")]  # TESTBED_CPU_HOG=1: one core busy
 
@@ -317,3 +318,45 @@ def test_executor_watchdog_replaces_a_killed_container(make_pool, client):
     [record] = [r for r in ex.records if r.action == "replace"]
     assert record.operator == "O4" and inst.id in record.reason
     wait_for(lambda: states(pool).get(record.instance) == InstanceState.running, what="the replacement")
+
+
+SLOW_START = r'''
+import signal, sys, time
+time.sleep(2.0)  # a start-up stretched by a loaded machine: no SIGTERM handler yet
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+print("handler installed", flush=True)
+while True:
+    time.sleep(0.1)
+'''
+
+
+@pytest.fixture(scope="module")
+def slow_start_prefix(client, tmp_path_factory) -> str:
+    """Images whose `operators.runner` installs its SIGTERM handler 2 s after the start, started by
+    the very ENTRYPOINT of the operator images (operators/Dockerfile)."""
+    entrypoint = re.search(r"^ENTRYPOINT .*$", (ROOT / "operators" / "Dockerfile").read_text(), re.M).group(0)
+    ctx: Path = tmp_path_factory.mktemp("slow-start-image")
+    (ctx / "operators").mkdir()
+    (ctx / "operators" / "__init__.py").write_text("")
+    (ctx / "operators" / "runner.py").write_text(SLOW_START)
+    (ctx / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nWORKDIR /app\nCOPY operators operators\n{entrypoint}\n")
+    prefix = "testbed-slowstart-"
+    image, _ = client.images.build(path=str(ctx), tag=f"{prefix}worker:{TAG}", rm=True)
+    for o in compose_config().topology.operators:
+        image.tag(f"{prefix}{o.lower()}", TAG)
+    return prefix
+
+
+def test_a_stop_during_start_up_is_neither_lost_nor_fatal(make_pool, slow_start_prefix):
+    """Stopped while its process has no SIGTERM handler yet, an instance neither dies of the signal
+    (143) nor ignores it until it is killed (137): it exits 0 once the handler is there."""
+    pool = make_pool(image_prefix=slow_start_prefix)
+    host = pool.lease()
+    ids = [pool.start_instance("O3", host, {}) for _ in range(3)]
+    wait_for(lambda: all(s == InstanceState.running for s in states(pool).values()), what="instances running")
+    for i in ids:
+        pool.stop_instance(i)
+    wait_for(lambda: not states(pool), timeout_s=60, what="instances gone")
+    records = {r.id: r for r in pool.records()}
+    assert [records[i].exit_code for i in ids] == [0, 0, 0]
+    assert not any(records[i].crashed for i in ids)

@@ -66,3 +66,5 @@ def make_policy(name: str, params: Any, placement: Placement) -> Policy:
 
 def _load_builtins() -> None:
     from testbed.policies import btu, threshold  # noqa: F401  (they register themselves)
+    from testbed.policies import hpa, static_n  # noqa: F401  (Kubernetes' HPA, n static workers)
+    from testbed.policies.daedalus import policy as _daedalus  # noqa: F401  (Daedalus)

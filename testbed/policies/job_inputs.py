@@ -1,0 +1,30 @@
+"""What a whole-job autoscaler sees in job mode (docs/papers/daedalus.md#mapping): the job's
+window of 1 s samples. The job simulator (testbed/sim/job.py) builds it; Daedalus and HPA read it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+JOB_OPERATOR = "job"  # the operator name of job-mode actions (all workers run the whole pipeline)
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    t: float  # end of the newest second of the window (s since the run's start)
+    parallelism: int  # workers of the current deployment (after a decided rescale: the new count)
+    max_scaleout: int
+    checkpoint_s: float  # the runtime's checkpoint interval
+    lag: float  # items waiting at the source now (consumer lag)
+    seconds: np.ndarray  # end time of each second of the window, oldest first
+    workload: np.ndarray  # items that arrived at the source per second
+    throughput: Mapping[str, np.ndarray]  # items processed per second, per worker of the deployment
+    cpu: Mapping[str, np.ndarray]  # CPU as a fraction of one worker's capacity per second (NaN: not running)
+    uptime: np.ndarray  # job uptime at each second (0 while the job restarts)
+    ready: Mapping[str, bool] = field(default_factory=dict)  # per worker now (False: starting)
+
+    def total_throughput(self) -> np.ndarray:
+        if not self.throughput:
+            return np.zeros(len(self.seconds))
+        return np.sum([v for v in self.throughput.values()], axis=0)

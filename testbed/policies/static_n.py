@@ -1,0 +1,49 @@
+"""A static deployment of n workers, never rescaled (docs/papers/daedalus.md#static): the Daedalus
+evaluation's `static-12`. Registered as `static_n` (`static` is the ODP experiments' fixed
+deployment of hosts and instances, testbed/policies/static.py).
+
+Job mode: the job runs with `workers` from the start. Operator mode: every operator type is brought
+to `workers` instances and kept there."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from testbed.model import Action, Snapshot
+from testbed.placement.base import Placement
+from testbed.placement.first_fit import FirstFit
+from testbed.policies.planning import Plan
+from testbed.policies.registry import register_policy
+from testbed.policies.scaling import scale_to
+
+
+@dataclass
+class StaticNParams:
+    workers: int = 12
+
+    def validate(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"workers: must be >= 1, got {self.workers}")
+
+
+@register_policy("static_n", StaticNParams, billing="rebill", placement="first_fit")
+class StaticNPolicy:
+    name = "static_n"
+    interval_s = None  # job mode: never asked
+
+    def __init__(self, params: StaticNParams, placement: Optional[Placement] = None):
+        self.params = params
+        self.placement = placement or FirstFit()
+
+    def initial_parallelism(self, max_scaleout: int) -> int:
+        return min(self.params.workers, max_scaleout)
+
+    def decide(self, snapshot) -> List[Action]:
+        if not isinstance(snapshot, Snapshot):
+            return []
+        plan, actions = Plan(snapshot), []
+        for name in snapshot.operators:
+            if plan.n[name] != self.params.workers:
+                actions += scale_to(plan, name, self.params.workers, self.placement,
+                                    f"static: {self.params.workers} instances")
+        return actions

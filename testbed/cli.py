@@ -1,6 +1,7 @@
 """The `testbed` command.
 
     testbed experiment [OVERRIDES...]   run an experiment (Hydra: key=value overrides, -m for sweeps)
+    testbed sweep [OVERRIDES...]         an evaluation over a grid of overrides (resumable; executor=local|spark)
     testbed evaluations                  the published evaluations (evaluation=<name>) and their configurations
     testbed patterns plot [PNG] [MINUTES] plot every configured arrival pattern (the paper's Fig. 7)
     testbed summary RUNS_DIR             the summary table of the runs below a folder
@@ -120,6 +121,12 @@ def odp(argv: List[str]) -> int:
     return odp_main(argv)
 
 
+def sweep(argv: List[str]) -> int:
+    from testbed.sweep import main as sweep_main
+
+    return sweep_main(argv)
+
+
 def evaluations(argv: List[str]) -> int:
     from testbed.evaluations import main as evaluations_main
 
@@ -129,6 +136,7 @@ def evaluations(argv: List[str]) -> int:
 COMMANDS = {"experiment": experiment, "evaluations": evaluations, "patterns": patterns, "summary": summary, "report": report,
             "provider": provider, "calibrate": calibrate, "fidelity": fidelity}
 COMMANDS["odp"] = odp
+COMMANDS["sweep"] = sweep
 
 
 def main(argv: Optional[List[str]] = None) -> int:

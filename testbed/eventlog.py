@@ -326,5 +326,8 @@ def run_dir_for(out: Union[str, Path], pattern: str, config: str, rep: int) -> P
 
 
 def find_runs(root: Union[str, Path]) -> list[Path]:
-    """Run folders (those holding a manifest) below root, sorted."""
-    return sorted(p.parent for p in Path(root).rglob(MANIFEST_FILE) if p.is_file())
+    """Run folders (those holding a manifest) below root, sorted; hidden folders (a sweep's
+    staging area) are not looked into."""
+    root = Path(root)
+    return sorted(p.parent for p in root.rglob(MANIFEST_FILE)
+                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts[:-1]))

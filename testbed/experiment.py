@@ -44,6 +44,11 @@ class RunSpec:
     run_dir: Path
     settings: str = ""  # the experiment's settings digest (testbed/runs_folder.py), computed once
 
+    label: str = ""  # the configuration's name in the manifest when not `config` (a sweep point's)
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.pattern}/{self.label or self.config}/{self.rep}"
 
 def run_seed(seed: int, rep: int) -> int:
     """Repetition r of every configuration shares its seed: configurations see the same randomness."""
@@ -120,8 +125,8 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
     _clear(spec.run_dir)
     pattern_seed = cfg.seed + cfg.pattern.seed_offset  # see build_pattern
     write_manifest(spec.run_dir, Manifest(
-        run_id=f"{spec.pattern}/{spec.config}/{spec.rep}", experiment=cfg.evaluation.name, pattern=spec.pattern,
-        config=spec.config, policy=spec.policy, btu_minutes=spec.btu_minutes, rep=spec.rep,
+        run_id=spec.run_id, experiment=cfg.evaluation.name, pattern=spec.pattern,
+        config=spec.label or spec.config, policy=spec.policy, btu_minutes=spec.btu_minutes, rep=spec.rep,
         billing=run_cfg.evaluation.configurations[0].billing.value, settings_digest=spec.settings,
         seed=spec.seed, seeds={"run": spec.seed, "pattern": pattern_seed}, backend=cfg.backend.name.value,
         resolved_config=to_plain(run_cfg), code_revision=code_revision(), versions=package_versions(),
@@ -134,7 +139,7 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
             from testbed.live.run import LiveRun
 
             result = LiveRun(run_cfg, policy, pattern, spec.seed, spec.btu_minutes,
-                             f"{spec.pattern}/{spec.config}/{spec.rep}", spec.run_dir).run()
+                             spec.run_id, spec.run_dir).run()
         else:
             result = Simulation(run_cfg, policy, pattern, spec.seed, spec.btu_minutes).run()
         log = EventLog(spec.run_dir)

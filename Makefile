@@ -69,6 +69,7 @@ test-unit: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py
 	$(BIN)/python benchmarks/bench_report.py
+	$(BIN)/python benchmarks/bench_sweep.py
 	bash infra/services.sh start >/dev/null
 	$(BIN)/python benchmarks/bench_provider.py
 	$(BIN)/python benchmarks/bench_runner.py

@@ -18,6 +18,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from data_provider.patterns import PatternConfig
+from testbed.emulation import EmulationConfig, validate_emulation
 from testbed.placement.base import PlacementConfig, placements
 from testbed.policies.registry import policies as registered_policies
 
@@ -67,6 +68,7 @@ class RunConfiguration:
     btu_minutes: Optional[int] = None  # the BTU length it runs with; None = billing.btu_minutes
     params: Dict[str, Any] = field(default_factory=dict)  # on top of policies.<policy>
     placement: str = ""  # a registered placement; "" = the policy's default
+    placement_params: Dict[str, Any] = field(default_factory=dict)  # on top of placement.*, e.g. {odp: {w_a: 1}}
 
 
 @dataclass
@@ -190,6 +192,8 @@ class BackendConfig:
     cpu_contention: bool = False  # slow service when busy slots need more cores than the host has
     exact: bool = False  # per-item reference model instead of the cohort model (slow; validation)
     live: LiveConfig = field(default_factory=LiveConfig)
+    # inter-host delay and availability (ODP experiments); enabled: the per-item model with per-instance queues
+    emulation: EmulationConfig = field(default_factory=EmulationConfig)
 
 
 @dataclass
@@ -398,6 +402,45 @@ def _validate_policies(cfg: ExperimentConfig) -> None:
         raise ConfigError("placement.name", f"unknown placement {cfg.placement.name!r}; known: {sorted(placements())}")
     if cfg.placement.cache_factor < 0:
         raise ConfigError("placement.cache_factor", "must be >= 0")
+    _validate_odp(cfg)
+
+
+def _validate_odp(cfg: ExperimentConfig) -> None:
+    """placement.odp, placement.pins, placement.tstorm_*, backend.emulation."""
+    from testbed.emulation import host_index
+
+    odp = cfg.placement.odp
+    for name in ("w_r", "w_a", "w_z"):
+        if not 0 <= getattr(odp, name) <= 1:
+            raise ConfigError(f"placement.odp.{name}", f"must lie in [0, 1], got {getattr(odp, name)}")
+    if abs(odp.w_r + odp.w_a + odp.w_z - 1.0) > 1e-9:
+        raise ConfigError("placement.odp.w_r", f"w_r + w_a + w_z must be 1, got {odp.w_r + odp.w_a + odp.w_z:g}")
+    objectives = ("traffic", "network_usage", "elastic_energy")
+    if odp.network_objective not in ("",) + objectives:
+        raise ConfigError("placement.odp.network_objective", f"must be one of {objectives} or empty, got {odp.network_objective!r}")
+    if odp.w_z > 0 and not odp.network_objective:
+        raise ConfigError("placement.odp.network_objective", "is needed when placement.odp.w_z > 0")
+    if odp.solver not in ("highs", "cbc"):
+        raise ConfigError("placement.odp.solver", f"must be highs or cbc, got {odp.solver!r}")
+    _positive("placement.odp.time_limit_s", odp.time_limit_s)
+    if not 0 <= odp.mip_rel_gap < 1:
+        raise ConfigError("placement.odp.mip_rel_gap", f"must lie in [0, 1), got {odp.mip_rel_gap}")
+    if odp.rates_after_s < 0:
+        raise ConfigError("placement.odp.rates_after_s", "must be >= 0")
+    for operator, host in cfg.placement.pins.items():
+        if operator not in cfg.topology.operators:
+            raise ConfigError(f"placement.pins.{operator}", "unknown operator")
+        if host_index(host) is None:
+            raise ConfigError(f"placement.pins.{operator}", f"hosts are named vm<k> (the k-th host leased), got {host!r}")
+    if cfg.placement.tstorm_first_s < 0:
+        raise ConfigError("placement.tstorm_first_s", "must be >= 0")
+    if cfg.placement.tstorm_period_s < 0:
+        raise ConfigError("placement.tstorm_period_s", "must be >= 0")
+    problem = validate_emulation(cfg.backend.emulation)
+    if problem is not None:
+        raise ConfigError(*problem)
+    if cfg.backend.emulation.enabled and cfg.backend.name == BackendName.docker:
+        raise ConfigError("backend.emulation.enabled", "the live backend does not emulate the network (simulator only)")
 
 
 def _check_params(key: str, params: Any) -> None:
@@ -430,6 +473,14 @@ def _validate_evaluation(cfg: ExperimentConfig) -> None:
         if conf.placement and conf.placement not in placements():
             raise ConfigError(f"{key}.placement", f"unknown placement {conf.placement!r}; known: {sorted(placements())}")
         _check_params(f"{key}.params", policy_params(cfg, conf.policy, conf.params, f"{key}.params"))
+        if conf.placement_params:
+            trial = dataclasses.replace(cfg, placement=placement_config(cfg, conf.placement_params,
+                                                                        f"{key}.placement_params"))
+            try:
+                _validate_odp(trial)
+            except ConfigError as exc:
+                sub = exc.key.removeprefix("placement.")
+                raise ConfigError(f"{key}.placement_params.{sub}", str(exc).removeprefix(f"{exc.key}: ")) from exc
     for i, name in enumerate(ev.only):
         if name not in names:
             raise ConfigError(f"evaluation.only[{i}]", f"no configuration {name!r} in evaluation {ev.name!r}: {sorted(names)}")
@@ -440,6 +491,15 @@ def policy_params(cfg: ExperimentConfig, policy: str, overrides: Dict[str, Any],
     base = OmegaConf.structured(cfg.policies[policy])
     try:
         return OmegaConf.to_object(OmegaConf.merge(base, overrides))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{key}.{exc.full_key}" if getattr(exc, "full_key", None) else key,
+                          str(exc).splitlines()[0]) from exc
+
+
+def placement_config(cfg: ExperimentConfig, overrides: Dict[str, Any], key: str = "placement_params") -> PlacementConfig:
+    """placement.* with a configuration's overrides on top, typed; errors name the key."""
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cfg.placement), overrides))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{key}.{exc.full_key}" if getattr(exc, "full_key", None) else key,
                           str(exc).splitlines()[0]) from exc

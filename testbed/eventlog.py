@@ -27,7 +27,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 2  # 2: edges, instance_stats, dropped, latency; pool and restart actions; manifest billing
+SCHEMA_VERSION = 3  # 2: edges, instance_stats, dropped, latency; pool and restart actions; manifest billing
+# 3: placements, host_traffic (written by simulated runs; older runs lack them, and readers ask for them by name)
 
 MANIFEST_FILE = "manifest.json"
 ACTIONS = ("lease", "prolong", "release", "scale_up", "scale_down", "migrate", "replace", "activate", "deactivate",
@@ -92,6 +93,20 @@ TABLES: Dict[str, pa.Schema] = {
     ]),
     # end-to-end latency of sampled items: from the source's emission to the end of processing at a sink
     "latency": pa.schema([_field("t_s", _F64), _field("operator", _STR), _field("latency_ms", _F64)]),
+    # schema 3 -- every placement decision: a scale-up (instance = the new one) or a migration (instance =
+    # the one moved, host = its target), with the solver run behind it (ODP; null for other strategies)
+    "placements": pa.schema([
+        _field("t_s", _F64), _field("action", _STR), _field("operator", _STR), _field("instance", _STR),
+        _field("host", _STR), _field("reason", _STR), _field("solve", _I64, nullable=True),
+        _field("solver_status", _STR, nullable=True), _field("objective", _F64, nullable=True),
+        _field("gap", _F64, nullable=True), _field("solve_s", _F64, nullable=True),
+    ]),
+    # schema 3 -- emulated network only: hops between two hosts per monitoring interval ending at t_s,
+    # with the mean delay drawn for them
+    "host_traffic": pa.schema([
+        _field("t_s", _F64), _field("source_host", _STR), _field("target_host", _STR), _field("items", _I64),
+        _field("delay_ms", _F64),
+    ]),
     # one row per lease; released=False: still leased at the run's end (end_s = run end)
     "leases": pa.schema([
         _field("host", _STR), _field("start_s", _F64), _field("end_s", _F64),

@@ -13,7 +13,8 @@ from typing import List
 import numpy as np
 
 from data_provider.patterns import Pattern, PatternConfig, make_pattern
-from testbed.config import BackendName, BillingMode, ExperimentConfig, RunConfiguration, policy_params, to_plain
+from testbed.config import (BackendName, BillingMode, ExperimentConfig, RunConfiguration, placement_config,
+                            policy_params, to_plain)
 from testbed.eventlog import (
     TABLES,
     EventLog,
@@ -49,6 +50,7 @@ class RunSpec:
     @property
     def run_id(self) -> str:
         return f"{self.pattern}/{self.label or self.config}/{self.rep}"
+
 
 def run_seed(seed: int, rep: int) -> int:
     """Repetition r of every configuration shares its seed: configurations see the same randomness."""
@@ -89,6 +91,8 @@ def config_for(cfg: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
     run_cfg = copy.deepcopy(cfg)
     run_cfg.policy.name = conf.policy
     run_cfg.policies = {conf.policy: policy_params(cfg, conf.policy, conf.params)}
+    if conf.placement_params:
+        run_cfg.placement = placement_config(cfg, conf.placement_params)
     run_cfg.placement.name = conf.placement or cfg.placement.name or policy_entry(conf.policy).placement
     run_cfg.evaluation.configurations = [conf]
     run_cfg.billing.btu_minutes = spec.btu_minutes
@@ -101,7 +105,9 @@ def config_for(cfg: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
 def policy_for(run_cfg: ExperimentConfig) -> Policy:
     """The policy object of a run (from `config_for`'s resolved config)."""
     name = run_cfg.policy.name
-    return make_policy(name, run_cfg.policies[name], make_placement(run_cfg.placement.name, run_cfg.placement))
+    placement = make_placement(run_cfg.placement.name, run_cfg.placement)
+    placement.bind_run(run_cfg)
+    return make_policy(name, run_cfg.policies[name], placement)
 
 
 def build_pattern(pattern: PatternConfig, seed: int) -> Pattern:

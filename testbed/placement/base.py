@@ -9,11 +9,26 @@ overrides it); `moves` may propose migrations (none by default).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
 
 from testbed.model import Action, LeaseHost, OperatorType, ScaleUp
 from testbed.policies.planning import Plan
+
+
+@dataclass
+class OdpPlacementConfig:
+    """`placement.odp.*`: the ODP integer program as a placement (docs/papers/odp.md#odp-in-the-testbed)."""
+
+    w_r: float = 1.0  # SAW weights of response time, availability, the network term; they sum to 1
+    w_a: float = 0.0
+    w_z: float = 0.0
+    network_objective: str = ""  # traffic | network_usage | elastic_energy; needed when w_z > 0
+    solver: str = "highs"  # highs | cbc
+    time_limit_s: float = 10.0  # per solve; a time-limited incumbent is used and logged as such
+    mip_rel_gap: float = 1e-4
+    reoptimise_all: bool = False  # placing new instances may also move existing ones (else they are pinned)
+    rates_after_s: float = 100.0  # two-step S-ODP: w_a = 1 until then (no rates), then a re-solve with them
 
 
 @dataclass
@@ -22,6 +37,10 @@ class PlacementConfig:
 
     name: str = ""  # "" = the policy's own default (first_fit for the threshold baseline, suitability for BTU)
     cache_factor: float = 0.01  # suitability (BTU paper, Algorithm 2): CF, the bonus of a host caching the image
+    pins: Dict[str, str] = field(default_factory=dict)  # odp, tstorm: operator -> the host (vm<k>) its instances run on
+    odp: OdpPlacementConfig = field(default_factory=OdpPlacementConfig)
+    tstorm_first_s: float = 100.0  # tstorm: the best-fit reassignment after the round-robin start
+    tstorm_period_s: float = 300.0  # tstorm: and again every this many seconds (0: once)
 
 
 class Placement(ABC):
@@ -47,9 +66,24 @@ class Placement(ABC):
             actions.append(ScaleUp(operator, host, reason))
         return actions
 
-    def moves(self, plan: Plan) -> List[Tuple[str, str, str]]:
-        """Proposed migrations (instance, from host, to host); none unless a strategy rebalances."""
+    def start_many(self, plan: Plan, counts: Dict[str, int], reason: str) -> List[Action]:
+        """New instances of several operators at once (a deployment); a strategy that optimises
+        jointly (ODP) places them together, the others one operator after the other."""
+        actions: List[Action] = []
+        for operator, count in counts.items():
+            if count > 0:
+                actions += self.start(plan, operator, count, reason)
+        return actions
+
+    def moves(self, plan: Plan) -> List[Action]:
+        """Proposed migrations (`Migrate` actions, already applied to the plan) of a strategy that
+        reassigns periodically (ODP's second step, T-Storm); none by default. A policy that wants
+        them calls this every cycle (the `static` policy does)."""
         return []
+
+    def bind_run(self, run_cfg: Any) -> None:
+        """Facts of the run a strategy may need beside the plan (ODP: the emulated network); the
+        experiment calls it once with the run's resolved config. None by default."""
 
 
 PlacementFactory = Callable[[PlacementConfig], Placement]
@@ -77,4 +111,5 @@ def make_placement(name: str, cfg: PlacementConfig) -> Placement:
 
 
 def _load_builtins() -> None:
-    from testbed.placement import first_fit, suitability  # noqa: F401  (they register themselves)
+    from testbed.placement import first_fit, suitability, tstorm  # noqa: F401  (they register themselves)
+    from testbed.placement.odp import strategy  # noqa: F401

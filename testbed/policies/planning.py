@@ -32,6 +32,7 @@ class PlanHost:
 
 class Plan:
     def __init__(self, snapshot: Snapshot):
+        self.snapshot = snapshot  # read-only: what a placement needs beyond the plan (ODP: rates, durations)
         self.t = snapshot.t
         self.types: Dict[str, OperatorType] = {o.name: o.type for o in snapshot.operators.values()}
         self.n: Dict[str, int] = {o.name: o.n for o in snapshot.operators.values()}
@@ -55,7 +56,7 @@ class Plan:
         self._leased = 0
 
     def copy(self) -> "Plan":
-        return copy.deepcopy(self)
+        return copy.deepcopy(self, {id(self.snapshot): self.snapshot})  # the snapshot is immutable: shared
 
     def candidate_hosts(self) -> Iterable[PlanHost]:
         return (h for h in self.hosts.values() if not h.excluded)

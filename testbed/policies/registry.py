@@ -68,3 +68,4 @@ def _load_builtins() -> None:
     from testbed.policies import btu, threshold  # noqa: F401  (they register themselves)
     from testbed.policies import hpa, static_n  # noqa: F401  (Kubernetes' HPA, n static workers)
     from testbed.policies.daedalus import policy as _daedalus  # noqa: F401  (Daedalus)
+    from testbed.policies import static  # noqa: F401  (a fixed deployment: the ODP experiments)

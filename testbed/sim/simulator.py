@@ -17,6 +17,9 @@ from testbed.run_result import RunResult
 from testbed.sim.clock import EPS, SourceTicks, StepClock
 from testbed.sim.cluster import SimCluster
 from testbed.sim.exact import ExactNetwork
+from testbed.sim.emulated import EmulatedNetwork
+from testbed.emulation import Emulator
+from testbed.placement.records import placements_table
 from testbed.sim.network import CohortNetwork
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
@@ -38,7 +41,13 @@ class Simulation:
             cfg.runtime.measurement, seed,
         )
         network_cls = ExactNetwork if cfg.backend.exact else CohortNetwork
-        self.network = network_cls(self.topology, cfg.backend.hop_latency_ms / 1000.0, self.recorder)
+        emulation = cfg.backend.emulation
+        self.emulator = Emulator(emulation, seed) if emulation.enabled else None  # per-item model only (config checks)
+        if self.emulator is not None:
+            self.network = EmulatedNetwork(self.topology, cfg.backend.hop_latency_ms / 1000.0, self.recorder,
+                                           self.emulator, emulation.provider_host)
+        else:
+            self.network = network_cls(self.topology, cfg.backend.hop_latency_ms / 1000.0, self.recorder)
         self.cluster = SimCluster(
             self.topology, cfg.infrastructure, self.btu_s,
             price_per_btu(btu_minutes, cfg.billing.price_per_10_minutes), stream(seed, "cloud"),
@@ -54,6 +63,7 @@ class Simulation:
         self._processed_at_monitor = {o: 0 for o in ops}
         self._instance_ids: Dict[str, Tuple[str, int]] = {}  # parsed once
         self.tables: Dict[str, Dict[str, list]] = new_monitor_tables()
+        self.host_traffic: Dict[str, list] = {k: [] for k in ("t_s", "source_host", "target_host", "items", "delay_ms")}
 
     # -- main loop -------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -61,7 +71,15 @@ class Simulation:
         network served; a monitoring read and a reasoning cycle after the steps they fall in. The
         network runs the steps between two of those moments in one call."""
         rt, clock = self.cfg.runtime, self.clock
-        self.cluster.apply(0.0, initial_deployment(self._snapshot(0.0), rt.initial_instances), immediate=True)
+        deploy = getattr(self.policy, "initial_deployment", None)  # a policy's own (static), step by step
+        if deploy is None:
+            self.cluster.apply(0.0, initial_deployment(self._snapshot(0.0), rt.initial_instances), immediate=True)
+        else:
+            for _ in range(10):
+                actions = deploy(self._snapshot(0.0))
+                if not actions:
+                    break
+                self.cluster.apply(0.0, actions, immediate=True)
         next_monitor, next_reasoning = rt.monitoring_s, rt.reasoning_s
         version, step = -1, 0
         while step < clock.steps:
@@ -69,6 +87,8 @@ class Simulation:
             if self.cluster.version != version:
                 version = self.cluster.version
                 self.network.set_capacity(*self._capacity())
+                if self.emulator is not None:
+                    self.network.set_hosts({i.id: i.host for i in self.cluster.instances.values()})
             step = self.network.run(step, min(next_monitor, next_reasoning) - EPS, self.cluster.next_event())
             t1 = clock.t1(step - 1)
             if t1 >= next_monitor - EPS:
@@ -124,6 +144,11 @@ class Simulation:
         obs = Observation(t=t, interval_s=self.cfg.runtime.monitoring_s, input_items=emitted,
                           operators=operators, edges=flows.edges, instances=self._instance_observations(flows, serving))
         self.observer.observe(obs)
+        if self.emulator is not None:
+            for (u, v), (items, delay_ms) in sorted(self.emulator.take_interval().items()):
+                for key, value in (("t_s", t), ("source_host", u), ("target_host", v), ("items", int(items)),
+                                   ("delay_ms", delay_ms / items)):
+                    self.host_traffic[key].append(value)
         append_observation(
             self.tables, obs,
             {o: InstanceCounts(len(serving[o]), starting[o], len({i.host for i in serving[o]})) for o in ops},
@@ -172,4 +197,6 @@ class Simulation:
         tables["latency"] = {"t_s": flows.latency_t, "operator": flows.latency_op, "latency_ms": flows.latency_ms}
         tables["actions"] = actions_table(self.cluster.records, self.policy.name)
         tables["leases"] = self.cluster.leases(self.duration_s)
+        tables["placements"] = placements_table(self.cluster.records, getattr(self.policy, "placement", None))
+        tables["host_traffic"] = self.host_traffic  # empty without the network emulation
         return tables

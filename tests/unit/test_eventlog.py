@@ -36,6 +36,13 @@ ROWS: Dict[str, Dict[str, Any]] = {
                        "utilisation": [0.95]},
     "dropped": {"t_s": [60.0], "operator": ["O3"], "reason": ["purge"], "items": [12]},
     "latency": {"t_s": [20.5], "operator": ["O9"], "latency_ms": [4210.0]},
+    "placements": {"t_s": [0.0, 100.0], "action": ["scale_up", "migrate"], "operator": ["T1", "T1"],
+                   "instance": ["T1-1", "T1-1"], "host": ["vm1", "vm4"],
+                   "reason": ["odp solve 1: optimal", "odp solve 2: optimal"], "solve": [1, None],
+                   "solver_status": ["optimal", None], "objective": [0.81, None], "gap": [0.0, None],
+                   "solve_s": [0.4, None]},
+    "host_traffic": {"t_s": [10.0], "source_host": ["vm1"], "target_host": ["vm4"], "items": [100],
+                     "delay_ms": [18.6]},
 }
 
 

@@ -33,6 +33,7 @@ class PatternKind(str, Enum):
     cycle = "cycle"
     replay = "replay"
     random_walk = "random_walk"
+    daedalus = "daedalus"  # items/s per second, 6 h (Daedalus, data_provider/daedalus_workloads.py)
 
 
 @dataclass
@@ -50,6 +51,7 @@ class PatternConfig:
     p_down: float = 0.4  # random_walk: step -1 when R < p_down
     p_up: float = 0.6  # random_walk: step +1 when R > p_up
     seed_offset: int = 0  # random_walk: the caller derives the pattern's RNG stream from it
+    workload: str = ""  # kind daedalus: a name of data_provider.daedalus_workloads.WORKLOADS
 
 
 class PatternError(ValueError):
@@ -104,6 +106,11 @@ def validate_pattern(cfg: PatternConfig) -> None:
             raise PatternError("levels", "a cycle needs at least one level")
         if any(level < 0 for level in levels):
             raise PatternError("levels", f"levels must be >= 0, got {levels}")
+    elif kind is PatternKind.daedalus:
+        from data_provider.daedalus_workloads import WORKLOADS
+
+        if cfg.workload not in WORKLOADS:
+            raise PatternError("workload", f"unknown Daedalus workload {cfg.workload!r}; known: {', '.join(sorted(WORKLOADS))}")
     elif kind is PatternKind.replay:
         available = replay_columns()
         if cfg.column not in available:
@@ -225,6 +232,12 @@ def make_pattern(cfg: PatternConfig, rng: np.random.Generator | None = None) -> 
     if kind is PatternKind.replay:
         values = tuple(int(v) for v in _replay_table()[cfg.column])
         return ReplayPattern(cfg.name, values, step_s)
+    if kind is PatternKind.daedalus:
+        from data_provider.daedalus_workloads import DaedalusPattern, rates
+
+        if rng is None:
+            raise ValueError(f"pattern {cfg.name!r} (a Daedalus workload) needs rng=numpy.random.Generator")
+        return DaedalusPattern(cfg.name, cfg.workload, rates(cfg.workload, rng))  # type: ignore[return-value]
     if rng is None:
         raise ValueError(
             f"pattern {cfg.name!r} is a random_walk and needs rng=numpy.random.Generator "

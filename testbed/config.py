@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from data_provider.patterns import PatternConfig
 from testbed.emulation import EmulationConfig, validate_emulation
 from testbed.placement.base import PlacementConfig, placements
+from testbed.sim.job_config import JobConfig
 from testbed.policies.registry import policies as registered_policies
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "experiments" / "conf"
@@ -228,6 +229,7 @@ class ExperimentConfig:
     billing: BillingConfig = field(default_factory=BillingConfig)
     infrastructure: InfrastructureConfig = field(default_factory=InfrastructureConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    job: JobConfig = field(default_factory=JobConfig)  # job mode (Daedalus): testbed/sim/job.py
     profile: str = "paper"
     reps: int = 3
     seed: int = 1
@@ -350,6 +352,11 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _positive("runtime.history", rt.history)
     _validate_topology(cfg.topology, infra)
     _validate_scale(cfg)
+    problem = cfg.job.validate()
+    if problem is not None:
+        raise ConfigError(*problem)
+    if cfg.job.enabled and cfg.backend.name == BackendName.docker:
+        raise ConfigError("job.enabled", "job mode runs in the simulator only")
     if cfg.backend.name == BackendName.docker:
         _validate_live(cfg)
     return cfg

@@ -107,6 +107,30 @@ TABLES: Dict[str, pa.Schema] = {
         _field("t_s", _F64), _field("source_host", _STR), _field("target_host", _STR), _field("items", _I64),
         _field("delay_ms", _F64),
     ]),
+    # job mode and Daedalus (docs/papers/daedalus.md; optional: only runs that have them write them)
+    # per controller loop: the forecast used (arima | linear), the WAPE of the previous ARIMA forecast,
+    # the maximum over the horizon, the forecasting mode
+    "forecasts": pa.schema([
+        _field("t_s", _F64), _field("controller", _STR), _field("model", _STR), _field("wape", _F64),
+        _field("horizon_max", _F64), _field("mode", _STR),
+    ]),
+    # per loop and scale-out: the estimated and observed capacity (items/s; 0 = none yet)
+    "capacity": pa.schema([
+        _field("t_s", _F64), _field("controller", _STR), _field("scaleout", _I32), _field("estimated", _I64),
+        _field("observed", _I64),
+    ]),
+    # per rescale of a controller: predicted and anomaly-observed recovery time, the downtime it assumed
+    "recovery": pa.schema([
+        _field("t_s", _F64), _field("controller", _STR), _field("scaleout", _I32), _field("predicted_s", _F64),
+        _field("observed_s", _F64), _field("downtime_s", _F64),
+    ]),
+    # per stop-the-world rescale of the job simulator: true downtime, items replayed, lag before, time
+    # until the lag is back (NaN: not within the run), true capacity before and after
+    "rescales": pa.schema([
+        _field("t_s", _F64), _field("from_n", _I32), _field("to_n", _I32), _field("downtime_s", _F64),
+        _field("replayed", _I64), _field("lag_before", _F64), _field("recovered_s", _F64),
+        _field("capacity_before", _F64), _field("capacity_after", _F64),
+    ]),
     # one row per lease; released=False: still leased at the run's end (end_s = run end)
     "leases": pa.schema([
         _field("host", _STR), _field("start_s", _F64), _field("end_s", _F64),

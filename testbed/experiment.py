@@ -146,6 +146,10 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
 
             result = LiveRun(run_cfg, policy, pattern, spec.seed, spec.btu_minutes,
                              spec.run_id, spec.run_dir).run()
+        elif run_cfg.job.enabled:  # job mode: the Daedalus paper's keyed job (testbed/sim/job.py)
+            from testbed.sim.job import JobSimulation
+
+            result = JobSimulation(run_cfg, policy, pattern, spec.seed).run()
         else:
             result = Simulation(run_cfg, policy, pattern, spec.seed, spec.btu_minutes).run()
         log = EventLog(spec.run_dir)

@@ -6,9 +6,10 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from testbed.eventlog import (
 )
 from testbed import runs_folder
 from testbed.placement.base import make_placement
+from testbed.progress import Outcome, Progress
 from testbed.policies.registry import Policy, make_policy, policy_entry
 from testbed.rng import stream
 
@@ -44,7 +46,6 @@ class RunSpec:
     seed: int  # of this run; the same for every configuration of one repetition
     run_dir: Path
     settings: str = ""  # the experiment's settings digest (testbed/runs_folder.py), computed once
-
     label: str = ""  # the configuration's name in the manifest when not `config` (a sweep point's)
 
     @property
@@ -163,8 +164,17 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
     return spec.run_dir
 
 
-def _execute_packed(args) -> Path:
-    return execute(*args)
+def _execute_packed(args) -> Tuple[RunSpec, Path, float]:
+    t0 = time.perf_counter()
+    path = execute(*args)
+    return args[1], path, time.perf_counter() - t0
+
+
+def _execute_timed(cfg: ExperimentConfig, spec: RunSpec, progress: Progress) -> Path:
+    t0 = time.perf_counter()
+    path = execute(cfg, spec)
+    progress(Outcome(spec.run_id, "complete", time.perf_counter() - t0))
+    return path
 
 
 def _interrupt(signum, frame) -> None:
@@ -207,12 +217,17 @@ def _run_all(cfg: ExperimentConfig, specs: List[RunSpec]) -> List[Path]:
         workers = 1  # live runs share the machine's engine, broker and cores: one at a time
     print(f"{len(specs)} run(s) of pattern {cfg.pattern.name} into {cfg.out}/ with {workers} worker(s)", file=sys.stderr)
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    progress = Progress(len(specs), what="experiment")
     try:
         if workers <= 1:
-            return [execute(cfg, s) for s in specs]
+            return [_execute_timed(cfg, s, progress) for s in specs]
         pool = multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init)
         try:
-            return list(pool.imap(_execute_packed, [(cfg, s) for s in specs]))
+            done = {}
+            for spec, path, seconds in pool.imap_unordered(_execute_packed, [(cfg, s) for s in specs]):
+                progress(Outcome(spec.run_id, "complete", seconds))
+                done[spec.run_dir] = path
+            return [done[s.run_dir] for s in specs]
         except BaseException:
             pool.terminate()
             raise

@@ -35,6 +35,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 from testbed.config import CONF_DIR, BackendName, ConfigError, ExperimentConfig, register, to_plain, to_typed, validate
 from testbed.eventlog import EventLogError, read_manifest
 from testbed import runs_folder
+from testbed.progress import Outcome, Progress
 
 STAGING, RUNS, INDEX = ".staging", "runs", "sweep.csv"
 EXECUTORS = ("local", "spark")
@@ -56,14 +57,6 @@ class SweepOptions:
     executor: str = "local"
     workers: int = 0  # local: parallel processes (0 = one per core)
     spark: "SparkConfig" = None  # noqa: F821 - reporting.report_config.SparkConfig
-
-
-@dataclass(frozen=True)
-class Outcome:
-    digest: str
-    status: str  # complete | incomplete | skipped (complete before)
-    seconds: float
-    error: str = ""
 
 
 # -- the grid ------------------------------------------------------------------------------------
@@ -237,8 +230,8 @@ def run_spark(runs: Sequence[SweepRun], spark_cfg, done: Callable[[Outcome], Non
 
     def report(outcome: Outcome) -> None:
         with lock:
-            if outcome.digest not in reported:
-                reported.add(outcome.digest)
+            if outcome.name not in reported:
+                reported.add(outcome.name)
                 done(outcome)
 
     started = time.time()
@@ -266,41 +259,6 @@ def run_spark(runs: Sequence[SweepRun], spark_cfg, done: Callable[[Outcome], Non
         session.stop()
     for outcome in outcomes:
         report(outcome)
-
-
-# -- progress ------------------------------------------------------------------------------------
-class Progress:
-    """Runs done, failed and skipped, and the time left estimated from this session's runs."""
-
-    def __init__(self, total: int, stream=None, every_s: float = 5.0):
-        self.total, self.stream, self.every_s = total, stream, every_s
-        self.counts = {"complete": 0, "incomplete": 0, "skipped": 0}
-        self.t0 = time.monotonic()
-        self._last = 0.0
-        self._lock = threading.Lock()
-
-    def __call__(self, outcome: Outcome) -> None:
-        with self._lock:
-            self.counts[outcome.status if outcome.status in self.counts else "incomplete"] += 1
-            if outcome.error:
-                print(f"sweep: run {outcome.digest} failed: {outcome.error}", file=self.stream or sys.stderr)
-            now = time.monotonic()
-            if now - self._last >= self.every_s or self.finished == self.total:
-                self._last = now
-                print(self.line(now), file=self.stream or sys.stderr, flush=True)
-
-    @property
-    def finished(self) -> int:
-        return sum(self.counts.values())
-
-    def line(self, now: float) -> str:
-        ran = self.counts["complete"] + self.counts["incomplete"]
-        left = self.total - self.finished
-        elapsed = now - self.t0
-        eta = f"{elapsed / ran * left:.0f} s" if ran and left else ("0 s" if not left else "?")
-        return (f"sweep: {self.finished}/{self.total} runs ({self.counts['complete']} done, "
-                f"{self.counts['incomplete']} failed, {self.counts['skipped']} already complete), "
-                f"{elapsed:.0f} s elapsed, about {eta} left")
 
 
 def write_index(out: Path, runs: Sequence[SweepRun]) -> Path:

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import shutil
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -173,6 +174,7 @@ class LiveRun:
     """One live run; `run()` returns the same result type as the simulator."""
 
     POLL_S = 1.0  # the watchdog, migrations and releases are looked after this often
+    PROGRESS_S = 60.0  # a progress line (elapsed time, instances, hosts) this often
     DEPLOY_TIMEOUT_S = 300.0
 
     def __init__(self, cfg: ExperimentConfig, policy: Policy, pattern: Pattern, seed: int, btu_minutes: int,
@@ -324,7 +326,7 @@ class LiveRun:
         every monitoring_s; a policy decision every reasoning_s on the durations of the last reads
         and the queue depths of that moment (as VISP read them live at decision time)."""
         rt = self.cfg.runtime
-        next_monitor, next_reasoning = rt.monitoring_s, rt.reasoning_s
+        next_monitor, next_reasoning, next_progress = rt.monitoring_s, rt.reasoning_s, self.PROGRESS_S
         while True:
             t = self.now()
             if t >= self.duration_s:
@@ -342,6 +344,9 @@ class LiveRun:
                 next_monitor = self._next(next_monitor, rt.monitoring_s, t)
                 if self._guard(t, monitor.observe, t, provider.emitted(), executor.take_purged()) is not None:
                     self._record(monitor, tables, executor.views(t), t)
+            if t >= next_progress:
+                next_progress = self._next(next_progress, self.PROGRESS_S, t)
+                self._print_progress(t, executor)
             if t >= next_reasoning:
                 next_reasoning = self._next(next_reasoning, rt.reasoning_s, t)
                 fresh = self._guard(t, monitor.read_depths)
@@ -350,6 +355,13 @@ class LiveRun:
                 hosts, instances = executor.views(t)
                 snap = monitor.snapshot(t, hosts, instances, executor.scalings, depths=fresh.depths)
                 executor.apply(t, self.policy.decide(snap))
+
+    def _print_progress(self, t: float, executor: LiveExecutor) -> None:
+        hosts, instances = executor.views(t)
+        running = sum(1 for i in instances if i.state == InstanceState.running)
+        print(f"live {self.run_id}: {t / 60:.1f}/{self.duration_s / 60:.1f} min, {running} of {len(instances)} "
+              f"instance(s) running on {len(hosts)} host(s), {len(self.monitor_failures)} failed monitoring read(s)",
+              file=sys.stderr, flush=True)
 
     @staticmethod
     def _next(due: float, every: float, t: float) -> float:

@@ -9,7 +9,8 @@ import pytest
 
 from testbed.config import ConfigError
 from testbed.eventlog import finish_manifest, read_manifest
-from testbed.sweep import Outcome, Progress, expand, parse_options, plan_sweep, run_sweep, swept_keys
+from testbed.progress import Outcome, Progress
+from testbed.sweep import expand, parse_options, plan_sweep, run_sweep, swept_keys
 
 SMALL = ["policy=btu", "reps=1", "duration_min=10"]
 

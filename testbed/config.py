@@ -279,8 +279,22 @@ def to_typed(cfg: DictConfig | ExperimentConfig) -> ExperimentConfig:
 
 
 def to_plain(cfg: ExperimentConfig) -> Dict[str, Any]:
-    """The resolved config as plain JSON-able data (for manifests)."""
-    return OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)  # type: ignore[return-value]
+    """The resolved config as plain JSON-able data (for manifests and settings digests): what
+    OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True) gives, built directly
+    (several times faster, and every run builds it twice)."""
+    return _plain(cfg)
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _positive(key: str, value: float) -> None:

@@ -100,6 +100,7 @@ TABLES: Dict[str, pa.Schema] = {
         _field("host", _STR), _field("reason", _STR), _field("solve", _I64, nullable=True),
         _field("solver_status", _STR, nullable=True), _field("objective", _F64, nullable=True),
         _field("gap", _F64, nullable=True), _field("solve_s", _F64, nullable=True),
+        _field("solve_cpu_s", _F64, nullable=True),
     ]),
     # schema 3 -- emulated network only: hops between two hosts per monitoring interval ending at t_s,
     # with the mean delay drawn for them

@@ -9,7 +9,7 @@ from testbed.actions import ActionRecord
 
 _SOLVE = re.compile(r"^odp solve (\d+):")
 COLUMNS = ("t_s", "action", "operator", "instance", "host", "reason", "solve", "solver_status", "objective", "gap",
-           "solve_s")
+           "solve_s", "solve_cpu_s")
 
 
 def placements_table(records: Sequence[ActionRecord], placement: Optional[Any]) -> Dict[str, List[Any]]:
@@ -28,7 +28,7 @@ def placements_table(records: Sequence[ActionRecord], placement: Optional[Any]) 
             "host": rec.target_host if rec.action == "migrate" else rec.host, "reason": rec.reason,
             "solve": run.solve if run else None, "solver_status": run.status if run else None,
             "objective": run.objective if run else None, "gap": run.gap if run else None,
-            "solve_s": run.solve_s if run else None,
+            "solve_s": run.solve_s if run else None, "solve_cpu_s": run.cpu_s if run else None,
         }
         for c in COLUMNS:
             cols[c].append(row[c])

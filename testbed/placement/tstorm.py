@@ -9,7 +9,9 @@ best fit in decreasing order of traffic:
   that adds the least inter-host traffic towards the instances already assigned (and the data
   provider, on `backend.emulation.provider_host`); ties go to the host with the least room left
   (best fit), then to the earlier-leased host;
-* operators named in `placement.pins` stay on their host.
+* operators named in `placement.pins` stay on their host;
+* Decision: the new assignment is carried out only if it lowers the inter-host traffic (the greedy's
+  ties otherwise move instances back and forth every period without any gain).
 
 Like Storm's default scheduler and T-Storm, it knows nothing of delays or availabilities. Every
 reassignment is recorded in `runs` (its inter-host traffic before and after).
@@ -73,6 +75,8 @@ class TStorm(Placement):
         before, after = inter_host(pairs, current, self.provider_host), inter_host(pairs, target, self.provider_host)
         moved = [(iid, o, h.id, target[iid]) for h in plan.hosts.values() for iid, o in h.instances
                  if target.get(iid, h.id) != h.id]
+        if after >= before - 1e-9:
+            moved = []
         self.reassignments.append(Reassignment(plan.t, before, after, len(moved)))
         reason = (f"tstorm reassignment {len(self.reassignments)}: best fit in decreasing traffic order, "
                   f"inter-host traffic {before:.2f} -> {after:.2f} items/s")

@@ -2,9 +2,10 @@
 docs/papers/odp.md#delay-and-availability-emulation).
 
 It differs from `testbed.sim.exact` in one respect that the emulation needs: every instance has
-its own queue. The sender of an item picks the receiving instance (round robin over the operator's
-serving instances, the shuffle grouping of Storm and what the ODP model's even split of an edge's
-rate assumes), so the item's path through the hosts is known: a hop between two hosts adds a draw
+its own queue. The sender of an item picks the receiving instance (each sender -- an instance, or
+the provider per source -- goes round the operator's serving instances on its own, like Storm's
+shuffle grouping per task; every sender-receiver pair then carries an equal share of the edge's
+rate, as the ODP model's even split assumes), so the item's path through the hosts is known: a hop between two hosts adds a draw
 of d(u, v) to the broker hop, and in `tuple` mode loses the item with probability 1 - A_uv; an
 item reaching a host is lost with probability 1 - A_u (`outage` mode: when the host is down).
 Losses are counted as dropped with reason `unavailable`. The data provider sends from
@@ -40,27 +41,29 @@ class EmulatedNetwork(ExactNetwork):
         self.inbox: Dict[str, List[Item]] = {}  # instance -> heap of items by arrival
         self.free: Dict[str, List[float]] = {}  # instance -> heap of its slots' free times
         self.pending: Dict[str, List[Tuple[float, float, str]]] = {o: [] for o in topology.operators}
-        self.rr: Dict[str, int] = dict.fromkeys(topology.operators, 0)
+        self.rr: Dict[Tuple[str, str], int] = {}  # (sender, operator) -> items it sent there
         self._seq = 0
 
     def set_hosts(self, hosts: Mapping[str, str]) -> None:
-        """Where every instance runs (called whenever the cluster changed)."""
-        self.hosts = dict(hosts)
+        """Where every instance runs (called whenever the cluster changed). Hosts of instances that
+        went are kept: items sent before the next step's reconciliation may still name them."""
+        self.hosts.update(hosts)
 
     # -- items in ------------------------------------------------------------------------------
     def send(self, source: str, operator: str, t: float, count: int) -> None:
         self.flows.send(source, operator, count)
-        self._dispatch(self.queues[operator], t, t, self.provider_host, count)
+        self._dispatch(self.queues[operator], t, t, self.provider_host, count, source)
 
-    def _dispatch(self, q: _ExactQueue, send: float, origin: float, sender: str, count: int) -> None:
+    def _dispatch(self, q: _ExactQueue, send: float, origin: float, sender: str, count: int, key: str) -> None:
+        """`count` items from the sender `key` (on host `sender`) to the operator's instances in turn."""
         members = self.members[q.name]
         for _ in range(count):
             if not members:
                 self.pending[q.name].append((send, origin, sender))
                 continue
-            instance = members[self.rr[q.name] % len(members)]
-            self.rr[q.name] += 1
-            self._enqueue(q, instance, send, origin, sender)
+            turn = self.rr.get((key, q.name), 0)
+            self.rr[(key, q.name)] = turn + 1
+            self._enqueue(q, members[turn % len(members)], send, origin, sender)
 
     def _enqueue(self, q: _ExactQueue, instance: str, send: float, origin: float, sender: str) -> None:
         emu, host = self.emulator, self.hosts[instance]
@@ -122,13 +125,11 @@ class EmulatedNetwork(ExactNetwork):
         if not now:
             self.pending[q.name] += [(send, origin, sender) for _, _, send, origin, sender in sorted(orphans)]
             return
-        for item in sorted(orphans):  # already in flight: they keep their arrival
-            instance = now[self.rr[q.name] % len(now)]
-            self.rr[q.name] += 1
-            heapq.heappush(self.inbox[instance], item)
+        for k, item in enumerate(sorted(orphans)):  # already in flight: they keep their arrival
+            heapq.heappush(self.inbox[now[k % len(now)]], item)
         waiting, self.pending[q.name] = self.pending[q.name], []
         for send, origin, sender in waiting:
-            self._dispatch(q, send, origin, sender, 1)
+            self._dispatch(q, send, origin, sender, 1, f"pending@{sender}")
 
     def _serve_instance(self, q: _ExactQueue, instance: str, t1: float, s: float, instances: Sequence[str]) -> None:
         inbox, free, host = self.inbox[instance], self.free[instance], self.hosts[instance]
@@ -162,5 +163,5 @@ class EmulatedNetwork(ExactNetwork):
                 if out:
                     for d in q.outputs:
                         self.flows.send(q.name, d.name, out)
-                        self._dispatch(d, finish, origin, host, out)
+                        self._dispatch(d, finish, origin, host, out, instance)
         self.flows.serve(q.name, [instance], started, busy)

@@ -48,7 +48,7 @@ ROWS: Dict[str, Dict[str, Any]] = {
                    "instance": ["T1-1", "T1-1"], "host": ["vm1", "vm4"],
                    "reason": ["odp solve 1: optimal", "odp solve 2: optimal"], "solve": [1, None],
                    "solver_status": ["optimal", None], "objective": [0.81, None], "gap": [0.0, None],
-                   "solve_s": [0.4, None]},
+                   "solve_s": [0.4, None], "solve_cpu_s": [0.3, None]},
     "host_traffic": {"t_s": [10.0], "source_host": ["vm1"], "target_host": ["vm4"], "items": [100],
                      "delay_ms": [18.6]},
 }

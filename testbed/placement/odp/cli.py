@@ -15,7 +15,8 @@ USAGE = """usage:
                                   [mip_rel_gap=1e-4] [objective=normalised|raw_r]
                                   [rt_form=auto|paths|potentials] [log=false]
   testbed odp study [grid=reduced|full] [out=DIR] [time_limit_s=S] [trace_limit_s=S] [seed=1] [seeds=N]
-                    [sampling_seeds=N] [solver=highs|cbc] [threads=1] [resume=true]"""
+                    [sampling_seeds=N] [solver=highs|cbc] [threads=1] [resume=true]
+  testbed odp runs RUNS_DIR [warmup_s=60] [after_s=200]   measures of the odp / odp_heuristics runs"""
 
 
 class UsageError(ValueError):
@@ -96,9 +97,15 @@ def study_command(argv: List[str]) -> int:
     return run_study_command(opts)
 
 
+def runs_command(argv: List[str]) -> int:
+    from testbed.placement.odp.runs import main as runs_main
+
+    return runs_main(argv)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"solve": solve_command, "study": study_command}
+    commands = {"solve": solve_command, "study": study_command, "runs": runs_command}
     if not args or args[0] not in commands:
         print(USAGE, file=sys.stderr)
         return 2

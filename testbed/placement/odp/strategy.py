@@ -52,7 +52,8 @@ class SolveRecord:
     status: str
     objective: Optional[float]
     gap: Optional[float]
-    solve_s: float
+    solve_s: float  # wall clock
+    cpu_s: float  # CPU time of the solver (on a shared machine wall time also measures the neighbours)
     response_time_ms: Optional[float]  # predicted by the model for the placement found
     availability: Optional[float]
     network: Optional[float]
@@ -207,6 +208,7 @@ class OdpPlacement(Placement):
         self.runs.append(SolveRecord(
             solve=len(self.runs) + 1, t_s=plan.t, purpose=purpose, weights=(w.r, w.a, w.z),
             status=result.status.value, objective=result.objective, gap=result.gap, solve_s=result.solve_s,
+            cpu_s=result.cpu_s,
             response_time_ms=result.response_time_ms, availability=result.availability, network=result.network,
             operators=len(inst.operators), nodes=len(inst.nodes), placement=dict(result.placement or {}),
         ))

@@ -26,6 +26,8 @@ from typing import List, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
+from data_provider.presps_workload import RatePattern, SpikesConfig, generate as generate_spikes, validate_spikes
+
 REPLAY_TABLE = "random_walk_machines.csv"
 
 
@@ -33,6 +35,7 @@ class PatternKind(str, Enum):
     cycle = "cycle"
     replay = "replay"
     random_walk = "random_walk"
+    spikes = "spikes"  # events/s per second (PRESPS, data_provider/presps_workload.py)
     daedalus = "daedalus"  # items/s per second, 6 h (Daedalus, data_provider/daedalus_workloads.py)
 
 
@@ -51,6 +54,7 @@ class PatternConfig:
     p_down: float = 0.4  # random_walk: step -1 when R < p_down
     p_up: float = 0.6  # random_walk: step +1 when R > p_up
     seed_offset: int = 0  # random_walk: the caller derives the pattern's RNG stream from it
+    spikes: SpikesConfig = field(default_factory=SpikesConfig)  # kind spikes
     workload: str = ""  # kind daedalus: a name of data_provider.daedalus_workloads.WORKLOADS
 
 
@@ -111,6 +115,11 @@ def validate_pattern(cfg: PatternConfig) -> None:
 
         if cfg.workload not in WORKLOADS:
             raise PatternError("workload", f"unknown Daedalus workload {cfg.workload!r}; known: {', '.join(sorted(WORKLOADS))}")
+    elif kind is PatternKind.spikes:
+        try:
+            validate_spikes(cfg.spikes)
+        except ValueError as exc:
+            raise PatternError(f"spikes.{str(exc).split(': ', 1)[0]}", str(exc).split(": ", 1)[-1]) from exc
     elif kind is PatternKind.replay:
         available = replay_columns()
         if cfg.column not in available:
@@ -221,6 +230,9 @@ class RandomWalkPattern(Pattern):
         return np.asarray(self._walk, dtype=np.int64)[idx]
 
 
+Pattern.register(RatePattern)  # a rate series is a pattern (its values are events/s, not machines)
+
+
 def make_pattern(cfg: PatternConfig, rng: np.random.Generator | None = None) -> Pattern:
     """Build the pattern for a validated config. ``rng`` is needed only for ``random_walk``;
     derive it from the run seed and ``cfg.seed_offset`` so each pattern has its own stream."""
@@ -238,6 +250,8 @@ def make_pattern(cfg: PatternConfig, rng: np.random.Generator | None = None) -> 
         if rng is None:
             raise ValueError(f"pattern {cfg.name!r} (a Daedalus workload) needs rng=numpy.random.Generator")
         return DaedalusPattern(cfg.name, cfg.workload, rates(cfg.workload, rng))  # type: ignore[return-value]
+    if kind is PatternKind.spikes:
+        return RatePattern(cfg.name, tuple(int(v) for v in generate_spikes(cfg.spikes, rng)))
     if rng is None:
         raise ValueError(
             f"pattern {cfg.name!r} is a random_walk and needs rng=numpy.random.Generator "

@@ -87,6 +87,8 @@ def patterns(argv: List[str]) -> int:
     built = []
     for path in sorted((CONF_DIR / "pattern").glob("*.yaml")):
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PatternConfig), OmegaConf.load(path)))
+        if cfg.kind == "spikes":
+            continue  # event rates, not machine counts (the PRESPS report plots them)
         built.append(build_pattern(cfg, seed=1))
     print(plot_patterns(built, minutes * 60.0, out))
     return 0

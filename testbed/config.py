@@ -133,6 +133,7 @@ class TopologyConfig:
 
 
 @dataclass
+    item_timeout_s: float = 0.0  # > 0: an operator drops items older than this when it takes them (reason timeout)
 class BillingConfig:
     btu_minutes: int = 60
     price_per_10_minutes: float = 1.0
@@ -601,3 +602,5 @@ def _check_acyclic(topo: TopologyConfig) -> None:
 
     for o in topo.operators:
         visit(o)
+    if topo.item_timeout_s < 0:
+        raise ConfigError("topology.item_timeout_s", f"must be >= 0 (0: no timeout), got {topo.item_timeout_s:g}")

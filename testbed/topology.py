@@ -25,6 +25,7 @@ class Topology:
     downstream: Dict[str, Tuple[str, ...]]
     selectivity: Dict[str, float]  # items sent to EACH downstream operator per item processed
     compliance_excluded: Tuple[str, ...]
+    item_timeout_s: float = 0.0  # > 0: items older than this are dropped when an operator takes them
 
     @property
     def edges(self) -> Tuple[Tuple[str, str], ...]:
@@ -55,7 +56,7 @@ class Topology:
         return cls(
             tick_s=cfg.tick_ms / 1000.0, sources=sources, operators=tuple(order), types=types,
             configs={o: cfg.operators[o] for o in order}, downstream=downstream, selectivity=selectivity,
-            compliance_excluded=tuple(cfg.compliance_excluded),
+            compliance_excluded=tuple(cfg.compliance_excluded), item_timeout_s=float(cfg.item_timeout_s),
         )
 
 

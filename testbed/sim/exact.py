@@ -29,6 +29,7 @@ class _ExactQueue:
 class ExactNetwork(SteppedInPython):
     def __init__(self, topology: Topology, hop_s: float, recorder: SampleRecorder):
         self.hop_s = hop_s
+        self.timeout_s = topology.item_timeout_s  # 0: none
         self.recorder = recorder
         self.flows = FlowCounters(topology.operators, topology.edges)
         self.queues: Dict[str, _ExactQueue] = {
@@ -86,6 +87,9 @@ class ExactNetwork(SteppedInPython):
                 break
             items.popleft()
             origin = q.origins.popleft()
+            if self.timeout_s > 0 and origin < start - self.timeout_s:  # too old when taken: dropped
+                self.flows.drop(q.name, "timeout", 1)
+                continue
             service = rec.service(q.index, s)
             finish = start + service
             started += 1

@@ -41,7 +41,7 @@ from testbed.topology import Topology
 
 # -- the compiled model's state ------------------------------------------------------------------
 # Per operator k (row k): its cohorts in a ring (head, size), what it holds and did.
-Queues = namedtuple("Queues", "count send0 delta origin0 origin_delta head size waiting processed owed")
+Queues = namedtuple("Queues", "count send0 delta origin0 origin_delta head size waiting processed owed expired")
 # Per operator: the next free time of each slot (the first `slots[k]`, ascending between steps),
 # the slots and instances (ids) to serve with, the mean service time; `rounds` and `rotated`
 # are scratch rows of the slot width.
@@ -72,6 +72,7 @@ class CohortNetwork:
     def __init__(self, topology: Topology, hop_s: float, recorder: SampleRecorder):
         self.topology = topology
         self.hop_s = hop_s
+        self.timeout_s = topology.item_timeout_s  # 0: none (items older are dropped when taken)
         self.recorder = recorder
         ops = topology.operators
         self._ops = list(ops)
@@ -96,7 +97,7 @@ class CohortNetwork:
         # Arrays start small and grow as `_room` asks (_make_room, _widen_*).
         self.q = Queues(count=_ints(n, 16), send0=_floats(n, 16), delta=_floats(n, 16), origin0=_floats(n, 16),
                         origin_delta=_floats(n, 16), head=_ints(n), size=_ints(n), waiting=_ints(n),
-                        processed=_ints(n), owed=_floats(n))
+                        processed=_ints(n), owed=_floats(n), expired=_ints(n))
         self.slots = Slots(free=_floats(n, 8), slots=_ints(n), target=_ints(n), service=np.ones(n),
                            instances=_ints(n, 8), n_instances=_ints(n), rounds=_ints(8), rotated=_floats(8))
         state = recorder.arrays()
@@ -154,7 +155,7 @@ class CohortNetwork:
             tick = np.array([self.ticks_emitted], dtype=np.int64)
             step, status = _run(self.q, self.slots, self.graph, self.sampling, self._fl, self.needs, tick,
                                 self.hop_s, self._every, self._geometric, self._truncate, self._epoch,
-                                clock.dt, clock.duration, clock.steps, step, stop_after, next_event)
+                                clock.dt, clock.duration, clock.steps, step, stop_after, next_event, self.timeout_s)
             self.ticks_emitted = int(tick[0])
             self._collect()
             if status == STOPPED:
@@ -167,7 +168,8 @@ class CohortNetwork:
         with `send`; no ticks)."""
         self.set_capacity(slots, service_s, instances)
         while not _advance(self.q, self.slots, self.graph, self.sampling, self._fl, self.needs,
-                           self.hop_s, self._every, self._geometric, self._truncate, self._epoch, t0, t1):
+                           self.hop_s, self._every, self._geometric, self._truncate, self._epoch, t0, t1,
+                           self.timeout_s):
             self._collect()
             self._make_room()
         self._collect()
@@ -231,6 +233,10 @@ class CohortNetwork:
             fl.latency_op += ops[smp.lat_op[:m]].tolist()
             fl.latency_ms += smp.lat_ms[:m].tolist()
         smp.taken[:] = 0
+        if self.timeout_s > 0:
+            for k in np.flatnonzero(self.q.expired).tolist():
+                self.flows.drop(self._ops[k], "timeout", int(self.q.expired[k]))
+                self.q.expired[k] = 0
 
     def _make_room(self) -> None:
         """Room for the next step as `_room` asked (after `_collect`: the output buffers are empty)."""
@@ -240,6 +246,7 @@ class CohortNetwork:
             self._widen_queues(2 * cohorts)
         for k in np.flatnonzero(needs.noise > smp.noise_end - smp.noise_pos).tolist():
             self._draw_noise(k, int(needs.noise[k]))
+        smp = self.sampling  # _draw_noise may have replaced the noise rows (wider)
         if needs.outputs[GAPS] > smp.gaps_at[END] - smp.gaps_at[POS]:
             rest = smp.gaps[smp.gaps_at[POS]:smp.gaps_at[END]]
             blocks = [rest]
@@ -328,7 +335,7 @@ def _push(q, k, count, send0, delta, origin0, origin_delta):
 
 @njit(cache=True)
 def _run(q, sl, g, smp, fl, needs, tick, hop, every, geometric, truncate, epoch,
-         dt, duration, steps, step, stop_after, next_event):
+         dt, duration, steps, step, stop_after, next_event, timeout):
     """Steps from `step` on, each: the sources' ticks before its end, then every operator served
     (`_step`). Returns (next step, STOPPED or NEEDS_ROOM)."""
     while True:
@@ -345,20 +352,20 @@ def _run(q, sl, g, smp, fl, needs, tick, hop, every, geometric, truncate, epoch,
                     fl.received[g.src_op[e]] += count
                     fl.edge_items[g.src_edge[e]] += count
             tick[0] = k + 1
-        _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1)
+        _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout)
         step += 1
         if t1 >= stop_after or step >= steps or step * dt >= next_event:
             return step, STOPPED
 
 
 @njit(cache=True)
-def _advance(q, sl, g, smp, fl, needs, hop, every, geometric, truncate, epoch, t0, t1):
+def _advance(q, sl, g, smp, fl, needs, hop, every, geometric, truncate, epoch, t0, t1, timeout):
     """One step without ticks; False (nothing done) if it needs room first."""
     tick = np.zeros(1, dtype=np.int64)
     tick[0] = len(g.tick_t)
     if not _room(q, sl, g, smp, needs, tick, geometric, t1):
         return False
-    _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1)
+    _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout)
     return True
 
 
@@ -404,12 +411,42 @@ def _room(q, sl, g, smp, needs, tick, geometric, t1):
 
 
 @njit(cache=True)
-def _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1):
-    """Serve every operator (upstream first) for the step [t0, t1)."""
+def _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout):
+    """Serve every operator (upstream first) for the step [t0, t1); with a timeout, first drop the
+    items an operator would take that are older than it at the step's start."""
     for k in range(len(q.waiting)):
         _set_slots(sl, k, t0)
         if sl.slots[k] > 0 and q.size[k] > 0:
-            _serve(q, sl, g, smp, fl, k, hop, every, geometric, truncate, epoch, t0, t1)
+            if timeout > 0:
+                _expire(q, k, t0 - timeout)
+            if q.size[k] > 0:
+                _serve(q, sl, g, smp, fl, k, hop, every, geometric, truncate, epoch, t0, t1)
+
+
+@njit(cache=True)
+def _expire(q, op, oldest):
+    """Drop from the head of operator op's queue the items whose origin is before `oldest` (a
+    cohort's origins do not decrease); counted in q.expired."""
+    width = q.count.shape[1]
+    while q.size[op] > 0:
+        i = q.head[op]
+        count, origin0, od = q.count[op, i], q.origin0[op, i], q.origin_delta[op, i]
+        if not origin0 < oldest:
+            return
+        if od > 0:
+            n = min(count, int(math.ceil((oldest - origin0) / od)))
+        else:
+            n = count
+        q.waiting[op] -= n
+        q.expired[op] += n
+        if n == count:
+            q.head[op] = (i + 1) % width
+            q.size[op] -= 1
+        else:
+            q.count[op, i] = count - n
+            q.send0[op, i] = q.send0[op, i] + n * q.delta[op, i]
+            q.origin0[op, i] = origin0 + n * od
+            return
 
 
 @njit(cache=True)

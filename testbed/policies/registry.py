@@ -69,3 +69,4 @@ def _load_builtins() -> None:
     from testbed.policies import hpa, static_n  # noqa: F401  (Kubernetes' HPA, n static workers)
     from testbed.policies.daedalus import policy as _daedalus  # noqa: F401  (Daedalus)
     from testbed.policies import static  # noqa: F401  (a fixed deployment: the ODP experiments)
+    from testbed.policies import dabs, presps  # noqa: F401  (PRESPS and its DABS-like baseline)

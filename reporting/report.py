@@ -29,7 +29,7 @@ from reporting.figure_drawing import FigureWorkers
 from reporting.fidelity_section import acceptance_gaps, fidelity_section, load_fidelity
 from reporting.html_report import write_html
 from reporting.markdown_report import write_markdown
-from reporting.paper_comparison import check_claims, compare, load_reference
+from reporting.evaluations import SectionInputs, compare_all, report_for, reports_for
 from reporting.report_config import ReportConfig, ReportConfigError, parse_overrides
 from reporting.report_document import build_document, config_order
 from reporting.report_metrics import ReportMetrics, report_metrics
@@ -145,12 +145,18 @@ def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalo
             steps: Dict[str, float]) -> Dict[str, Path]:
     """Paper comparison, claims, tables, figures, index.html and report.md (steps: seconds of the
     figures and of the documents)."""
-    reference = load_reference()
-    comparison = compare(metrics.summary, reference)
-    claims = check_claims(metrics.summary, reference)
+    # each evaluation of the runs contributes its reference table, claims and sections
+    entries = reports_for(r.manifest.experiment for r in catalog.complete)
+    comparison, claims = compare_all(entries, metrics.summary)
     files = _write_tables(out, catalog, metrics, comparison, claims)
     fidelity = load_fidelity(Path(runs_dir))  # written by `testbed fidelity`
     extra = [fidelity_section(fidelity, comparison, claims)] if fidelity else []
+    own_patterns: List[str] = []  # patterns whose platform sections an evaluation replaces
+    for entry in entries:
+        runs = [r for r in catalog.complete if report_for(r.manifest.experiment) is entry]
+        extra += entry.sections(SectionInputs(runs, metrics.summary, comparison, claims, out, cfg.dpi))
+        if not entry.platform_pattern_sections:
+            own_patterns += sorted({r.pattern for r in runs})
     if fidelity:
         files["fidelity_gaps"] = out / "tables" / "fidelity_gaps.csv"
         acceptance_gaps(comparison).to_csv(files["fidelity_gaps"], index=False)
@@ -161,7 +167,8 @@ def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalo
     steps["figures"] = time.perf_counter() - t0
     files.update({f"figure:{k}": v for k, v in drawn.items()})
     table_files = [p for k, p in files.items() if not k.startswith("figure:")]
-    doc = build_document(catalog, metrics.summary, comparison, claims, drawn, master, table_files, extra)
+    doc = build_document(catalog, metrics.summary, comparison, claims, drawn, master, table_files, extra,
+                         skip_patterns=own_patterns)
     files["html"] = write_html(doc, out / "index.html")
     files["markdown"] = write_markdown(doc, out / "report.md", files["manifests"])
     steps["documents"] = time.perf_counter() - t0 - steps["figures"]

@@ -180,7 +180,10 @@ def runs_table(catalog: RunCatalog) -> Table:
 
 def build_document(catalog: RunCatalog, summary: pd.DataFrame, comparison: pd.DataFrame, claims: pd.DataFrame,
                    figures: Dict[str, Path], spark_master: str, table_files: Sequence[Path],
-                   extra_sections: Sequence[Section] = ()) -> Document:
+                   extra_sections: Sequence[Section] = (), skip_patterns: Sequence[str] = ()) -> Document:
+    """The report. `extra_sections` follow the claims (the fidelity section, the evaluations' own,
+    reporting.evaluations); patterns in `skip_patterns` get no platform compliance/cost section
+    (an evaluation's sections replace it)."""
     complete, incomplete = catalog.complete, catalog.incomplete
     revisions = sorted({r.manifest.code_revision for r in complete})
     configs = sorted({(r.pattern, r.config) for r in complete})
@@ -200,6 +203,8 @@ def build_document(catalog: RunCatalog, summary: pd.DataFrame, comparison: pd.Da
     sections: List[Section] = [Section("The paper's claims", [claims_table(claims)])]
     sections.extend(extra_sections)  # e.g. the fidelity section after the claims it explains
     for pattern in sorted(summary["pattern"].unique()):
+        if pattern in skip_patterns:
+            continue
         own = summary[summary["pattern"] == pattern]
         blocks: List[Block] = [
             measured_table(own, _MAIN_COLUMNS, "Compliance (without O2/O6 unless noted) and cost, mean ± sd over repetitions"),

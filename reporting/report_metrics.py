@@ -14,6 +14,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import pandas as pd
 
+from reporting.evaluations import evaluation_metrics, metric_order
 from reporting.elasticity import DEMAND_SUPPLY_METRICS, ELASTICITY_METRICS, elasticity_metrics
 from reporting.run_catalog import ReportError, RunCatalog, RunInfo
 from reporting.spark_passes import LEASE_COLUMNS, Aggregates
@@ -31,7 +32,7 @@ def compliance_metric(level: str, operator: str) -> str:
 
 def metric_rank(metric: str) -> Tuple[int, int, str]:
     """Report order: summary's metrics, the run-level extras, then per-operator metrics by kind."""
-    known = [*METRICS, *RUN_LEVEL_EXTRA_METRICS]
+    known = [*METRICS, *RUN_LEVEL_EXTRA_METRICS, *metric_order()]
     if metric in known:
         return (0, known.index(metric), "")
     kinds = [*(f"{level}_compliance_" for level, _ in LEVELS), "time_to_adapt_", *(m.rsplit("_", 1)[0] + "_" for m in ELASTICITY_METRICS)]
@@ -93,6 +94,7 @@ def _run_values(run: RunInfo, part: Dict[str, pd.DataFrame]) -> Dict[str, object
     per_run, per_operator = elasticity_metrics(part["elasticity"].sort_values("operator"))
     values.update(per_run)
     values.update(per_operator)
+    values.update(evaluation_metrics(run.run_dir, run.manifest))  # the evaluation's own (reporting.evaluations)
     values["mean_instances"] = _mean_over_intervals(part["instances"], "instances")
     values["mean_leased_vms"] = _mean_over_intervals(part["hosts"], "leased")
     return values

@@ -317,8 +317,14 @@ def long_rows(manifest: Manifest, metrics: Mapping[str, Any], where: Path,
     return rows
 
 
-def _metric_rank(metric: str) -> int:
-    return METRICS.index(metric)
+def _metric_rank(metric: str) -> Tuple[int, int]:
+    """The platform's metrics in METRICS order, then an evaluation's own (reporting.evaluations)."""
+    if metric in METRICS:
+        return (0, METRICS.index(metric))
+    from reporting.evaluations import metric_order
+
+    extra = metric_order()
+    return (1, extra.index(metric) if metric in extra else len(extra))
 
 
 MeanSd = Callable[[Sequence[float]], Tuple[float, float]]
@@ -355,11 +361,17 @@ def summarise(runs_root: PathLike) -> pd.DataFrame:
     experiments = sorted({m.experiment for _, m in complete})
     if len(experiments) > 1:
         raise SummaryError(f"{runs_root}: runs of several experiments {experiments}; summarise one experiment folder")
+    from reporting.evaluations import evaluation_metrics
+
     rows: List[Dict[str, Any]] = []
     for run_dir, manifest in complete:
-        rows.extend(long_rows(manifest, run_metrics(run_dir), run_dir))
+        values = run_metrics(run_dir)
+        extra = evaluation_metrics(run_dir, manifest)  # the evaluation's own metrics (e.g. PRESPS's)
+        values.update(extra)
+        rows.extend(long_rows(manifest, values, run_dir, independent=[*BTU_INDEPENDENT_METRICS, *extra]))
     out = mean_sd(pd.DataFrame(rows))
     out.attrs["incomplete_runs"] = [str(d) for d, m in runs if m.status != "complete"]
+    out.attrs["evaluation"] = experiments[0] if experiments else ""
     return out
 
 
@@ -390,8 +402,10 @@ def _cell(mean: Any, sd: Any, decimals: int) -> str:
     return text
 
 
-def _table_rows(df: pd.DataFrame) -> List[Tuple[Tuple[Any, ...], str, Dict[str, Tuple[Any, Any]]]]:
-    """One row per (configuration, BTU length): (sort key, label, metric -> (mean, sd))."""
+def _table_rows(df: pd.DataFrame, columns: Sequence[Tuple[str, str, int]] = _TABLE_COLUMNS
+                ) -> List[Tuple[Tuple[Any, ...], str, Dict[str, Tuple[Any, Any]]]]:
+    """One row per (configuration, BTU length): (sort key, label, metric -> (mean, sd)); one row per
+    configuration when none of the columns depends on the BTU length."""
     btu = pd.to_numeric(df["btu_minutes"], errors="coerce").astype("Int64")
     config = configurations(df)
     rebilled_configs = {c for c, rows in df.groupby(config) if rebilled(rows)}
@@ -399,13 +413,15 @@ def _table_rows(df: pd.DataFrame) -> List[Tuple[Tuple[Any, ...], str, Dict[str, 
     for a, c, b, m, mean, sd in zip(df["approach"], config, btu, df["metric"], df["mean"], df["sd"]):
         values[(str(a), str(c), None if pd.isna(b) else int(b), str(m))] = (mean, sd)
     keys = sorted({(a, c, b) for a, c, b, _ in values}, key=lambda k: (k[0], k[1], -1 if k[2] is None else k[2]))
+    if not any(m in BTU_DEPENDENT_METRICS for _, m, _ in columns):
+        keys = [k for k in keys if k[2] is None] or keys
     with_btu = {(a, c) for a, c, b in keys if b is not None}
     rows = []
     for a, c, b in keys:
         if b is None and (a, c) in with_btu:
             continue  # BTU-independent values are shown in each BTU row of the configuration
         cells = {m: values.get((a, c, b, m), values.get((a, c, None, m), (None, None)))
-                 for _, m, _ in _TABLE_COLUMNS}
+                 for _, m, _ in columns}
         own = c not in rebilled_configs
         label = c if own or b is None else f"{c}@{b}"
         # re-billed configurations first (the baseline, by config then BTU), then those billed by
@@ -417,11 +433,16 @@ def _table_rows(df: pd.DataFrame) -> List[Tuple[Tuple[Any, ...], str, Dict[str, 
 
 def format_summary(df: pd.DataFrame) -> str:
     """Fixed-width table per pattern: one row per configuration and BTU length, "mean ±sd" cells."""
+    from reporting.evaluations import report_for
+
+    columns = _TABLE_COLUMNS
+    if df.attrs.get("evaluation"):  # an evaluation may print its own metrics (e.g. PRESPS's Table 3)
+        columns = report_for(df.attrs["evaluation"]).summary_columns or _TABLE_COLUMNS
     blocks = []
     for pattern in sorted(df["pattern"].astype(str).unique()):
-        rows = _table_rows(df[df["pattern"].astype(str) == pattern])
-        header = ["config"] + [h for h, _, _ in _TABLE_COLUMNS]
-        lines = [[label] + [_cell(*cells[m], d) for _, m, d in _TABLE_COLUMNS] for _, label, cells in rows]
+        rows = _table_rows(df[df["pattern"].astype(str) == pattern], columns)
+        header = ["config"] + [h for h, _, _ in columns]
+        lines = [[label] + [_cell(*cells[m], d) for _, m, d in columns] for _, label, cells in rows]
         widths = [max(len(r[i]) for r in [header, *lines]) for i in range(len(header))]
 
         def fmt(r: Sequence[str]) -> str:

@@ -1,0 +1,181 @@
+"""PRESPS (testbed/policies/presps.py) and the DABS-like baseline (testbed/policies/dabs.py), with
+values computed by hand: theta on a diamond (the paper's Fig. 1: 0.58), replica counts with
+rounding and the pool cap, the plan's activate/deactivate counts, the decision cadence and reasons,
+DABS's restart and its rate limit."""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+import pytest
+
+from testbed.config import InfrastructureConfig, OperatorConfig, SourceConfig, TopologyConfig
+from testbed.model import (HostView, InstanceState, InstanceView, OperatorType, OperatorView, Restart, ScaleUp,
+                           SetActive, Snapshot)
+from testbed.policies.dabs import DabsParams, DabsPolicy, restart_allowed
+from testbed.policies.presps import (ENTRY, PrespsEstimator, PrespsParams, PrespsPolicy, edge_shares, plan_changes,
+                                     propagate_theta, replicas)
+from testbed.sim.cluster import SimCluster
+from testbed.topology import Topology
+
+
+# ---- Eqs. (3)-(4): theta ---------------------------------------------------------------------------
+
+def test_theta_on_the_papers_diamond_is_058():
+    # Fig. 1: O1 splits 70/30 to O2 and O3; O4 gets 40 % of O2's output and all of O3's.
+    edges = {("S", "O1"): 100, ("O1", "O2"): 70, ("O1", "O3"): 30, ("O2", "O4"): 28, ("O3", "O4"): 30}
+    processed = {"O1": 100, "O2": 70, "O3": 30, "O4": 58}
+    shares = edge_shares(edges, processed, input_items=100, sources=["S"])
+    assert shares[(ENTRY, "O1")] == 1.0
+    assert shares[("O1", "O2")] == pytest.approx(0.7) and shares[("O1", "O3")] == pytest.approx(0.3)
+    assert shares[("O2", "O4")] == pytest.approx(0.4) and shares[("O3", "O4")] == 1.0
+    pred = {"O1": [ENTRY], "O2": ["O1"], "O3": ["O1"], "O4": ["O2", "O3"]}
+    theta = propagate_theta(["O1", "O2", "O3", "O4"], pred, shares)
+    assert theta["O4"] == pytest.approx(0.4 * 0.7 + 1 * 0.3) == pytest.approx(0.58)
+    assert theta["O2"] == pytest.approx(0.7) and theta["O3"] == pytest.approx(0.3)
+
+
+def test_theta_above_one_with_copies_and_several_sources():
+    # S1 (30 items) -> A; S2 (10 items) -> A and B (a copy each): lambda_G = 40 items emitted.
+    # A copies each item to C and D (theta = 1 each); both send all to E: theta_E = 2.
+    edges = {("S1", "A"): 30, ("S2", "A"): 10, ("S2", "B"): 10, ("A", "C"): 40, ("A", "D"): 40,
+             ("C", "E"): 40, ("D", "E"): 40}
+    processed = {"A": 40, "B": 10, "C": 40, "D": 40, "E": 80}
+    shares = edge_shares(edges, processed, input_items=40, sources=["S1", "S2"])
+    assert shares[(ENTRY, "A")] == 1.0 and shares[(ENTRY, "B")] == 0.25
+    pred = {"A": [ENTRY], "B": [ENTRY], "C": ["A"], "D": ["A"], "E": ["C", "D"]}
+    theta = propagate_theta(list(pred), pred, shares)
+    assert theta == {"A": 1.0, "B": 0.25, "C": 1.0, "D": 1.0, "E": 2.0}
+    # an operator that processed nothing gives no share (unknown), not a division by zero
+    assert edge_shares({("A", "C"): 0}, {"A": 0}, 0, [])[("A", "C")] is None
+
+
+# ---- Eq. (1) and Alg. 1 ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lam, et, expected", [
+    (100, 0.5, 2),      # 100 * 0.5 / 30 = 1.67 -> 2
+    (60, 0.5, 1),       # exactly 1.0 -> 1 (no spurious round-up)
+    (180, 0.4, 3),      # 2.4 -> 3
+    (0, 0.5, 1),        # nothing to do: the lower bound 1
+    (1000, 0.5, 12),    # 16.67 -> 17, capped at the pool (12)
+    (35228, 0.000695531, 1),  # the chain's A at 1174 events/s: 0.82 -> 1
+])
+def test_replica_counts_round_up_and_clamp(lam, et, expected):
+    assert replicas(lam, et, 30.0, 1, 12) == expected
+
+
+def test_plan_activates_and_deactivates_the_difference():
+    assert plan_changes({"A": 3, "B": 1, "C": 2}, {"A": 1, "B": 4, "C": 2}) == {"A": 2, "B": -3}
+
+
+def test_set_active_switches_the_planned_number_of_pool_members():
+    topo = Topology.from_config(TopologyConfig(
+        name="t", tick_ms=1000, compliance_excluded=[], sources={"S": SourceConfig(1, ["A"])},
+        operators={"A": OperatorConfig(cpu_shares=256, memory_mb=256, ratio_out=0)}))
+    cluster = SimCluster(topo, InfrastructureConfig(), 3600.0, 1.0, np.random.default_rng(0))
+    host = cluster.lease(0.0, True)
+    cluster.apply(0.0, [ScaleUp("A", host, "pool")] * 12, immediate=True)
+    cluster.apply(1.0, [SetActive("A", 1, "one on")])
+    cluster.apply(30.0, [SetActive("A", 3, "k = +2")])
+    cluster.apply(60.0, [SetActive("A", 2, "k = -1")])
+    kinds = [(r.t_s, r.action) for r in cluster.records if r.action in ("activate", "deactivate")]
+    assert kinds.count((1.0, "deactivate")) == 11
+    assert kinds.count((30.0, "activate")) == 2
+    assert kinds.count((60.0, "deactivate")) == 1 and len(kinds) == 14
+    assert len(cluster.serving()["A"]) == 2
+
+
+# ---- the policy on snapshots ------------------------------------------------------------------------
+
+def snapshot(t: float, active: Mapping[str, int], queue: Mapping[str, int], processed: Mapping[str, int],
+             utilisation: Mapping[str, float], edge_items: Mapping[Tuple[str, str], int], input_rate: float,
+             pool: int = 12, monitoring_s: float = 5.0) -> Snapshot:
+    """A chain S -> A -> B with `pool` instances per operator, `active[o]` of them switched on."""
+    ops = {}
+    instances: List[InstanceView] = []
+    for o in ("A", "B"):
+        ops[o] = OperatorView(type=OperatorType(o, 1000.0, 256, 256, 68), n=pool, queue=queue[o],
+                              processed=processed[o], utilisation=utilisation[o], active=active[o])
+        instances += [InstanceView(f"{o}-{k}", o, "h1", InstanceState.running, 0.0, active=k < active[o])
+                      for k in range(pool)]
+    host = HostView("h1", 8192, 8192, 0, 0, 0.0, 3600.0, frozenset(), True, 1.0)
+    return Snapshot(t=t, operators=ops, hosts=(host,), instances=tuple(instances), btu_s=3600.0, reasoning_s=5.0,
+                    penalty=0.0, input_rate=input_rate, max_hosts=10, host_cpu=8192, host_memory=8192,
+                    monitoring_s=monitoring_s, input_rates=(input_rate,), edges=(("S", "A"), ("A", "B")),
+                    edge_items=dict(edge_items))
+
+
+def steady(t: float, queue_a: int = 0, active_a: int = 1, util_a: float = 0.8) -> Snapshot:
+    # 2 items/s: 10 per 5 s interval through A and B. One active A busy 80 % of 5 s = 4 s for 10
+    # items: et_A = 0.4 s; one active B busy 20 %: et_B = 0.1 s.
+    return snapshot(t, {"A": active_a, "B": 1}, {"A": queue_a, "B": 0}, {"A": 10, "B": 10},
+                    {"A": util_a, "B": 0.2}, {("S", "A"): 10, ("A", "B"): 10}, input_rate=2.0)
+
+
+def test_presps_decides_every_td_with_the_numbers_in_its_reasons():
+    policy = PrespsPolicy(PrespsParams())
+    # the first interval: all 12 pool members of A on, sharing the 4 s of work
+    first = policy.decide(steady(5.0, active_a=12, util_a=0.8 / 12))  # all but initial_active switched off
+    assert [(type(a), a.operator, a.active) for a in first] == [(SetActive, "A", 1), (SetActive, "B", 1)]
+    for t in (10.0, 15.0, 20.0, 25.0):
+        assert policy.decide(steady(t)) == []  # monitoring only: td = 30 s has not passed
+    actions = policy.decide(steady(30.0, queue_a=120))
+    # lambda_G = 2/s x 30 s = 60; A: 60 + backlog 120 = 180 -> 180 x 0.4 / 30 = 2.4 -> 3 replicas;
+    # B: 60 x 0.1 / 30 = 0.2 -> 1 replica = its active count: no action.
+    assert [(type(a), a.operator, a.active) for a in actions] == [(SetActive, "A", 3)]
+    reason = actions[0].reason
+    for part in ("theta=1.000", "lam_hat=180", "input 60", "backlog 120", "et=400.000 ms", "-> 3 replicas"):
+        assert part in reason
+    assert policy.decide(steady(35.0, queue_a=10_000)) == []  # next decision only at t = 60
+
+
+def test_presps_caps_at_the_pool_and_freezes_et_after_the_benchmark():
+    policy = PrespsPolicy(PrespsParams())
+    for t in range(5, 61, 5):
+        policy.decide(steady(float(t), active_a=12 if t == 5 else 1, util_a=0.8 / 12 if t == 5 else 0.8))
+    # after 60 s the benchmark is frozen: a window with twice the service time does not change et
+    for t in range(65, 91, 5):
+        actions = policy.decide(steady(float(t), queue_a=10_000 if t == 90 else 0, util_a=1.0))
+    assert [(a.operator, a.active) for a in actions] == [("A", 12)]  # (60 + 10000) x 0.4 / 30 = 134 -> 12
+    assert "et=400.000 ms" in actions[0].reason
+    live = PrespsEstimator(PrespsParams(et_mode="max_current"))
+    for t in range(5, 91, 5):
+        live.observe(steady(float(t), util_a=0.8 if t <= 60 else 1.0))
+    assert live.et("A") == pytest.approx(0.5)  # max(0.4, 1.0 x 5 x 1 / 10)
+
+
+def test_queue_propagation_adds_the_upstream_backlog():
+    est = PrespsEstimator(PrespsParams(queue_propagation=True))
+    for t in range(5, 31, 5):
+        est.observe(steady(float(t)))
+    e = est.estimate(steady(30.0, queue_a=120))
+    assert e["A"].lam_queue == 120 and e["B"].lam_queue == 120  # 0 + 120 x theta_B^A (1)
+    assert e["B"].target == 1  # (60 + 120) x 0.1 / 30 = 0.6 -> 1
+
+
+# ---- DABS-like ---------------------------------------------------------------------------------------
+
+def test_restart_rate_limit():
+    assert restart_allowed(5.0, None, 30.0)
+    assert not restart_allowed(34.0, 5.0, 30.0)
+    assert restart_allowed(35.0, 5.0, 30.0)
+
+
+def test_dabs_restarts_on_a_change_at_most_once_per_30_s():
+    policy = DabsPolicy(DabsParams(td_s=5.0))  # a decision every 5 s, restarts still at most every 30 s
+    seen: Dict[float, List] = {}
+    for t in range(10, 71, 5):
+        seen[float(t)] = policy.decide(steady(float(t), queue_a=120))
+    restarts = [t for t, acts in seen.items() if any(isinstance(a, Restart) for a in acts)]
+    # A: (10 + 120) x 0.4 / 5 = 10.4 -> 11 replicas; its count in the snapshots stays 1: a change at
+    # every decision, carried out at most every 30 s
+    assert restarts == [10.0, 40.0, 70.0]
+    later = seen[40.0]
+    assert isinstance(later[0], Restart) and later[0].downtime_s == 10.0 and later[0].purge
+    assert "A 1->11" in later[0].reason
+    assert [(type(a), a.operator, a.active) for a in later[1:]] == [(SetActive, "A", 11)]
+    # no change: no restart
+    quiet = DabsPolicy(DabsParams())
+    for t in range(10, 41, 5):
+        out = quiet.decide(steady(float(t)))
+    assert out == []  # t = 40: A needs 60 x 0.4 / 30 = 0.8 -> 1, B 0.2 -> 1: as they are

@@ -1,0 +1,182 @@
+"""The PRESPS workload (data_provider/presps_workload.py), its metrics on hand-built event-log tables
+(reporting/evaluations/presps.py), the report's extension point (reporting/evaluations) and the
+evaluation end to end at small scale in the simulator."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from data_provider.patterns import PatternConfig, PatternKind, make_pattern
+from data_provider.presps_workload import (SpikesConfig, calibrate, generate, integer_counts, minute_rms_vs_reference,
+                                           series_statistics)
+from reporting.evaluations import report_for, reports_for
+from reporting.evaluations.presps import (check_claims, mean_active, over_provisioning, presps_metrics, static_theta,
+                                          throughput_degradation, windows)
+from testbed.config import ConfigError
+from tests.conftest import compose_config
+
+
+# ---- workload -------------------------------------------------------------------------------------
+
+def test_paper_like_profile_matches_the_reference_statistics():
+    r = generate(SpikesConfig(), np.random.default_rng(1))
+    st = series_statistics(r)
+    assert st["length_s"] == 1301 and st["min"] == 315 and st["max"] == 5751
+    assert abs(st["mean"] - 2292.7) < 0.5  # integer counts keep the calibrated total
+    assert 1400 < st["sd"] < 1600 and 15 < st["diff_sd"] < 40
+    assert minute_rms_vs_reference(r) < 0.12
+    again = generate(SpikesConfig(), np.random.default_rng(1))
+    assert np.array_equal(r, again) and not np.array_equal(r, generate(SpikesConfig(), np.random.default_rng(2)))
+
+
+def test_random_profile_and_live_scale():
+    r = generate(SpikesConfig(profile="random", waves=4), np.random.default_rng(7))
+    assert len(r) == 1301 and r.min() == 315 and r.max() == 5751 and abs(r.mean() - 2292.7) < 0.5
+    live = generate(SpikesConfig(peak=40), np.random.default_rng(1))
+    assert live.max() == 40
+
+
+def test_calibration_and_rounding_by_hand():
+    # u = (0, 0.5, 1); mean(u^k) = (0.5^k + 1) / 3 = 0.5 needs k = 1
+    r, k = calibrate(np.array([0.0, 1.0, 2.0]), 0.0, 1.0, 0.5)
+    assert k == pytest.approx(1.0, abs=1e-6) and r.tolist() == pytest.approx([0.0, 0.5, 1.0])
+    # floor (0, 0, 1), one unit left over, the largest fraction first (stable: the first 0.5)
+    assert integer_counts(np.array([0.5, 0.5, 1.0])).tolist() == [1, 0, 1]
+
+
+def test_file_replay_and_the_pattern_hook(tmp_path: Path):
+    path = tmp_path / "rates.csv"
+    path.write_text("second,rate\n0,10\n1,20\n2,30\n")
+    cfg = PatternConfig(name="mine", kind=PatternKind.spikes, spikes=SpikesConfig(profile="file", file=str(path)))
+    p = make_pattern(cfg)
+    assert p.series(np.array([-1.0, 0.0, 0.9, 1.0, 2.5, 100.0])).tolist() == [10, 10, 10, 20, 30, 30]
+    assert p.machines_at(1.2) == 20
+
+
+def test_bad_spikes_setting_names_the_key():
+    with pytest.raises(ConfigError) as err:
+        compose_config("evaluation=presps", "pattern.spikes.profile=bogus")
+    assert err.value.key == "pattern.spikes.profile"
+    with pytest.raises(ConfigError) as err:
+        compose_config("evaluation=presps", "topology.item_timeout_s=-1")
+    assert err.value.key == "topology.item_timeout_s"
+
+
+# ---- metrics on hand-built tables ------------------------------------------------------------------
+
+CHAIN = {
+    "tick_ms": 1000,
+    "sources": {"S": {"items_per_tick": 1, "downstream": ["A"]}},
+    "operators": {"A": {"downstream": ["B"], "ratio_in": 1, "ratio_out": 1, "service": {"mean_ms": 100}},
+                  "B": {"downstream": [], "ratio_in": 1, "ratio_out": 0, "service": {"mean_ms": 200}}},
+}
+
+
+def hand_tables():
+    # 10 items/s for 10 s; B (the sink) completes 0, 5, 10 x 7, 15 in the 1 s intervals ending at 1..10
+    load = pd.DataFrame({"t_s": np.arange(10.0), "items": [10] * 10, "source": "S", "machines": 10})
+    done = [0, 5, 10, 10, 10, 10, 10, 10, 10, 15]
+    processed = pd.DataFrame({"t_s": np.r_[np.arange(1.0, 11.0), np.arange(1.0, 11.0)],
+                              "operator": ["A"] * 10 + ["B"] * 10, "items": [10] * 10 + done})
+    actions = pd.DataFrame({"t_s": [0.0, 0.0, 4.0, 8.0, 5.0], "action": ["scale_up", "scale_up", "deactivate",
+                                                                        "activate", "restart"]})
+    latency = pd.DataFrame({"t_s": [3.0, 7.0], "operator": ["B", "B"], "latency_ms": [100.0, 300.0]})
+    dropped = pd.DataFrame({"t_s": [5.0, 6.0], "operator": ["A", "A"], "reason": ["purge", "timeout"],
+                            "items": [6, 4]})
+    return {"load": load, "processed": processed, "actions": actions, "latency": latency, "dropped": dropped}
+
+
+def test_throughput_degradation_per_window_differs_from_totals():
+    t = hand_tables()
+    in5 = windows(t["load"]["t_s"].to_numpy(), t["load"]["items"].to_numpy(), 5.0, 10.0, end_stamped=False)
+    sink = t["processed"][t["processed"].operator == "B"]
+    out5 = windows(sink["t_s"].to_numpy(), sink["items"].to_numpy(), 5.0, 10.0, end_stamped=True)
+    assert in5.tolist() == [50, 50] and out5.tolist() == [35, 55]
+    # per window: (|50 - 35| / 50 + |50 - 55| / 50) / 2 = (0.3 + 0.1) / 2 = 0.2; on the totals |100 - 90| / 100
+    assert throughput_degradation(in5, out5) == pytest.approx(0.2)
+    assert throughput_degradation(np.array([0.0, 10.0]), np.array([3.0, 10.0])) == 0.0  # empty windows skipped
+
+
+def test_presps_metrics_by_hand():
+    cfg = {"topology": CHAIN, "runtime": {"monitoring_s": 1.0}}
+    m = presps_metrics(hand_tables(), cfg, 10.0)
+    # replicas: 2 on [0, 4), 1 on [4, 8), 2 on [8, 10): (8 + 4 + 4) / 10 = 1.6
+    assert m["mean_active_replicas"] == pytest.approx(1.6)
+    # peak 10/s: A needs ceil(10 x 0.1) = 1, B ceil(10 x 0.2) = 2 -> r_over = 2 x 2 = 4, the sum 3
+    assert m["r_over"] == 4
+    assert m["saved_resources"] == pytest.approx(1 - 1.6 / 4) and m["saved_resources_sum"] == pytest.approx(1 - 1.6 / 3)
+    assert m["throughput_degradation"] == pytest.approx(0.2)
+    assert m["throughput_degradation_total"] == pytest.approx(0.1)
+    assert m["throughput_degradation"] != m["throughput_degradation_total"]
+    # 1 s windows: |10 - 0|/10, |10 - 5|/10, 0 x 7, |10 - 15|/10 -> 2.0 / 10
+    assert m["throughput_degradation_1s"] == pytest.approx(0.2)
+    assert math.isnan(m["throughput_degradation_30s"]) is False
+    assert m["processed_ratio"] == pytest.approx(0.9) and m["latency_ms"] == pytest.approx(200.0)
+    assert (m["restarts"], m["dropped_purge"], m["dropped_timeout"]) == (1.0, 6.0, 4.0)
+    # a window shorter than the monitoring interval cannot be measured
+    assert math.isnan(presps_metrics(hand_tables(), {"topology": CHAIN, "runtime": {"monitoring_s": 5.0}}, 10.0)[
+        "throughput_degradation_1s"])
+
+
+def test_theta_and_over_provisioning_of_the_oee_like_fan_out():
+    topo = {"sources": {"S1": {"items_per_tick": 3, "downstream": ["A"]}, "S2": {"items_per_tick": 1, "downstream": ["B"]}},
+            "operators": {"A": {"downstream": ["C", "D"], "ratio_in": 1, "ratio_out": 2},
+                          "B": {"downstream": ["D"], "ratio_in": 2, "ratio_out": 1},
+                          "C": {"downstream": []}, "D": {"downstream": []}}}
+    theta = static_theta(topo)
+    # A gets 3/4 of the input and sends 2/1/2 = 1 item to each of C and D; B 1/4, halves it into D
+    assert theta == {"A": 0.75, "B": 0.25, "C": 0.75, "D": 0.75 + 0.125}
+    assert over_provisioning(100.0, {"A": 1.0, "B": 0.5}, {"A": 0.03, "B": 0.1}) == (2 * 5, 3 + 5)
+    assert mean_active(pd.DataFrame({"t_s": [0.0], "action": ["scale_up"]}), 5.0) == 1.0
+
+
+def test_claims_and_the_extension_point():
+    rows = []
+    for config, values in {"presps": (0.56, 0.18, 0.999, 2100.0), "dabs": (0.40, 0.28, 0.83, 1400.0)}.items():
+        for metric, v in zip(("saved_resources", "throughput_degradation", "processed_ratio", "latency_ms"), values):
+            rows.append({"pattern": "p", "approach": config, "config": config, "btu_minutes": pd.NA, "metric": metric,
+                         "mean": v, "sd": np.nan, "n": 1})
+    claims = check_claims(pd.DataFrame(rows), report_for("presps").reference())
+    assert claims["measured"].tolist() == ["holds"] * 4
+    assert claims["paper"].tolist() == ["not evaluable"] * 4  # the paper has no pattern "p"
+    rows[3]["mean"] = 1000.0  # PRESPS latency now below the baseline's: P4 does not hold
+    assert check_claims(pd.DataFrame(rows), pd.DataFrame(columns=rows[0].keys()))["measured"].tolist()[3] == "does not hold"
+    assert report_for("presps").name == "presps" and report_for("no such evaluation").name == "btu"
+    assert [e.name for e in reports_for(["presps", "presps", "btu"])] == ["btu", "presps"]
+    paper = report_for("presps").reference()
+    assert set(paper["approach"]) == {"presps", "dabs"} and len(paper) == 8
+
+
+# ---- the evaluation at small scale ---------------------------------------------------------------
+
+@pytest.mark.slow
+def test_presps_evaluation_small_scale(tmp_path: Path):
+    from reporting.summary import format_summary, summarise
+    from testbed.eventlog import EventLog, find_runs
+    from testbed.experiment import run_experiment
+
+    cfg = compose_config("evaluation=presps", "duration_min=4", "pattern.spikes.length_s=240",
+                         f"out={tmp_path}", "summary=false", "workers=1")
+    run_experiment(cfg)
+    table = summarise(tmp_path / "presps_spikes")
+    values = {(c, m): v for c, m, v in zip(table["config"], table["metric"], table["mean"])}
+    assert values[("presps", "processed_ratio")] >= 0.99 and values[("presps", "restarts")] == 0
+    assert values[("dabs", "restarts")] >= 1 and values[("dabs", "dropped_purge")] > 0
+    assert values[("dabs", "processed_ratio")] < values[("presps", "processed_ratio")]
+    text = format_summary(table)
+    assert "saved resources" in text and "paid BTUs" not in text
+    for run in find_runs(tmp_path):
+        log = EventLog(run)
+        edges, processed, dropped = log.read("edges"), log.read("processed"), log.read("dropped")
+        queues = log.read("queues").groupby("operator")["depth"].last()
+        received = edges.groupby("target")["items"].sum()
+        for o in "ABCD":  # every item: processed, dropped (timeout or purge) or still queued
+            lost = dropped[dropped.operator == o]["items"].sum()
+            assert received[o] == processed[processed.operator == o]["items"].sum() + lost + queues[o]
+        actions = log.read("actions")
+        assert actions[actions.action.isin(["activate", "deactivate"])].reason.str.contains("theta=").any() or \
+            run.parent.name == "dabs"

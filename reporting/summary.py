@@ -413,8 +413,9 @@ def _table_rows(df: pd.DataFrame, columns: Sequence[Tuple[str, str, int]] = _TAB
     for a, c, b, m, mean, sd in zip(df["approach"], config, btu, df["metric"], df["mean"], df["sd"]):
         values[(str(a), str(c), None if pd.isna(b) else int(b), str(m))] = (mean, sd)
     keys = sorted({(a, c, b) for a, c, b, _ in values}, key=lambda k: (k[0], k[1], -1 if k[2] is None else k[2]))
-    if not any(m in BTU_DEPENDENT_METRICS for _, m, _ in columns):
-        keys = [k for k in keys if k[2] is None] or keys
+    if not any(m in BTU_DEPENDENT_METRICS for _, m, _ in columns):  # one row per configuration
+        free = {(a, c) for a, c, b in keys if b is None}
+        keys = [k for k in keys if k[2] is None or (k[0], k[1]) not in free]
     with_btu = {(a, c) for a, c, b in keys if b is not None}
     rows = []
     for a, c, b in keys:

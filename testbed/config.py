@@ -70,6 +70,9 @@ class RunConfiguration:
     params: Dict[str, Any] = field(default_factory=dict)  # on top of policies.<policy>
     placement: str = ""  # a registered placement; "" = the policy's default
     placement_params: Dict[str, Any] = field(default_factory=dict)  # on top of placement.*, e.g. {odp: {w_a: 1}}
+    # on top of runtime.*, e.g. {reasoning_s: 60}: the cadence its paper gives the policy, when the
+    # evaluation compares policies of different cadences
+    runtime: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -359,12 +362,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _positive("backend.step_ms", cfg.backend.step_ms)
     if cfg.backend.hop_latency_ms < 0:
         raise ConfigError("backend.hop_latency_ms", "must be >= 0")
-    rt = cfg.runtime
-    _positive("runtime.monitoring_s", rt.monitoring_s)
-    _positive("runtime.reasoning_s", rt.reasoning_s)
-    _positive("runtime.sample_every", rt.sample_every)
-    _positive("runtime.initial_instances", rt.initial_instances)
-    _positive("runtime.history", rt.history)
+    _validate_runtime(cfg.runtime)
     _validate_topology(cfg.topology, infra)
     _validate_scale(cfg)
     problem = cfg.job.validate()
@@ -375,6 +373,14 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     if cfg.backend.name == BackendName.docker:
         _validate_live(cfg)
     return cfg
+
+
+def _validate_runtime(rt: "RuntimeConfig", key: str = "runtime") -> None:
+    _positive(f"{key}.monitoring_s", rt.monitoring_s)
+    _positive(f"{key}.reasoning_s", rt.reasoning_s)
+    _positive(f"{key}.sample_every", rt.sample_every)
+    _positive(f"{key}.initial_instances", rt.initial_instances)
+    _positive(f"{key}.history", rt.history)
 
 
 def _validate_scale(cfg: ExperimentConfig) -> None:
@@ -503,6 +509,13 @@ def _validate_evaluation(cfg: ExperimentConfig) -> None:
             except ConfigError as exc:
                 sub = exc.key.removeprefix("placement.")
                 raise ConfigError(f"{key}.placement_params.{sub}", str(exc).removeprefix(f"{exc.key}: ")) from exc
+        if conf.runtime:
+            rt = runtime_config(cfg, conf.runtime, f"{key}.runtime")
+            _validate_runtime(rt, f"{key}.runtime")
+            try:
+                _validate_scale(dataclasses.replace(cfg, runtime=rt))
+            except ConfigError as exc:
+                raise ConfigError(f"{key}.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from exc
     for i, name in enumerate(ev.only):
         if name not in names:
             raise ConfigError(f"evaluation.only[{i}]", f"no configuration {name!r} in evaluation {ev.name!r}: {sorted(names)}")
@@ -522,6 +535,15 @@ def placement_config(cfg: ExperimentConfig, overrides: Dict[str, Any], key: str 
     """placement.* with a configuration's overrides on top, typed; errors name the key."""
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cfg.placement), overrides))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{key}.{exc.full_key}" if getattr(exc, "full_key", None) else key,
+                          str(exc).splitlines()[0]) from exc
+
+
+def runtime_config(cfg: ExperimentConfig, overrides: Dict[str, Any], key: str = "runtime") -> "RuntimeConfig":
+    """runtime.* with a configuration's overrides on top, typed; errors name the key."""
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cfg.runtime), overrides))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{key}.{exc.full_key}" if getattr(exc, "full_key", None) else key,
                           str(exc).splitlines()[0]) from exc

@@ -15,7 +15,7 @@ import numpy as np
 
 from data_provider.patterns import Pattern, PatternConfig, make_pattern
 from testbed.config import (BackendName, BillingMode, ExperimentConfig, RunConfiguration, placement_config,
-                            policy_params, to_plain)
+                            policy_params, runtime_config, to_plain)
 from testbed.eventlog import (
     TABLES,
     EventLog,
@@ -94,6 +94,8 @@ def config_for(cfg: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
     run_cfg.policies = {conf.policy: policy_params(cfg, conf.policy, conf.params)}
     if conf.placement_params:
         run_cfg.placement = placement_config(cfg, conf.placement_params)
+    if conf.runtime:
+        run_cfg.runtime = runtime_config(cfg, conf.runtime)
     run_cfg.placement.name = conf.placement or cfg.placement.name or policy_entry(conf.policy).placement
     run_cfg.evaluation.configurations = [conf]
     run_cfg.billing.btu_minutes = spec.btu_minutes

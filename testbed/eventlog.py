@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 SCHEMA_VERSION = 3  # 2: edges, instance_stats, dropped, latency; pool and restart actions; manifest billing
-# 3: placements, host_traffic (written by simulated runs; older runs lack them, and readers ask for them by name)
+# 3: placements (both backends), host_traffic (simulator); older runs lack them, readers ask for them by name
 
 MANIFEST_FILE = "manifest.json"
 ACTIONS = ("lease", "prolong", "release", "scale_up", "scale_down", "migrate", "replace", "activate", "deactivate",

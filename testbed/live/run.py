@@ -35,6 +35,7 @@ from testbed.live.rabbit_management import ManagementError, RunDepths
 from testbed.live.switchboard import RedisSwitchboard
 from testbed.model import InstanceState
 from testbed.monitoring import Observer, SnapshotSettings, new_monitor_tables
+from testbed.placement.records import placements_table
 from testbed.policies.base import Policy, initial_deployment
 from testbed.rng import stream
 from testbed.actions import actions_table
@@ -227,6 +228,7 @@ class LiveRun:
             accounting = self._drain_and_account(pool, monitor, provider, executor.purged_total)
             tables["load"] = provider.load_table()
             tables["actions"] = actions_table(executor.records, self.policy.name)
+            tables["placements"] = placements_table(executor.records, getattr(self.policy, "placement", None))
             tables["leases"] = pool.leases(end)
             details = {
                 "prefix": self.prefix, "provider_flushed": flushed, "transport": live.transport.value,
@@ -300,11 +302,16 @@ class LiveRun:
 
     def _deploy(self, pool, executor: LiveExecutor) -> None:
         """The initial deployment, placed as in the simulator and waited for until every instance runs."""
-        hosts, instances = executor.views(0.0)
         rt = self.cfg.runtime
-        snap = Observer(self.topology, SnapshotSettings.from_config(self.cfg, self.btu_s), rt.history,
-                        rt.monitoring_s).snapshot(0.0, hosts, instances, executor.scalings)
-        executor.apply(0.0, initial_deployment(snap, self.cfg.runtime.initial_instances), immediate=True)
+        deploy = getattr(self.policy, "initial_deployment", None)  # a policy's own (static), step by step
+        for _ in range(10 if deploy is not None else 1):
+            hosts, instances = executor.views(0.0)
+            snap = Observer(self.topology, SnapshotSettings.from_config(self.cfg, self.btu_s), rt.history,
+                            rt.monitoring_s).snapshot(0.0, hosts, instances, executor.scalings)
+            actions = deploy(snap) if deploy is not None else initial_deployment(snap, rt.initial_instances)
+            if not actions:
+                break
+            executor.apply(0.0, actions, immediate=True)
         deadline = self.wall() + self.DEPLOY_TIMEOUT_S
         while True:
             pool.refresh()

@@ -133,10 +133,10 @@ class TopologyConfig:
     sources: Dict[str, SourceConfig] = field(default_factory=dict)
     operators: Dict[str, OperatorConfig] = field(default_factory=dict)
     compliance_excluded: List[str] = field(default_factory=lambda: ["O2", "O6"])
+    item_timeout_s: float = 0.0  # > 0: an operator drops items older than this when it takes them (reason timeout)
 
 
 @dataclass
-    item_timeout_s: float = 0.0  # > 0: an operator drops items older than this when it takes them (reason timeout)
 class BillingConfig:
     btu_minutes: int = 60
     price_per_10_minutes: float = 1.0
@@ -603,6 +603,8 @@ def _validate_topology(topo: TopologyConfig, infra: InfrastructureConfig) -> Non
         _positive(f"{key}.service.parallel", op.service.parallel)
         if op.service.cv < 0:
             raise ConfigError(f"{key}.service.cv", "must be >= 0")
+    if topo.item_timeout_s < 0:
+        raise ConfigError("topology.item_timeout_s", f"must be >= 0 (0: no timeout), got {topo.item_timeout_s:g}")
     for o in topo.compliance_excluded:
         if o not in names:
             raise ConfigError("topology.compliance_excluded", f"unknown operator {o!r}")
@@ -624,5 +626,3 @@ def _check_acyclic(topo: TopologyConfig) -> None:
 
     for o in topo.operators:
         visit(o)
-    if topo.item_timeout_s < 0:
-        raise ConfigError("topology.item_timeout_s", f"must be >= 0 (0: no timeout), got {topo.item_timeout_s:g}")

@@ -107,6 +107,10 @@ def dispatch(t: float, actions: Sequence[Action], target: ActionTarget, records:
         elif isinstance(a, Restart):
             purged = target.restart(t, a.downtime_s, a.purge)
             what = f"queues purged: {sum(purged.values())} item(s)" if a.purge else "queues kept"
+            hold = getattr(target, "hold_source", None) if a.hold_source else None
+            if hold is not None:  # a backend that can (the simulator's sources)
+                hold(t, t + a.downtime_s)
+                what += ", arrivals held at the source"
             record(a, reason=f"{a.reason} (downtime {a.downtime_s:g} s, {what})")
         else:  # pragma: no cover - the Action union is closed
             raise TypeError(f"unknown action {a!r}")

@@ -191,5 +191,8 @@ class Restart:
     reason: str
     kind: str = field(default="restart", init=False)
 
+    # the simulator: arrivals during the downtime wait at the source and enter the topology when it
+    # is back (latency and timeout start then), as a spout that does not emit while it is down
+    hold_source: bool = False
 
 Action = Union[ScaleUp, ScaleDown, Migrate, LeaseHost, ProlongHost, ReleaseHost, SetActive, Restart]

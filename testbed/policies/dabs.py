@@ -10,8 +10,10 @@ estimator as PRESPS (testbed/policies/presps.py) and differs only in how a chang
   dropped (the event log's reason `purge`), then the new counts;
 * at most one restart per `min_restart_interval_s` (30 s): a change decided sooner is not carried
   out (the estimator's next decision sees the state again);
-* arrivals during the downtime wait at the source (the entry queue is refilled after the purge and
-  served when the topology is back).
+* arrivals during the downtime wait at the source and enter the topology when it is back (in the
+  simulator: their latency and timeout start then, as behind a spout that does not emit while the
+  topology is down); `hold_source=false` lets them wait in the entry queue with their emission time
+  (what the live testbed does: its provider keeps publishing).
 
 State is explicit (the estimator's fields and the last restart time); no clock, no I/O.
 """
@@ -33,6 +35,7 @@ class DabsParams(PrespsParams):
     downtime_s: float = 10.0  # D_r: nothing is processed for this long after a restart
     purge: bool = True  # the restart drops everything queued
     min_restart_interval_s: float = 30.0  # at most one restart per this time
+    hold_source: bool = True  # arrivals during the downtime wait at the source (false: in the entry queue)
 
     def validate(self) -> None:
         super().validate()
@@ -75,6 +78,6 @@ class DabsPolicy:
             return actions
         self.last_restart = snapshot.t
         what = ", ".join(f"{o} {current[o]}->{targets[o]}" for o in changes)
-        actions.append(Restart(p.downtime_s, p.purge, f"DABS-like restart: {what}"))
+        actions.append(Restart(p.downtime_s, p.purge, f"DABS-like restart: {what}", hold_source=p.hold_source))
         reasons = {o: "DABS-like " + e.reason(p.td_s).removeprefix("PRESPS ") for o, e in est.items()}
         return actions + apply_targets(snapshot, targets, reasons, p.mode, self.placement)

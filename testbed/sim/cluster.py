@@ -36,7 +36,8 @@ class SimCluster:
     operators' queues for a restart and returns the items dropped per operator (the network's)."""
 
     def __init__(self, topology: Topology, infra: InfrastructureConfig, btu_s: float, price_per_btu: float,
-                 rng: np.random.Generator, purge: Callable[[float], Mapping[str, int]] = lambda t: {}):
+                 rng: np.random.Generator, purge: Callable[[float], Mapping[str, int]] = lambda t: {},
+                 hold: Callable[[float], None] = lambda until: None):
         self.topology = topology
         self.infra = infra
         self.btu_s = btu_s
@@ -53,6 +54,7 @@ class SimCluster:
         self._host_seq = 0
         self._instance_seq = 0
         self.purge = purge
+        self.hold = hold  # the sources' items wait until then (a restart with hold_source)
         self.paused = False  # a restart's downtime: nothing serves
 
     # -- time ------------------------------------------------------------------------------
@@ -144,6 +146,10 @@ class SimCluster:
         self.version += 1
         self._at(t + downtime_s, "resume", "")
         return dict(self.purge(t)) if purge else {}
+
+    def hold_source(self, t: float, until: float) -> None:
+        """Items the sources emit before `until` enter the topology at `until`."""
+        self.hold(until)
 
     def _uniform(self, bounds: Sequence[float]) -> float:
         return float(self.rng.uniform(bounds[0], bounds[1]))

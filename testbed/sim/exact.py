@@ -30,6 +30,7 @@ class ExactNetwork(SteppedInPython):
     def __init__(self, topology: Topology, hop_s: float, recorder: SampleRecorder):
         self.hop_s = hop_s
         self.timeout_s = topology.item_timeout_s  # 0: none
+        self.hold_until = float("-inf")  # the sources' items emitted before this enter the topology then
         self.recorder = recorder
         self.flows = FlowCounters(topology.operators, topology.edges)
         self.queues: Dict[str, _ExactQueue] = {
@@ -39,7 +40,11 @@ class ExactNetwork(SteppedInPython):
             q.outputs = [self.queues[d] for d in topology.downstream[o]]
         self._order = [self.queues[o] for o in topology.operators]
 
+    def hold_sources(self, until: float) -> None:
+        self.hold_until = max(self.hold_until, until)
+
     def send(self, source: str, operator: str, t: float, count: int) -> None:
+        t = max(t, self.hold_until)  # held at the source during a restart's downtime
         q = self.queues[operator]
         q.items.extend([t] * count)
         q.origins.extend([t] * count)

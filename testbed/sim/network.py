@@ -73,6 +73,7 @@ class CohortNetwork:
         self.topology = topology
         self.hop_s = hop_s
         self.timeout_s = topology.item_timeout_s  # 0: none (items older are dropped when taken)
+        self.hold_until = -math.inf  # the sources' items emitted before this enter the topology then
         self.recorder = recorder
         ops = topology.operators
         self._ops = list(ops)
@@ -155,7 +156,8 @@ class CohortNetwork:
             tick = np.array([self.ticks_emitted], dtype=np.int64)
             step, status = _run(self.q, self.slots, self.graph, self.sampling, self._fl, self.needs, tick,
                                 self.hop_s, self._every, self._geometric, self._truncate, self._epoch,
-                                clock.dt, clock.duration, clock.steps, step, stop_after, next_event, self.timeout_s)
+                                clock.dt, clock.duration, clock.steps, step, stop_after, next_event, self.timeout_s,
+                                self.hold_until)
             self.ticks_emitted = int(tick[0])
             self._collect()
             if status == STOPPED:
@@ -194,6 +196,11 @@ class CohortNetwork:
             q.size[k] = 0
             q.waiting[k] = 0
         return dropped
+
+    def hold_sources(self, until: float) -> None:
+        """Items the sources emit before `until` enter the topology at `until` (a restart's downtime:
+        they wait at the source; their latency and timeout start when they enter)."""
+        self.hold_until = max(self.hold_until, until)
 
     def depth(self, operator: str) -> int:
         return int(self.q.waiting[self._index[operator]])
@@ -335,7 +342,7 @@ def _push(q, k, count, send0, delta, origin0, origin_delta):
 
 @njit(cache=True)
 def _run(q, sl, g, smp, fl, needs, tick, hop, every, geometric, truncate, epoch,
-         dt, duration, steps, step, stop_after, next_event, timeout):
+         dt, duration, steps, step, stop_after, next_event, timeout, hold):
     """Steps from `step` on, each: the sources' ticks before its end, then every operator served
     (`_step`). Returns (next step, STOPPED or NEEDS_ROOM)."""
     while True:
@@ -348,7 +355,8 @@ def _run(q, sl, g, smp, fl, needs, tick, hop, every, geometric, truncate, epoch,
             for e in range(len(g.src_op)):
                 count = g.tick_machines[k] * g.src_per_machine[e]
                 if count > 0:
-                    _push(q, g.src_op[e], count, g.tick_t[k], 0.0, g.tick_t[k], 0.0)
+                    emit = g.tick_t[k] if g.tick_t[k] >= hold else hold  # held at the source until `hold`
+                    _push(q, g.src_op[e], count, emit, 0.0, emit, 0.0)
                     fl.received[g.src_op[e]] += count
                     fl.edge_items[g.src_edge[e]] += count
             tick[0] = k + 1

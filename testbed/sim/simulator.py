@@ -51,7 +51,7 @@ class Simulation:
         self.cluster = SimCluster(
             self.topology, cfg.infrastructure, self.btu_s,
             price_per_btu(btu_minutes, cfg.billing.price_per_10_minutes), stream(seed, "cloud"),
-            purge=self.network.purge,
+            purge=self.network.purge, hold=getattr(self.network, "hold_sources", lambda until: None),
         )
         self.observer = Observer(self.topology, SnapshotSettings.from_config(cfg, self.btu_s), cfg.runtime.history,
                                  cfg.runtime.monitoring_s)

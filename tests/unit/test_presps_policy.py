@@ -179,3 +179,29 @@ def test_dabs_restarts_on_a_change_at_most_once_per_30_s():
     for t in range(10, 41, 5):
         out = quiet.decide(steady(float(t)))
     assert out == []  # t = 40: A needs 60 x 0.4 / 30 = 0.8 -> 1, B 0.2 -> 1: as they are
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_restart_holding_the_source_starts_latency_when_items_enter(hold):
+    from tests.unit.test_platform_sim import run_chain
+
+    def script(s: Snapshot) -> List:
+        return [Restart(45.0, True, "rescale", hold_source=hold)] if s.t == 90 else []
+
+    tables, _ = run_chain(script, minutes=5)
+    lat = tables["latency"]
+    after = lat[(lat.t_s > 135.0) & (lat.t_s <= 150.0)]["latency_ms"]
+    assert len(after) > 0
+    if hold:  # items emitted during the downtime entered at 135 s: at most 15 s (+ B) old by 150 s
+        assert after.max() < 16_000.0
+    else:  # they waited in the entry queue from 90 s on
+        assert after.max() > 44_000.0
+    restart = tables["actions"].query("action == 'restart'").reason.iloc[0]
+    assert ("arrivals held at the source" in restart) == hold
+    # nothing is lost either way: received = processed + purged + queued
+    received = tables["edges"].groupby("target")["items"].sum()
+    queued = tables["queues"].groupby("operator")["depth"].last()
+    done = tables["processed"].groupby("operator")["items"].sum()
+    purged = tables["dropped"].groupby("operator")["items"].sum()
+    for o in ("A", "B"):
+        assert received[o] == done[o] + purged.get(o, 0) + queued[o]

@@ -98,6 +98,8 @@ class Snapshot:
     input_rates: Tuple[float, ...] = ()  # items/s per monitoring interval, oldest first (bounded history)
     edges: Tuple[Tuple[str, str], ...] = ()  # the topology: (source or upstream operator, operator)
     edge_items: Mapping[Tuple[str, str], int] = field(default_factory=dict)  # sent along each edge, last interval
+    # per instance of the last interval: (items processed, busy fraction) -- what per-worker models need
+    instance_stats: Mapping[str, Tuple[int, float]] = field(default_factory=dict)
 
     def host(self, host_id: str) -> HostView:
         for h in self.hosts:

@@ -242,6 +242,7 @@ class Observer:
             host_cpu=st.host_cpu, host_memory=st.host_memory, monitoring_s=self.monitoring_s,
             input_rates=tuple(self.rates), edges=self.topology.edges,
             edge_items=dict(last.edges) if last else {},
+            instance_stats={i.instance: (i.processed, i.utilisation) for i in last.instances} if last else {},
         )
 
 

@@ -197,6 +197,9 @@ class Simulation:
         tables["latency"] = {"t_s": flows.latency_t, "operator": flows.latency_op, "latency_ms": flows.latency_ms}
         tables["actions"] = actions_table(self.cluster.records, self.policy.name)
         tables["leases"] = self.cluster.leases(self.duration_s)
+        own = getattr(self.policy, "records", None)  # a policy's own tables (Daedalus: forecasts, capacity, recovery)
+        if own is not None:
+            tables.update(own())
         tables["placements"] = placements_table(self.cluster.records, getattr(self.policy, "placement", None))
         tables["host_traffic"] = self.host_traffic  # empty without the network emulation
         return tables

@@ -1,0 +1,123 @@
+"""Operator mode (docs/papers/daedalus.md#mapping): Daedalus and HPA per operator type on a topology
+(the OEE topology of the BTU paper), through the platform's snapshot.
+
+Per operator o, every decision cycle adds one sample spanning the time since the previous cycle:
+the workload is the items sent to o along its edges per second, each instance's throughput its
+processed items per second and its CPU its busy fraction, the lag o's queue. The controllers work at
+1 s resolution, so a sample is held for every second it spans (a step series; with a 15 s cycle, 15
+identical seconds). Daedalus runs its loop every `loop_s` on the last 61 s; HPA syncs every cycle.
+There is no stop-the-world here: a scale-out starts instances (and leases hosts) through the
+placement, a scale-in stops the newest; the controller's warm-up counts from its last rescale and
+the replay window is 0 (nothing is replayed). Hosts left empty are released."""
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Deque, Dict, List, Tuple
+
+import numpy as np
+
+from testbed.model import Action, InstanceState, ReleaseHost, Snapshot
+from testbed.placement.first_fit import FirstFit
+from testbed.policies.daedalus.controller import LoopWindow
+from testbed.policies.hpa_core import HpaState, PodMetric, sync
+from testbed.policies.planning import Plan
+from testbed.policies.scaling import scale_to
+
+WINDOW_S = 61
+Sample = Tuple[float, float, float, Dict[str, Tuple[float, float]], float]  # (t, span, workload/s, {inst: (thr/s, cpu)}, lag)
+
+
+def _samples(policy, snapshot: Snapshot) -> Dict[str, Deque[Sample]]:
+    """Append this cycle's sample per operator to the policy's buffers (kept for the last 10 min)."""
+    st = policy.__dict__.setdefault("_operator_mode", {"last_t": 0.0, "buf": {}})
+    span = snapshot.t - st["last_t"]
+    st["last_t"] = snapshot.t
+    bufs: Dict[str, Deque[Sample]] = st["buf"]
+    if span <= 0:
+        return bufs
+    interval = snapshot.monitoring_s
+    inflow: Dict[str, float] = {o: 0.0 for o in snapshot.operators}
+    for (src, dst), items in snapshot.edge_items.items():
+        if dst in inflow:
+            inflow[dst] += items / interval
+    per_op: Dict[str, Dict[str, Tuple[float, float]]] = {o: {} for o in snapshot.operators}
+    for inst in snapshot.instances:
+        if inst.operator in per_op and inst.id in snapshot.instance_stats:
+            processed, util = snapshot.instance_stats[inst.id]
+            per_op[inst.operator][inst.id] = (processed / interval, util)
+    for o, view in snapshot.operators.items():
+        buf = bufs.setdefault(o, deque(maxlen=max(8, int(math.ceil(600 / span)))))
+        buf.append((snapshot.t, span, inflow[o], per_op[o], float(view.queue)))
+    return bufs
+
+
+def _window(buf: Deque[Sample], t: float, since_rescale: float) -> Tuple[np.ndarray, np.ndarray, dict, dict, np.ndarray]:
+    """The last WINDOW_S seconds as 1 s series (each sample held over its span)."""
+    seconds, workload, uptime = [], [], []
+    workers: Dict[str, List[Tuple[int, float, float]]] = {}
+    for (ts, span, w, per, _lag) in buf:
+        k = int(round(span))
+        for j in range(k):
+            s = ts - (k - 1 - j)
+            idx = len(seconds)
+            seconds.append(s)
+            workload.append(w)
+            uptime.append(max(0.0, s - since_rescale))
+            for inst, (thr, cpu) in per.items():
+                workers.setdefault(inst, []).append((idx, thr, cpu))
+    n = len(seconds)
+    lo = max(0, n - WINDOW_S)
+    thr_d, cpu_d = {}, {}
+    for inst, rows in workers.items():
+        thr = np.zeros(n)
+        cpu = np.full(n, np.nan)
+        for idx, a, c in rows:
+            thr[idx], cpu[idx] = a, c
+        thr_d[inst], cpu_d[inst] = thr[lo:], cpu[lo:]
+    return (np.asarray(seconds[lo:]), np.asarray(workload[lo:]), thr_d, cpu_d, np.asarray(uptime[lo:]))
+
+
+def _release_empty(plan: Plan) -> List[Action]:
+    return [ReleaseHost(h, "no instance left on the host") for h in plan.empty_hosts()]
+
+
+def daedalus_operator_actions(policy, snapshot: Snapshot) -> List[Action]:
+    bufs = _samples(policy, snapshot)
+    plan, actions = Plan(snapshot), []
+    placement = policy.placement or FirstFit()
+    loops = policy.__dict__.setdefault("_loops", {})
+    for o, view in snapshot.operators.items():
+        if snapshot.t - loops.get(o, -math.inf) < policy.params.loop_s - 1e-9 or o not in bufs:
+            continue
+        loops[o] = snapshot.t
+        c = policy.controllers.get(o)
+        if c is None:
+            c = policy.controllers[o] = policy.params.controller(o)
+        current = set(i.id for i in snapshot.instances_of(o))
+        seconds, workload, thr, cpu, uptime = _window(bufs[o], snapshot.t, c.last_rescale)
+        thr = {k: v for k, v in thr.items() if k in current}
+        cpu = {k: v for k, v in cpu.items() if k in current}
+        out = c.loop(LoopWindow(t=snapshot.t, p_cur=view.n, lag=float(view.queue), checkpoint_s=0.0, seconds=seconds,
+                                workload=workload, throughput=thr, cpu=cpu, uptime=uptime))
+        if out.target is not None and out.target != view.n:
+            actions += scale_to(plan, o, out.target, placement, out.reason)
+    return actions + _release_empty(plan)
+
+
+def hpa_operator_actions(policy, snapshot: Snapshot) -> List[Action]:
+    p = policy.params
+    plan, actions = Plan(snapshot), []
+    placement = policy.placement or FirstFit()
+    for o, view in snapshot.operators.items():
+        pods = []
+        for inst in snapshot.instances_of(o):
+            stats = snapshot.instance_stats.get(inst.id)
+            ready = inst.state == InstanceState.running
+            pods.append(PodMetric(stats[1] / p.request_ratio if stats is not None else None, ready))
+        state = policy.states.setdefault(o, HpaState())
+        raw, desired = sync(state, policy.behaviour, snapshot.t, view.n, pods, p.target_pct, p.tolerance)
+        if desired != view.n:
+            actions += scale_to(plan, o, desired, placement,
+                                f"hpa-{p.target_pct}: recommendation {raw}, stabilised and rate-limited {desired}")
+    return actions + _release_empty(plan)

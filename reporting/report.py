@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from reporting.figure_data import FigureData, figure_data
 from reporting.figure_drawing import FigureWorkers
@@ -96,10 +96,25 @@ def _samples_bytes(run_dirs: Sequence[Path]) -> int:
     return sum(p.stat().st_size for d in run_dirs if (p := d / "samples.parquet").is_file())
 
 
-def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=None) -> ReportResult:
+class _Steps(dict):
+    """The report's steps and their seconds; each step is told to `say` (progress) as it ends."""
+
+    def __init__(self, say: Optional[Callable[[str], None]] = None):
+        super().__init__()
+        self.say = say
+
+    def __setitem__(self, step: str, seconds: float) -> None:
+        super().__setitem__(step, seconds)
+        if self.say is not None:
+            self.say(f"report: {step}: {seconds:.1f} s")
+
+
+def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=None,
+               say: Optional[Callable[[str], None]] = None) -> ReportResult:
     """Report the runs below runs_dir. With `spark` given, that session is used and left running
     (tests share one); otherwise one is started from cfg.spark in the background while the run
-    folders are read, and stopped in the background once its results are collected."""
+    folders are read, and stopped in the background once its results are collected. `say` is told
+    each step as it ends (the command prints them)."""
     cfg = cfg or ReportConfig()
     t0 = time.perf_counter()
     dirs = run_folders(runs_dir)  # no runs, or no place to write the report: fail before Spark starts
@@ -107,7 +122,7 @@ def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=Non
     _check_writable(out)
     workers = FigureWorkers() if cfg.figures else None  # they start while Spark works
     start: Optional[SessionStart] = None
-    steps: Dict[str, float] = {}
+    steps: Dict[str, float] = _Steps(say)
     try:
         start = SessionStart(cfg.spark, _samples_bytes(dirs)) if spark is None else None
         try:
@@ -188,7 +203,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     try:
-        result = run_report(args[0], cfg)
+        result = run_report(args[0], cfg, say=lambda line: print(line, file=sys.stderr, flush=True))
     except (ReportError, SparkStartError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -120,8 +120,11 @@ def calibrate(cfg: CalibrationConfig, log=None) -> CalibrationResult:
                             f"{d.worst_metric} {d.worst_config}", time.perf_counter() - t0))
         if log:
             best = min(t.distance for t in trials)
+            elapsed = time.perf_counter() - started
+            left = elapsed / len(trials) * (cfg.budget - len(trials))
             print(f"trial {trial.number + 1}/{cfg.budget}: distance {d.value:.3f} ({d.within}/{d.cells} cells "
-                  f"within target) best {best:.3f} [{trials[-1].seconds:.1f} s]", file=log, flush=True)
+                  f"within target) best {best:.3f} [{trials[-1].seconds:.1f} s; {elapsed:.0f} s elapsed, "
+                  f"about {left:.0f} s left]", file=log, flush=True)
         return d.value
 
     study.optimize(objective, n_trials=cfg.budget)

@@ -47,9 +47,10 @@ NOT_RUN_SETTINGS = ("out", "workers", "summary", "mix", "reps")
 class SweepRun:
     digest: str
     point: Tuple[str, ...]  # the overrides of its point of the grid
-    label: str  # its configuration as the report names it: <configuration>[<swept values>]
     cfg: ExperimentConfig  # the point's experiment config (out = the sweep's folder)
-    spec: "RunSpec"  # noqa: F821 - testbed.experiment.RunSpec, run_dir = OUT/runs/<digest>
+    # testbed.experiment.RunSpec: run_dir = OUT/runs/<digest>, label = its configuration as the
+    # report names it, <configuration>[<swept values>]
+    spec: "RunSpec"  # noqa: F821
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def plan_sweep(overrides: Sequence[str]) -> Tuple[Path, List[SweepRun]]:
             label = f"{spec.config}[{swept}]" if swept else spec.config
             digest = run_digest(config_for(cfg, spec), spec.seed, spec.rep)
             spec = replace(spec, label=label, run_dir=folder / RUNS / digest)
-            runs.append(SweepRun(digest, point, label, cfg, spec))
+            runs.append(SweepRun(digest, point, cfg, spec))
     seen: Dict[str, SweepRun] = {}
     for run in runs:  # two points that resolve to the same run (e.g. a value equal to the default) run once
         seen.setdefault(run.digest, run)
@@ -267,7 +268,7 @@ def write_index(out: Path, runs: Sequence[SweepRun]) -> Path:
         w = csv.writer(f)
         w.writerow(["digest", "pattern", "configuration", "rep", "seed", "point", "status"])
         for r in runs:
-            w.writerow([r.digest, r.spec.pattern, r.label, r.spec.rep, r.spec.seed, " ".join(r.point),
+            w.writerow([r.digest, r.spec.pattern, r.spec.label, r.spec.rep, r.spec.seed, " ".join(r.point),
                         status_of(r.spec.run_dir) or "missing"])
     return path
 

@@ -30,7 +30,7 @@ def test_the_grid_is_the_cartesian_product_in_hydra_order():
 def test_run_folders_are_named_by_what_the_run_computes(tmp_path):
     out, runs = plan_sweep([*SMALL, "billing.btu_minutes=10,60", f"out={tmp_path / 'a'}"])
     assert out == (tmp_path / "a").resolve()
-    assert [r.label for r in runs] == ["btu-10[billing.btu_minutes=10]", "btu-60[billing.btu_minutes=60]"]
+    assert [r.spec.label for r in runs] == ["btu-10[billing.btu_minutes=10]", "btu-60[billing.btu_minutes=60]"]
     assert {r.spec.run_dir.parent for r in runs} == {out / "runs"}
     assert len({r.digest for r in runs}) == 2
     # another folder or worker count: the same runs; another seed: other runs

@@ -15,14 +15,24 @@ COLUMNS = ("t_s", "action", "operator", "instance", "host", "reason", "solve", "
 def placements_table(records: Sequence[ActionRecord], placement: Optional[Any]) -> Dict[str, List[Any]]:
     """One row per scale-up (instance = the new instance) and per migration (instance = the one
     moved, host = its target). Solver columns come from the strategy's `runs` (ODP's SolveRecord),
-    joined on the solve number the reason names; empty for the other strategies."""
+    joined on the solve number the reason names, or for a host a policy asked ODP for one instance
+    (`host_for`, the policy writing the reason) on the time, operator and host of that answer; empty
+    for the other strategies."""
     runs = {r.solve: r for r in getattr(placement, "runs", ())}
+    choices: Dict[tuple, List[int]] = {}
+    for t, operator, host, solve in getattr(placement, "choices", ()):
+        choices.setdefault((t, operator, host), []).append(solve)
     cols: Dict[str, List[Any]] = {c: [] for c in COLUMNS}
     for rec in records:
         if rec.action not in ("scale_up", "migrate"):
             continue
         match = _SOLVE.match(rec.reason)
-        run = runs.get(int(match.group(1))) if match else None
+        if match:
+            run = runs.get(int(match.group(1)))
+        else:
+            target = rec.target_host if rec.action == "migrate" else rec.host
+            waiting = choices.get((rec.t_s, rec.operator, target), [])
+            run = runs.get(waiting.pop(0)) if waiting else None
         row = {
             "t_s": rec.t_s, "action": rec.action, "operator": rec.operator, "instance": rec.instance,
             "host": rec.target_host if rec.action == "migrate" else rec.host, "reason": rec.reason,

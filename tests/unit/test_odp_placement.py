@@ -242,3 +242,14 @@ def test_bad_configuration_placement_params_name_the_key():
     with pytest.raises(ConfigError) as err:
         compose_config("evaluation=odp", "evaluation.configurations.0.placement_params={odp: {w_r: 2.0}}")
     assert err.value.key.startswith("evaluation.configurations[0].placement_params.odp.w_r")
+
+
+def test_placements_table_joins_a_host_for_answer_on_time_operator_and_host():
+    # a policy that asks for one host (BTU's upscaling) writes its own reason
+    strategy = odp(EmulationConfig())
+    plan = Plan(snapshot(t=30.0))
+    host = strategy.host_for(plan, plan.types["A"])
+    records = [ActionRecord(30.0, "scale_up", "A", "A-7", host, None, "queue 60 > 50"),
+               ActionRecord(30.0, "scale_up", "A", "A-8", "vm9", None, "on a new host")]
+    table = placements_table(records, strategy)
+    assert table["solve"] == [1, None] and table["solver_status"] == ["optimal", None]

@@ -87,6 +87,7 @@ class OdpPlacement(Placement):
         self.network = NetworkModel(EmulationConfig())
         self.provider_host = EmulationConfig().provider_host
         self.runs: List[SolveRecord] = []
+        self.choices: List[Tuple[float, str, str, int]] = []  # host_for answers: (t, operator, host, solve)
         self.reassigned = False
         self.objective = NetworkObjective(self.cfg.network_objective) if self.cfg.network_objective else None
 
@@ -100,7 +101,10 @@ class OdpPlacement(Placement):
         result, names = self._solve(plan, {op.name: 1}, free=False, purpose="place")
         if result is None or result.placement is None:
             return None
-        return result.placement[names[0][0]]
+        host = result.placement[names[0][0]]
+        # the policy writes the action and its reason: the placements table joins the solve on these
+        self.choices.append((plan.t, op.name, host, self.runs[-1].solve))
+        return host
 
     def start(self, plan: Plan, operator: str, count: int, reason: str) -> List[Action]:
         return self.start_many(plan, {operator: count}, reason)

@@ -105,6 +105,7 @@ class ServiceConfig:
     cv: float = 0.3  # coefficient of variation of the (gamma-distributed) service time
     parallel: int = 1  # items in service at once per instance
     cpu_cores: float = 0.1  # cores a busy slot uses (host CPU contention model)
+    step_cv: float = 0.0  # > 0: each simulation step's capacity x a seeded gamma factor (mean 1, this CV)
 
 
 @dataclass
@@ -603,6 +604,8 @@ def _validate_topology(topo: TopologyConfig, infra: InfrastructureConfig) -> Non
         _positive(f"{key}.service.parallel", op.service.parallel)
         if op.service.cv < 0:
             raise ConfigError(f"{key}.service.cv", "must be >= 0")
+        if not 0 <= op.service.step_cv < 1:
+            raise ConfigError(f"{key}.service.step_cv", f"must be in [0, 1), got {op.service.step_cv:g}")
     if topo.item_timeout_s < 0:
         raise ConfigError("topology.item_timeout_s", f"must be >= 0 (0: no timeout), got {topo.item_timeout_s:g}")
     for o in topo.compliance_excluded:

@@ -31,6 +31,7 @@ class ExactNetwork(SteppedInPython):
         self.hop_s = hop_s
         self.timeout_s = topology.item_timeout_s  # 0: none
         self.hold_until = float("-inf")  # the sources' items emitted before this enter the topology then
+        self.capacity_noise: Dict[str, Sequence[float]] = {}  # per operator, a factor per step
         self.recorder = recorder
         self.flows = FlowCounters(topology.operators, topology.edges)
         self.queues: Dict[str, _ExactQueue] = {
@@ -39,6 +40,9 @@ class ExactNetwork(SteppedInPython):
         for o, q in self.queues.items():
             q.outputs = [self.queues[d] for d in topology.downstream[o]]
         self._order = [self.queues[o] for o in topology.operators]
+
+    def set_capacity_noise(self, factors: Dict[str, Sequence[float]]) -> None:
+        self.capacity_noise = dict(factors)
 
     def hold_sources(self, until: float) -> None:
         self.hold_until = max(self.hold_until, until)
@@ -70,7 +74,12 @@ class ExactNetwork(SteppedInPython):
         for q in self._order:
             self._set_slots(q, slots[q.name], t0)
             if q.free:
-                self._serve(q, t1, service_s[q.name], instances[q.name])
+                s = service_s[q.name]
+                noise = self.capacity_noise.get(q.name)
+                if noise is not None:  # the step's capacity factor (as the cohort model)
+                    step = int(round(t0 / self.clock.dt))
+                    s = s / noise[step] if step < len(noise) else s
+                self._serve(q, t1, s, instances[q.name])
 
     @staticmethod
     def _set_slots(q: _ExactQueue, slots: int, t: float) -> None:

@@ -74,6 +74,7 @@ class CohortNetwork:
         self.hop_s = hop_s
         self.timeout_s = topology.item_timeout_s  # 0: none (items older are dropped when taken)
         self.hold_until = -math.inf  # the sources' items emitted before this enter the topology then
+        self.capacity_noise = np.ones((len(topology.operators), 0))  # per operator and step (no column: none)
         self.recorder = recorder
         ops = topology.operators
         self._ops = list(ops)
@@ -157,7 +158,7 @@ class CohortNetwork:
             step, status = _run(self.q, self.slots, self.graph, self.sampling, self._fl, self.needs, tick,
                                 self.hop_s, self._every, self._geometric, self._truncate, self._epoch,
                                 clock.dt, clock.duration, clock.steps, step, stop_after, next_event, self.timeout_s,
-                                self.hold_until)
+                                self.hold_until, self.capacity_noise)
             self.ticks_emitted = int(tick[0])
             self._collect()
             if status == STOPPED:
@@ -171,7 +172,7 @@ class CohortNetwork:
         self.set_capacity(slots, service_s, instances)
         while not _advance(self.q, self.slots, self.graph, self.sampling, self._fl, self.needs,
                            self.hop_s, self._every, self._geometric, self._truncate, self._epoch, t0, t1,
-                           self.timeout_s):
+                           self.timeout_s, self.capacity_noise, int(round(t0 / self.clock.dt))):
             self._collect()
             self._make_room()
         self._collect()
@@ -196,6 +197,15 @@ class CohortNetwork:
             q.size[k] = 0
             q.waiting[k] = 0
         return dropped
+
+    def set_capacity_noise(self, factors: Dict[str, np.ndarray]) -> None:
+        """Per operator, a factor per step on its capacity (the step's service time is divided by it);
+        operators not given keep factor 1."""
+        steps = max(len(f) for f in factors.values())
+        noise = np.ones((len(self._ops), steps))
+        for o, f in factors.items():
+            noise[self._index[o], :len(f)] = f
+        self.capacity_noise = noise
 
     def hold_sources(self, until: float) -> None:
         """Items the sources emit before `until` enter the topology at `until` (a restart's downtime:
@@ -342,7 +352,7 @@ def _push(q, k, count, send0, delta, origin0, origin_delta):
 
 @njit(cache=True)
 def _run(q, sl, g, smp, fl, needs, tick, hop, every, geometric, truncate, epoch,
-         dt, duration, steps, step, stop_after, next_event, timeout, hold):
+         dt, duration, steps, step, stop_after, next_event, timeout, hold, noise):
     """Steps from `step` on, each: the sources' ticks before its end, then every operator served
     (`_step`). Returns (next step, STOPPED or NEEDS_ROOM)."""
     while True:
@@ -360,20 +370,20 @@ def _run(q, sl, g, smp, fl, needs, tick, hop, every, geometric, truncate, epoch,
                     fl.received[g.src_op[e]] += count
                     fl.edge_items[g.src_edge[e]] += count
             tick[0] = k + 1
-        _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout)
+        _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step)
         step += 1
         if t1 >= stop_after or step >= steps or step * dt >= next_event:
             return step, STOPPED
 
 
 @njit(cache=True)
-def _advance(q, sl, g, smp, fl, needs, hop, every, geometric, truncate, epoch, t0, t1, timeout):
+def _advance(q, sl, g, smp, fl, needs, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step):
     """One step without ticks; False (nothing done) if it needs room first."""
     tick = np.zeros(1, dtype=np.int64)
     tick[0] = len(g.tick_t)
     if not _room(q, sl, g, smp, needs, tick, geometric, t1):
         return False
-    _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout)
+    _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step)
     return True
 
 
@@ -419,16 +429,24 @@ def _room(q, sl, g, smp, needs, tick, geometric, t1):
 
 
 @njit(cache=True)
-def _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout):
+def _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step):
     """Serve every operator (upstream first) for the step [t0, t1); with a timeout, first drop the
-    items an operator would take that are older than it at the step's start."""
+    items an operator would take that are older than it at the step's start; with capacity noise
+    (a column per step), the step's service time is the mean divided by the operator's factor."""
+    noisy = step < noise.shape[1]
     for k in range(len(q.waiting)):
         _set_slots(sl, k, t0)
         if sl.slots[k] > 0 and q.size[k] > 0:
             if timeout > 0:
                 _expire(q, k, t0 - timeout)
             if q.size[k] > 0:
-                _serve(q, sl, g, smp, fl, k, hop, every, geometric, truncate, epoch, t0, t1)
+                if noisy:
+                    mean = sl.service[k]
+                    sl.service[k] = mean / noise[k, step]
+                    _serve(q, sl, g, smp, fl, k, hop, every, geometric, truncate, epoch, t0, t1)
+                    sl.service[k] = mean
+                else:
+                    _serve(q, sl, g, smp, fl, k, hop, every, geometric, truncate, epoch, t0, t1)
 
 
 @njit(cache=True)

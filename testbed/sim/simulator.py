@@ -59,6 +59,10 @@ class Simulation:
         self.clock = StepClock(cfg.backend.step_ms / 1000.0, self.duration_s)
         self.ticks = SourceTicks.of_run(self.topology, pattern, self.duration_s)
         self.network.set_sources(self.clock, self.ticks)
+        noisy = {o: services[o].step_cv for o in ops if services[o].step_cv > 0}
+        if noisy:  # per-step capacity factors, one seeded stream per operator (none: nothing drawn)
+            self.network.set_capacity_noise({o: stream(seed, f"capacity/{o}").gamma(1.0 / cv ** 2, cv ** 2, self.clock.steps)
+                                             for o, cv in noisy.items()})
         self._ticks_at_monitor = 0
         self._processed_at_monitor = {o: 0 for o in ops}
         self._instance_ids: Dict[str, Tuple[str, int]] = {}  # parsed once

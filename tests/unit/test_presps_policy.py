@@ -205,3 +205,33 @@ def test_restart_holding_the_source_starts_latency_when_items_enter(hold):
     purged = tables["dropped"].groupby("operator")["items"].sum()
     for o in ("A", "B"):
         assert received[o] == done[o] + purged.get(o, 0) + queued[o]
+
+
+def test_capacity_noise_varies_each_step_around_the_mean():
+    import dataclasses
+
+    from testbed.config import ServiceConfig
+    from testbed.experiment import build_pattern, config_for, plan_runs
+    from testbed.sim.simulator import Simulation
+    from tests.conftest import compose_config
+    from tests.unit.test_platform_sim import CHAIN, Scripted
+
+    def run(step_cv: float, seed: int):
+        cfg = compose_config("policy=threshold", "reps=1", "profile=paper", "pattern=constant", "pattern.levels=[2]",
+                             "duration_min=10", "runtime.reasoning_s=600", "runtime.monitoring_s=15",
+                             "backend.hop_latency_ms=0", "backend.step_ms=500")
+        a = CHAIN.operators["A"]
+        cfg.topology = dataclasses.replace(CHAIN, operators={
+            **CHAIN.operators, "A": dataclasses.replace(a, service=ServiceConfig(mean_ms=100, cv=0.0, step_cv=step_cv))})
+        [spec] = plan_runs(cfg)
+        run_cfg = config_for(cfg, spec)
+        result = Simulation(run_cfg, Scripted(lambda s: []), build_pattern(run_cfg.pattern, cfg.seed), seed,
+                            spec.btu_minutes).run()
+        processed = result.tables["processed"]
+        return np.array([n for o, n in zip(processed["operator"], processed["items"]) if o == "A"][1:])
+
+    flat = run(0.0, 3)
+    assert set(flat.tolist()) <= {149, 150, 151}  # A (one instance, 100 ms) saturated: 150 per 15 s
+    noisy = run(0.2, 3)
+    assert noisy.std() > 3 and abs(noisy.mean() - 150) < 0.05 * 150  # varies, around the same mean
+    assert np.array_equal(noisy, run(0.2, 3)) and not np.array_equal(noisy, run(0.2, 4))  # seeded

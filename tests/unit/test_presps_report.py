@@ -169,6 +169,10 @@ def test_presps_evaluation_small_scale(tmp_path: Path):
     assert values[("dabs", "processed_ratio")] < values[("presps", "processed_ratio")]
     text = format_summary(table)
     assert "saved resources" in text and "paid BTUs" not in text
+    from testbed.eventlog import read_manifest
+
+    digests = {read_manifest(run).details.get("workload_sha256") for run in find_runs(tmp_path)}
+    assert len(digests) == 1 and len(digests.pop()) == 64  # one generated series, recorded in every manifest
     for run in find_runs(tmp_path):
         log = EventLog(run)
         edges, processed, dropped = log.read("edges"), log.read("processed"), log.read("dropped")

@@ -235,3 +235,37 @@ def test_capacity_noise_varies_each_step_around_the_mean():
     noisy = run(0.2, 3)
     assert noisy.std() > 3 and abs(noisy.mean() - 150) < 0.05 * 150  # varies, around the same mean
     assert np.array_equal(noisy, run(0.2, 3)) and not np.array_equal(noisy, run(0.2, 4))  # seeded
+
+
+# ---- Algorithm 2 and the code's weighted choice (testbed/policies/presps_grouping.py) ------------
+
+def test_algorithm_2_choices_by_hand():
+    from testbed.policies.presps_grouping import LoadBalancingGrouping
+
+    g = LoadBalancingGrouping(et_s=1.0, td_s=4.0)  # each event adds 0.25
+    g.reset([2, 0, 1])  # U = (0.5, 0, 0.25)
+    # smallest U first (ties: lowest index) until every U is 1, then round robin from replica 0
+    assert [g.route() for _ in range(11)] == [1, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1]
+    g.reset([0, 0, 0])  # equal U: round robin
+    assert [g.route() for _ in range(6)] == [0, 1, 2, 0, 1, 2]
+
+
+def test_weighted_choice_avoids_busy_replicas():
+    from testbed.policies.presps_grouping import weighted_choice
+
+    picks = weighted_choice([1.0, 0.0], np.random.default_rng(0), 10_200)
+    # weights 101 - 100 x load: 1 and 101, so replica 0 gets about 1 in 102
+    assert 50 < int((picks == 0).sum()) < 150
+
+
+def test_per_replica_study_with_a_slow_replica():
+    from testbed.policies.presps_grouping import per_replica_study
+
+    even = {rule: per_replica_study([20] * 300, [1, 1, 1], 0.1, rule) for rule in ("shuffle", "alg2")}
+    assert even["alg2"]["served"] == [2000.0] * 3 and even["alg2"]["queued_at_end"] == 0
+    slow = {rule: per_replica_study([20] * 300, [1, 1, 0.5], 0.1, rule) for rule in ("shuffle", "alg2", "weighted")}
+    # the slow replica serves 5/s: shuffle's 6.7/s to it builds a queue; Algorithm 2 with the
+    # operator's mean et sees it as less utilised (U = 150 x 0.1 / 30 = 0.5) and sends it more;
+    # the load-weighted choice avoids it
+    assert slow["alg2"]["queued_at_end"] > slow["shuffle"]["queued_at_end"] > 300
+    assert slow["weighted"]["queued_at_end"] < 50

@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import pandas as pd
 
 DEFAULT = "btu"
-_BUILTIN = ("btu", "presps", "odp", "compare")  # modules of this package that register entries
+_BUILTIN = ("btu", "presps", "odp", "compare", "daedalus")  # modules of this package that register entries
 _REGISTRY: Dict[str, "EvaluationReport"] = {}
 
 CLAIM_COLUMNS = ["pattern", "claim", "text", "paper", "paper_detail", "measured", "measured_detail"]

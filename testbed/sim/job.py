@@ -244,6 +244,9 @@ class JobSimulation:
         tables["latency"] = {"t_s": list(lat_t), "operator": [JOB_OPERATOR] * len(lat_t), "latency_ms": list(lat_ms)}
         tables["actions"] = actions_table(records, self.policy.name)
         tables["rescales"] = rescales
+        # the platform's report reads these; job mode has no per-operator duration samples and no VMs
+        tables["samples"] = {"t_s": [], "operator": [], "instance": [], "duration_ms": []}
+        tables["leases"] = {k: [] for k in ("host", "start_s", "end_s", "btu_s", "paid_btus", "prolongations", "released")}
         own = getattr(self.policy, "records", None)
         if own is not None:
             for name, cols in own().items():

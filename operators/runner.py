@@ -48,7 +48,8 @@ from dataclasses import dataclass  # noqa: E402
 from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple  # noqa: E402
 
 from operators.activation import ActivationStore, RedisActivation
-from operators.api import INACTIVE, STOPPED, Emission, Operator, OperatorContext, PoisonItem, seen_key
+from operators.api import (INACTIVE, STOPPED, Emission, Operator, OperatorContext, PoisonItem, emitted_hash,
+                           processed_hash, seen_key)
 from operators.envelope import Envelope, EnvelopeError, amqp_properties
 from operators.metrics import Metrics
 from operators.runner_config import ConfigError, RunnerConfig, config_from_env
@@ -58,6 +59,20 @@ from operators.transports import KafkaPublisher, OutMessage, RabbitPublisher, de
 log = logging.getLogger("operators.runner")
 
 BATCH = 32  # deliveries a worker takes at once (one Redis round trip for their duplicate check)
+# KEYS: the finished inputs' seen keys; ARGV: TTL, processed hash, emitted hash, operator, then each
+# input's emissions. Marks each id finished unless it is already, and counts only the new ones.
+REMEMBER_LUA = """
+local processed, emitted = 0, 0
+for i, key in ipairs(KEYS) do
+  if redis.call('SET', key, '1', 'NX', 'EX', tonumber(ARGV[1])) then
+    processed = processed + 1
+    emitted = emitted + tonumber(ARGV[4 + i])
+  end
+end
+if processed > 0 then redis.call('HINCRBY', ARGV[2], ARGV[4], processed) end
+if emitted > 0 then redis.call('HINCRBY', ARGV[3], ARGV[4], emitted) end
+return {processed, emitted}
+"""
 STATS_LOG_S = 60.0
 
 
@@ -104,6 +119,7 @@ class Runner:
         self._paused = threading.Event()  # switched off: nothing is started, what comes is handed back
         self._inactive_reported = False  # (watcher thread only)
         self._watcher: Optional[threading.Thread] = None
+        self._remember_script: Any = None  # REMEMBER_LUA, registered on first use
         self._done: "queue.Queue[Optional[_Pending]]" = queue.Queue()
         self._held = 0  # deliveries accepted and not yet settled (or dropped as stale)
         self._held_cond = threading.Condition()
@@ -389,18 +405,30 @@ class Runner:
                 self._settle(p.delivery, Outcome.ACK)
 
     def _remember(self, finished: Sequence[_Pending]) -> None:
-        """Record the finished inputs' ids and the cumulative counters in one transaction, before
-        the acks: after a crash, a redelivered input is recognised and counted nowhere twice."""
+        """Record the finished inputs' ids and the cumulative counters atomically, before the acks:
+        after a crash, a redelivered input is recognised and counted nowhere twice. An input that
+        was processed twice before either finish was recorded (its ack lost in a broker restart,
+        redelivered while the first processing waited for its confirms) is counted once: only the
+        ids recorded here for the first time count."""
         if not finished:
             return
         processed, emitted = len(finished), sum(p.emissions for p in finished)
         try:
-            pipe = self.redis.pipeline(transaction=True)
             if self.config.dedup_ttl_s:
-                for p in finished:
-                    key = seen_key(self.config.prefix, self.config.operator, p.delivery.edge.producer,
-                                   p.input_id or "")
-                    pipe.set(key, 1, ex=self.config.dedup_ttl_s)
+                if self._remember_script is None:
+                    self._remember_script = self.redis.register_script(REMEMBER_LUA)
+                keys = [seen_key(self.config.prefix, self.config.operator, p.delivery.edge.producer, p.input_id or "")
+                        for p in finished]
+                new, new_emitted = self._remember_script(keys=keys, args=[
+                    self.config.dedup_ttl_s, processed_hash(self.config.prefix), emitted_hash(self.config.prefix),
+                    self.config.operator, *(p.emissions for p in finished)])
+                if int(new) < processed:
+                    with self._lock:
+                        self.stats.duplicates += processed - int(new)
+                    log.info("%d input(s) finished twice (redelivered while in process); counted once",
+                             processed - int(new))
+                return
+            pipe = self.redis.pipeline(transaction=True)
             self.metrics.cumulative(pipe, processed, emitted)
             pipe.execute()
         except Exception as exc:  # noqa: BLE001 - only duplicate suppression is lost, never an item

@@ -25,7 +25,12 @@ class EngineError(RuntimeError):
         self.url = url
 
 
-def connect(url: str, timeout_s: float = 10.0) -> DockerClient:
+# How long one engine API call may take: a container's create or start on a loaded machine takes
+# seconds and has been seen beyond 10 s on two busy cores; an unreachable engine fails at once.
+API_TIMEOUT_S = 120.0
+
+
+def connect(url: str, timeout_s: float = API_TIMEOUT_S) -> DockerClient:
     """A client of the engine at `url`; raises EngineError when it does not answer.
     ssh:// URLs go through the ssh binary (the user's ssh config and keys), not paramiko."""
     try:

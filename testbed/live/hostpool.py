@@ -398,8 +398,11 @@ class HostPool:
         try:
             container = spec.run(self._client(engine))
             container.reload()
-        except (docker.errors.DockerException, EngineError, PoolError) as exc:
-            self._crash(ident, None, f"start failed: {exc}")
+        except (docker.errors.DockerException, EngineError, PoolError, requests.exceptions.RequestException) as exc:
+            # the engine may have created (and started) the container after all: never leave it
+            # running unaccounted for; the watchdog replaces the instance
+            self._remove_named(engine, spec.name)
+            self._crash(ident, None, f"start failed: {exc!r}")
             return
         ops.container = container
         if self._closed:  # cleanup ran while the container was being created
@@ -607,7 +610,7 @@ class HostPool:
         removed = 0
         for engine in self.book.engines:
             try:
-                client = self._clients.get(engine.url) or connect(engine.url, timeout_s=5)
+                client = self._clients.get(engine.url) or connect(engine.url)
                 containers = self._run_containers(client)
             except (EngineError, docker.errors.DockerException) as exc:
                 log.error("cleanup of run %s on %s failed: %s", self.run_id, engine.url, exc)
@@ -632,6 +635,12 @@ class HostPool:
     def _run_containers(self, client: DockerClient) -> list:
         # sparse: the list call alone, no inspect per container that a concurrent removal could break
         return client.containers.list(all=True, sparse=True, filters={"label": f"{RUN_LABEL}={self.run_id}"})
+
+    def _remove_named(self, engine: str, name: str) -> None:
+        try:
+            self._remove(self._client(engine).containers.get(name))
+        except (docker.errors.DockerException, EngineError, requests.exceptions.RequestException):
+            pass  # not there, or the engine away: cleanup removes the run's containers by label
 
     @staticmethod
     def _remove(container) -> int:

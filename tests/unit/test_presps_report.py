@@ -145,6 +145,10 @@ def test_claims_and_the_extension_point():
     assert claims["paper"].tolist() == ["not evaluable"] * 4  # the paper has no pattern "p"
     rows[3]["mean"] = 1000.0  # PRESPS latency now below the baseline's: P4 does not hold
     assert check_claims(pd.DataFrame(rows), pd.DataFrame(columns=rows[0].keys()))["measured"].tolist()[3] == "does not hold"
+    # without the 5 s windows (a longer monitoring interval) P2 is judged on the 30 s ones
+    coarse = pd.DataFrame(rows).replace({"metric": {"throughput_degradation": "throughput_degradation_30s"}})
+    p2 = check_claims(coarse, pd.DataFrame(columns=rows[0].keys())).iloc[1]
+    assert p2["measured"] == "holds" and "30 s windows" in p2["measured_detail"]
     assert report_for("presps").name == "presps" and report_for("no such evaluation").name == "btu"
     assert [e.name for e in reports_for(["presps", "presps", "btu"])] == ["btu", "presps"]
     paper = report_for("presps").reference()

@@ -23,6 +23,12 @@ Busy time: a worker slot is busy from taking a batch of deliveries until it wait
 (decoding, duplicate check, ``WORK_MS``, the operator, handing emissions to the publisher; not the
 asynchronous confirms).
 
+Item timeout (``ITEM_TIMEOUT_S`` > 0): an input whose origin (``origin_ms``, the source's emission
+of what it derives from) is older than that when a worker takes it is dropped: acknowledged without
+being processed or emitting anything, and counted (hash ``<prefix>:timeout``, in one Lua script with
+its finished id, so a redelivery is not counted again; the ``count`` entries' ``timeout``). If Redis
+cannot count it, it is processed instead (nothing goes unaccounted for).
+
 Malformed inputs and ``PoisonItem``s are dead-lettered (RabbitMQ: the queue's dead-letter queue;
 Kafka: the edge's ``.dead`` topic) and counted. On SIGTERM (or SIGINT) the instance cancels its
 consumers, finishes and acknowledges what it holds, flushes its metrics and exits 0.
@@ -36,7 +42,17 @@ import sys
 # after a start). The image starts the interpreter with SIGTERM ignored (operators/Dockerfile) and
 # the host pool repeats its SIGTERM; from here until the draining handler is installed a stop simply
 # ends the instance with status 0: it holds nothing yet.
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+# Once a stop is taken, further SIGTERMs (the host pool repeats its own) are ignored: Python resets a
+# signal with a Python handler to its default action while it shuts down, and one arriving then
+# would end the instance with 143 after a clean drain.
+
+
+def _stop_now(*_: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(0)
+
+
+signal.signal(signal.SIGTERM, _stop_now)
 
 import importlib  # noqa: E402
 import logging  # noqa: E402
@@ -49,7 +65,7 @@ from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple  # noqa
 
 from operators.activation import ActivationStore, RedisActivation
 from operators.api import (INACTIVE, STOPPED, Emission, Operator, OperatorContext, PoisonItem, emitted_hash,
-                           processed_hash, seen_key)
+                           processed_hash, seen_key, timeout_hash)
 from operators.envelope import Envelope, EnvelopeError, amqp_properties
 from operators.metrics import Metrics
 from operators.runner_config import ConfigError, RunnerConfig, config_from_env
@@ -72,6 +88,13 @@ end
 if processed > 0 then redis.call('HINCRBY', ARGV[2], ARGV[4], processed) end
 if emitted > 0 then redis.call('HINCRBY', ARGV[3], ARGV[4], emitted) end
 return {processed, emitted}
+"""
+# KEYS: the input's seen key (none without deduplication); ARGV: TTL, timeout hash, operator.
+# Marks a timed-out input finished unless it is already, and counts it only then.
+TIMEOUT_LUA = """
+if #KEYS > 0 and not redis.call('SET', KEYS[1], '1', 'NX', 'EX', tonumber(ARGV[1])) then return 0 end
+redis.call('HINCRBY', ARGV[2], ARGV[3], 1)
+return 1
 """
 STATS_LOG_S = 60.0
 
@@ -96,6 +119,7 @@ class RunnerStats:
     released: int = 0  # handed back unstarted when switched off
     stale: int = 0  # deliveries of a lost connection / revoked partition, left to the broker
     errors: int = 0  # operator failures other than PoisonItem (input requeued)
+    timed_out: int = 0  # older than ITEM_TIMEOUT_S when taken: acknowledged unprocessed
 
 
 class Runner:
@@ -120,6 +144,7 @@ class Runner:
         self._inactive_reported = False  # (watcher thread only)
         self._watcher: Optional[threading.Thread] = None
         self._remember_script: Any = None  # REMEMBER_LUA, registered on first use
+        self._timeout_script: Any = None  # TIMEOUT_LUA, registered on first use
         self._done: "queue.Queue[Optional[_Pending]]" = queue.Queue()
         self._held = 0  # deliveries accepted and not yet settled (or dropped as stale)
         self._held_cond = threading.Condition()
@@ -318,6 +343,8 @@ class Runner:
             return [False] * len(decoded)
 
     def _process(self, d: Delivery, env: Envelope) -> None:
+        if self.config.item_timeout_s and self._expired(env) and self._time_out(d, env):
+            return
         if self.config.work_ms:
             self.sleep(self.config.work_ms / 1000.0)  # emulated service cost (configuration)
         try:
@@ -340,6 +367,32 @@ class Runner:
         self.metrics.completed(env.sent_ms, d.amqp_timestamp_s, self.metrics.now_ms(), env.origin_ms)
         if not emissions:
             self._done.put(pending)
+
+    def _expired(self, env: Envelope) -> bool:
+        return self.metrics.now_ms() - env.origin_ms > self.config.item_timeout_s * 1000.0
+
+    def _time_out(self, d: Delivery, env: Envelope) -> bool:
+        """Drop an input older than the item timeout: count it once, then acknowledge it. False (the
+        caller processes it) when Redis cannot count it."""
+        try:
+            if self._timeout_script is None:
+                self._timeout_script = self.redis.register_script(TIMEOUT_LUA)
+            keys = ([seen_key(self.config.prefix, self.config.operator, d.edge.producer, env.item_id)]
+                    if self.config.dedup_ttl_s else [])
+            new = int(self._timeout_script(keys=keys, args=[self.config.dedup_ttl_s,
+                                                            timeout_hash(self.config.prefix), self.config.operator]))
+        except Exception as exc:  # noqa: BLE001 - uncounted it would be lost to the accounting
+            log.warning("could not count timed-out input %s, processing it: %r", env.item_id, exc)
+            return False
+        if new:
+            self.metrics.timed_out()
+        with self._lock:
+            if new:
+                self.stats.timed_out += 1
+            else:
+                self.stats.duplicates += 1
+        self._settle(d, Outcome.ACK)
+        return True
 
     def _message(self, emission: Emission, source: Envelope, sent_ms: int, pending: _Pending) -> OutMessage:
         out = emission.envelope(source, sent_ms)
@@ -577,8 +630,12 @@ def main() -> int:
                           params=dict(config.params))
     operator = factory(config.impl, ctx)
     runner = build_runner(config, operator, client)
-    signal.signal(signal.SIGTERM, lambda *_: runner.request_stop())
-    signal.signal(signal.SIGINT, lambda *_: runner.request_stop())
+    def stop(*_: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        runner.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     return runner.run()
 
 

@@ -27,6 +27,7 @@ DRAIN_S = 0.6
 WORKER = r'''
 import os, signal, sys, time
 def drain(*_):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the pool repeats its SIGTERM (as operators/runner.py)
     print("draining", os.environ["INSTANCE_ID"], flush=True)
     time.sleep(float(os.environ.get("DRAIN_S", "0")))
     print("drained", flush=True)
@@ -323,7 +324,10 @@ def test_executor_watchdog_replaces_a_killed_container(make_pool, client):
 SLOW_START = r'''
 import signal, sys, time
 time.sleep(2.0)  # a start-up stretched by a loaded machine: no SIGTERM handler yet
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+def stop(*_):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
 print("handler installed", flush=True)
 while True:
     time.sleep(0.1)

@@ -35,7 +35,8 @@ class TransportName(str, Enum):
 
 
 def _default_kinds() -> Dict[str, str]:
-    return {"S1_availability": "availability", "S2_production": "production", "S3_temperature": "temperature"}
+    return {"S1_availability": "availability", "S2_production": "production", "S3_temperature": "temperature",
+            "S": "availability"}  # S: the PRESPS chain's source (pass-through operators: the payload is not read)
 
 
 @dataclass

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Build the testbed's container images and print their sizes: the data provider (testbed-provider)
-# and one image per operator type (testbed-o1 ... testbed-o9, operators/Dockerfile).
+# and one image per operator type (testbed-o1 ... testbed-o9, operators/Dockerfile; testbed-a ...
+# testbed-d: the PRESPS chain's pass-through operators, whose service is the emulated WORK_MS).
 #
 #   bash infra/images.sh [BASE]        BASE: the base image (default: python:3.11-slim where it is
 #                                      present locally, else testbed-base:bookworm, made here with
 #                                      debootstrap by infra/base-image.sh if missing)
-#   env: TAG (default latest), OPERATORS (default "O1 O2 ... O9"), PROVIDER=0 skips the provider
+#   env: TAG (default latest), OPERATORS (default "O1 O2 ... O9 A B C D"), PROVIDER=0 skips the provider
 #
 # Works offline apart from Debian's and PyPI's package indexes. Unchanged layers come from the build
 # cache, so a rebuild after a code change takes seconds. The live config's image names are
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 BASE=${1:-${BASE:-}}
 TAG=${TAG:-latest}
-OPERATORS=${OPERATORS:-O1 O2 O3 O4 O5 O6 O7 O8 O9}
+OPERATORS=${OPERATORS:-O1 O2 O3 O4 O5 O6 O7 O8 O9 A B C D}
 PROVIDER=${PROVIDER:-1}
 
 # Per-type extras; everything else is common (see operators/Dockerfile).

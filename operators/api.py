@@ -31,6 +31,10 @@ Redis keys of a run (``<prefix>`` = the run's broker prefix), written by the run
 * hash ``<prefix>:emitted``: field ``<operator>`` -> emissions confirmed by the broker (cumulative,
   written with the processed count);
 * hash ``<prefix>:dead``: field ``<operator>`` -> items dead-lettered (cumulative);
+* hash ``<prefix>:timeout``: field ``<operator>`` -> inputs dropped unprocessed because their origin
+  was older than ``ITEM_TIMEOUT_S`` when taken (cumulative; written with the input's finished id, in
+  one Lua script, so a redelivery is neither processed nor counted again); ``count`` entries carry
+  the interval's ``timeout`` too (absent in older writers' entries: 0);
 * hash ``<prefix>:instance_state``: field ``<instance>`` -> JSON ``{"state": ..., "t_ms": ...}``
   (``InstanceReport``; ``t_ms``: the instance's epoch ms when it wrote the state), ``state`` one of
   ``active`` (consuming, may hold inputs), ``inactive`` (consumes nothing and holds nothing: every
@@ -77,6 +81,10 @@ def emitted_hash(prefix: str) -> str:
 
 def dead_hash(prefix: str) -> str:
     return f"{prefix}:dead"
+
+
+def timeout_hash(prefix: str) -> str:
+    return f"{prefix}:timeout"
 
 
 def activation_key(prefix: str, instance: str) -> str:

@@ -74,6 +74,7 @@ class _Buffer:
     processed: int = 0
     dead: int = 0
     emitted: int = 0
+    timed_out: int = 0  # inputs dropped unprocessed: older than ITEM_TIMEOUT_S when taken
     busy_s: float = 0.0
     # cumulative counts whose transaction with the finished ids failed (Redis away): the next flush
     unwritten_processed: int = 0
@@ -142,6 +143,11 @@ class Metrics:
             self._buf.dead += n
             self.totals.dead += n
 
+    def timed_out(self, n: int = 1) -> None:
+        with self._lock:
+            self._buf.timed_out += n
+            self.totals.timed_out += n
+
     def flush(self, redis: Any) -> bool:
         """Write the recorded samples, one ``count`` entry, the dead-letter hash and deferred
         cumulative counters; False (and the data kept for the next flush) when Redis fails."""
@@ -158,8 +164,11 @@ class Metrics:
                 if latency is not None:
                     sample["latency_ms"] = latency
                 pipe.xadd(stream, sample)
-            pipe.xadd(stream, {**base, "kind": "count", "t_ms": self.now_ms(), "processed": buf.processed,
-                               "dead": buf.dead, "emitted": buf.emitted, "busy_ms": busy_ms})
+            count = {**base, "kind": "count", "t_ms": self.now_ms(), "processed": buf.processed,
+                     "dead": buf.dead, "emitted": buf.emitted, "busy_ms": busy_ms}
+            if buf.timed_out:  # only where an item timeout dropped something (older readers ignore it)
+                count["timeout"] = buf.timed_out
+            pipe.xadd(stream, count)
             self.cumulative(pipe, buf.unwritten_processed, buf.unwritten_emitted)
             if buf.dead:
                 pipe.hincrby(dead_hash(self.prefix), self.operator, buf.dead)
@@ -180,6 +189,7 @@ class Metrics:
             self._buf.processed += buf.processed
             self._buf.dead += buf.dead
             self._buf.emitted += buf.emitted
+            self._buf.timed_out += buf.timed_out
             self._buf.busy_s += buf.busy_s
             self._buf.unwritten_processed += buf.unwritten_processed
             self._buf.unwritten_emitted += buf.unwritten_emitted

@@ -3,7 +3,9 @@
 ``OPERATORS["O3"](ctx)`` builds one instance (it may raise ``OperatorParamError``, naming the key,
 for bad ``ctx.params``); ``make_operator(name, ctx)`` does the same and fails clearly for an
 unknown name. The OEE operators' logic, Redis keys, params and emissions are documented in their
-modules (``operators/oee/``); "passthrough" is a one-in-one-out operator for benchmarks.
+modules (``operators/oee/``); "passthrough" is a one-in-one-out operator for benchmarks. A, B,
+C and D, the PRESPS paper's chain (docs/papers/presps.md), are pass-through operators whose service
+is the runner's emulated work (``WORK_MS``, set per operator by ``backend.live.work_ms``).
 """
 from __future__ import annotations
 
@@ -32,6 +34,11 @@ OPERATORS: Mapping[str, Callable[[OperatorContext], Operator]] = {
     "O8": LatencySink,  # records end-to-end latency, emits nothing
     "O9": ReportGenerator,  # one PDF per batch_size OEE values
     "passthrough": Passthrough,
+    # the PRESPS chain A -> B -> C -> D (experiments/conf/topology/presps_chain.yaml)
+    "A": Passthrough,
+    "B": Passthrough,
+    "C": Passthrough,
+    "D": Passthrough,
 }
 
 

@@ -19,6 +19,8 @@ PARALLEL           items processed at once by the instance     ``1``
 SAMPLE_EVERY       every n-th processed item gives a sample    ``10``
 MEASUREMENT        ``milliseconds`` | ``seconds_truncated``    ``milliseconds``
 WORK_MS            emulated work per item (a sleep), ms        ``0``
+ITEM_TIMEOUT_S     inputs whose origin is older than this      ``0`` (no timeout)
+                   when taken are dropped unprocessed, s
 OPERATOR_PARAMS    JSON object handed to the operator          ``{}``
 TOPOLOGY           JSON ``{"sources": {name: [downstream]},    the OEE topology
                    "operators": {name: [downstream]}}``
@@ -71,6 +73,7 @@ class RunnerConfig:
     sample_every: int = 10
     measurement: str = "milliseconds"
     work_ms: float = 0.0
+    item_timeout_s: float = 0.0  # > 0: inputs older than this (origin_ms) are dropped when taken
     params: Mapping[str, Any] = field(default_factory=dict)
     topology: Mapping[str, Mapping[str, List[str]]] = field(default_factory=oee_topology)
     dedup_ttl_s: int = 3600
@@ -89,7 +92,8 @@ class RunnerConfig:
                                 ("SAMPLE_EVERY", self.sample_every, 1), ("DEDUP_TTL_S", self.dedup_ttl_s, 0)):
             if value < low:
                 raise ConfigError(var, f"must be at least {low}, got {value}")
-        for var, value in (("WORK_MS", self.work_ms), ("METRICS_FLUSH_S", self.metrics_flush_s),
+        for var, value in (("WORK_MS", self.work_ms), ("ITEM_TIMEOUT_S", self.item_timeout_s),
+                           ("METRICS_FLUSH_S", self.metrics_flush_s),
                            ("DRAIN_TIMEOUT_S", self.drain_timeout_s),
                            ("ACTIVATION_POLL_S", self.activation_poll_s)):
             if value < 0:
@@ -193,6 +197,7 @@ def config_from_env(env: Optional[Mapping[str, str]] = None) -> RunnerConfig:
         sample_every=_int(env, "SAMPLE_EVERY", 10),
         measurement=env.get("MEASUREMENT", "").strip() or "milliseconds",
         work_ms=_float(env, "WORK_MS", 0.0),
+        item_timeout_s=_float(env, "ITEM_TIMEOUT_S", 0.0),
         params=_json_object(env, "OPERATOR_PARAMS") or {},
         topology=_topology(env),
         dedup_ttl_s=_int(env, "DEDUP_TTL_S", 3600),

@@ -1,7 +1,8 @@
 """Incremental reader of the metrics the operator instances write to Redis (operators/api.py):
 stream ``<prefix>:metrics`` with ``sample`` entries (one sampled item's duration) and ``count``
-entries (items processed / dead-lettered, emissions confirmed and busy ms of one instance since its
-previous ``count`` entry), and the cumulative hashes ``<prefix>:processed`` and ``<prefix>:dead``.
+entries (items processed / dead-lettered / dropped by the item timeout, emissions confirmed and busy
+ms of one instance since its previous ``count`` entry), and the cumulative hashes
+``<prefix>:processed``, ``<prefix>:dead`` and ``<prefix>:timeout``.
 A read sums the counts per operator and per instance; ``edge_counts`` turns an operator's emissions
 into per-edge counts, ``utilisation`` an instance's busy ms into a share of its worker slots.
 
@@ -17,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from operators.api import dead_hash, emitted_hash, metrics_stream, processed_hash
+from operators.api import dead_hash, emitted_hash, metrics_stream, processed_hash, timeout_hash
 
 START_ID = "0-0"  # read a run's stream from its beginning (entries written before the monitor started)
 
@@ -42,6 +43,7 @@ class InstanceActivity:
     dead: int = 0
     emitted: int = 0  # emissions confirmed by the broker
     busy_ms: int = 0  # summed over the instance's worker slots (see ``utilisation``)
+    timeout: int = 0  # inputs dropped unprocessed by the item timeout
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class MetricsBatch:
     last_id: str
     emitted: Dict[str, int] = field(default_factory=dict)  # per operator (per edge: ``edge_counts``)
     instances: Dict[str, InstanceActivity] = field(default_factory=dict)  # per instance id
+    timed_out: Dict[str, int] = field(default_factory=dict)  # per operator: dropped by the item timeout
 
 
 def _text(value: Any) -> Optional[str]:
@@ -86,7 +89,7 @@ def _count(fields: Mapping[str, str], key: str) -> Optional[int]:
 
 
 COUNT_FIELDS = ("processed", "dead")
-LATER_COUNT_FIELDS = ("emitted", "busy_ms")  # absent in entries of older writers: 0
+LATER_COUNT_FIELDS = ("emitted", "busy_ms", "timeout")  # absent in entries of older writers: 0
 
 
 def _counts(fields: Mapping[str, str]) -> Optional[Dict[str, int]]:
@@ -108,7 +111,8 @@ def _add(table: Optional[Dict[str, int]], key: str, n: int) -> None:
 def parse_entries(entries: Iterable[Tuple[Any, Mapping[Any, Any]]], run_start_s: float,
                   processed: Dict[str, int], dead: Dict[str, int], samples: List[Sample],
                   emitted: Optional[Dict[str, int]] = None,
-                  instances: Optional[Dict[str, InstanceActivity]] = None) -> int:
+                  instances: Optional[Dict[str, InstanceActivity]] = None,
+                  timed_out: Optional[Dict[str, int]] = None) -> int:
     """Parse stream entries ``(id, fields)`` (bytes or str), appending samples and adding counts
     per operator (and, if given, emissions per operator and activity per instance) in place;
     returns how many entries were malformed."""
@@ -140,6 +144,8 @@ def parse_entries(entries: Iterable[Tuple[Any, Mapping[Any, Any]]], run_start_s:
             _add(processed, operator, counts["processed"])
             _add(dead, operator, counts["dead"])
             _add(emitted, operator, counts["emitted"])
+            if counts["timeout"]:
+                _add(timed_out, operator, counts["timeout"])
             if instances is not None:
                 activity = instances.setdefault(instance, InstanceActivity(operator))
                 for key, n in counts.items():
@@ -196,6 +202,7 @@ class MetricsReader:
         dead: Dict[str, int] = {}
         emitted: Dict[str, int] = {}
         instances: Dict[str, InstanceActivity] = {}
+        timed_out: Dict[str, int] = {}
         entries = bad = 0
         # last_id moves only once the whole read succeeded: if Redis fails mid-read, the next read
         # returns these entries again instead of losing the part already parsed
@@ -207,14 +214,15 @@ class MetricsReader:
             batch: Sequence[Tuple[Any, Mapping[Any, Any]]] = response[0][1]
             if not batch:
                 break
-            bad += parse_entries(batch, self.run_start_s, processed, dead, samples, emitted, instances)
+            bad += parse_entries(batch, self.run_start_s, processed, dead, samples, emitted, instances, timed_out)
             entries += len(batch)
             position = _text(batch[-1][0]) or position
             if len(batch) < self.count:
                 break
         self.last_id = position
         self.malformed_total += bad
-        return MetricsBatch(tuple(samples), processed, dead, entries, bad, self.last_id, emitted, instances)
+        return MetricsBatch(tuple(samples), processed, dead, entries, bad, self.last_id, emitted, instances,
+                            timed_out)
 
     def totals(self) -> Tuple[Dict[str, int], Dict[str, int]]:
         """Cumulative (processed, dead) per operator from the hashes, for a run's final accounting."""
@@ -223,6 +231,10 @@ class MetricsReader:
         pipe.hgetall(dead_hash(self.prefix))
         processed, dead = pipe.execute()
         return _decode_hash(processed), _decode_hash(dead)
+
+    def timed_out_totals(self) -> Dict[str, int]:
+        """Cumulative inputs dropped by the item timeout per operator, for the final accounting."""
+        return _decode_hash(self.redis.hgetall(timeout_hash(self.prefix)))
 
     def emitted_totals(self) -> Dict[str, int]:
         """Cumulative emissions per operator (confirmed by the broker), for the final accounting."""

@@ -159,7 +159,8 @@ class LiveMonitor:
             received[target] += items
         operators = {
             o: OperatorObservation(received=received[o], processed=processed[o], queue=depths.get(o, 0),
-                                   dropped={"dead_letter": dead[o], "purge": purged.get(o, 0)}, duration_ms=means[o])
+                                   dropped={"dead_letter": dead[o], "purge": purged.get(o, 0),
+                                            "timeout": batch.timed_out.get(o, 0)}, duration_ms=means[o])
             for o in self.operators}
         instances = tuple(
             InstanceObservation(i, a.operator, a.processed, min(1.0, utilisation(a.busy_ms, interval, self.parallel) or 0.0))

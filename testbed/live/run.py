@@ -57,7 +57,7 @@ class LiveRunError(RuntimeError):
 @dataclass
 class Accounting:
     """Where every emitted item ended: per operator, inputs = processed + still queued + dead-lettered
-    + purged by restarts."""
+    + purged by restarts + dropped by the item timeout (topology.item_timeout_s)."""
 
     emitted: Dict[str, int]  # per source
     inflow: Dict[str, int]  # per operator: items published into its input queues
@@ -68,7 +68,8 @@ class Accounting:
     # still queued although finished: processed and remembered, but the ack was lost (a broker
     # restart); the runner would acknowledge them unprocessed, so they count once, as processed
     finished_queued: Dict[str, int] = field(default_factory=dict)
-    # inflow - processed - (queued - finished_queued) - dead - purged, if not 0
+    timed_out: Dict[str, int] = field(default_factory=dict)  # dropped unprocessed: older than the item timeout
+    # inflow - processed - (queued - finished_queued) - dead - purged - timed_out, if not 0
     missing: Dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -168,6 +169,8 @@ def operator_environment(cfg: ExperimentConfig, wiring: Wiring, operator: str, s
     }
     if operator in live.work_ms:
         env["WORK_MS"] = str(live.work_ms[operator])
+    if cfg.topology.item_timeout_s > 0:
+        env["ITEM_TIMEOUT_S"] = str(cfg.topology.item_timeout_s)
     return env
 
 
@@ -405,8 +408,10 @@ class LiveRun:
         queued = {o: depths.depths.get(o, 0) for o in self.topology.operators}
         dead_letters = {o: depths.dead_letters.get(o, 0) for o in self.topology.operators}
         purged = {o: purged.get(o, 0) for o in self.topology.operators}
+        timed_out = {o: n for o, n in monitor.metrics.timed_out_totals().items() if o in self.topology.operators}
         finished = finished_in_queues(self.cfg.backend.live, self.wiring, queued)
         missing = {o: inflow[o] - processed[o] - (queued[o] - finished.get(o, 0)) - dead_letters[o] - purged[o]
-                   for o in self.topology.operators}
+                   - timed_out.get(o, 0) for o in self.topology.operators}
         return Accounting(emitted=emitted, inflow=inflow, processed=processed, queued=queued, dead=dead_letters,
-                          purged=purged, finished_queued=finished, missing={o: m for o, m in missing.items() if m})
+                          purged=purged, finished_queued=finished, timed_out=timed_out,
+                          missing={o: m for o, m in missing.items() if m})

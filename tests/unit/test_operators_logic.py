@@ -101,7 +101,7 @@ def test_params_fail_naming_the_key():
 
 
 def test_registry_builds_every_operator_and_names_unknown_ones():
-    assert set(OPERATORS) == {f"O{i}" for i in range(1, 10)} | {"passthrough"}
+    assert set(OPERATORS) == {f"O{i}" for i in range(1, 10)} | {"passthrough"} | set("ABCD")  # A-D: PRESPS chain
     for name in OPERATORS:
         op = make_operator(name, ctx(name))
         assert callable(op.process) and callable(op.close)

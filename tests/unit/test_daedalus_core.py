@@ -250,3 +250,35 @@ def test_observed_recovery_and_monitor_end():
     # checks at 30, 35, 40: sample 40 is the first normal one checked
     assert recovery_end(diffs, 0.0, 10.0) == 40
     assert recovery_end(diffs[:40], 0.0, 10.0) is None
+
+
+# -- the controller's loop ---------------------------------------------------------------------
+
+def test_ewma1m_workload_is_the_brokers_one_minute_rate():
+    from testbed.policies.daedalus.controller import EWMA_ALPHA
+    from testbed.policies.daedalus.policy import DaedalusParams
+
+    c = DaedalusParams(workload_metric="ewma1m").controller()
+    seconds = np.arange(1.0, 11.0)
+    series = c._workload_series(seconds, np.array([5.0] * 5 + [10.0] * 5), np.ones(10, dtype=bool))
+    # ticks at 5 s (rate 25/5 = 5: the first value) and 10 s (rate 50/5 = 10: 5 + alpha * 5)
+    assert series[:9].tolist() == [5.0] * 9
+    assert series[9] == pytest.approx(5.0 + EWMA_ALPHA * 5.0)
+    assert EWMA_ALPHA == pytest.approx(1 - math.exp(-5 / 60))
+
+
+def test_controller_drops_warm_up_samples_and_rescales_when_capacity_is_known():
+    from testbed.policies.daedalus.controller import LoopWindow
+    from testbed.policies.daedalus.policy import DaedalusParams
+
+    c = DaedalusParams().controller()
+    sec = np.arange(60.0, 121.0)  # uptime 60..120 s: only the last second is warm
+    cpu = {"w0": np.full(61, 0.5), "w1": np.full(61, 0.25)}
+    thr = {"w0": np.full(61, 500.0), "w1": np.full(61, 250.0)}
+    out = c.loop(LoopWindow(t=120.0, p_cur=2, lag=0.0, checkpoint_s=30.0, seconds=sec, workload=np.full(61, 750.0),
+                            throughput=thr, cpu=cpu, uptime=sec))
+    assert c.capacity.models["w0"].n == 1 and c.capacity.models["w1"].n == 1  # 120 s only
+    # var 0: ratio through the origin, 1000 items/s per CPU; w1 at x = 0.5 -> C(2) = 1000 + 500
+    assert c.capacity.capacity(2) == 1500
+    # W = 750: C(1) = 750 does not exceed it; 2 is current -> no action (first loop: linear forecast of 750s)
+    assert out.target is None and out.decision.branch == "current"

@@ -109,13 +109,16 @@ def pareto_figure(boards: Dict[int, pd.DataFrame], pattern: str, out: Path, dpi:
     boards = {b: f for b, f in boards.items() if not f.empty}
     if not boards:
         return None
+    names = sorted({c for f in boards.values() for c in f["config"]})
+    palette = plt.get_cmap("tab10")
+    colour = {c: palette(i % 10) for i, c in enumerate(names)}  # one colour per approach in every panel
     fig, axes = plt.subplots(1, len(boards), figsize=(5.0 * len(boards), 4.2), squeeze=False)
     for ax, (btu, frame) in zip(axes[0], sorted(boards.items())):
         front = frame[frame["pareto"]].sort_values("resource_cost")
         ax.plot(front["resource_cost"], front["realtime_compliance_pct"], color="grey", linewidth=1, zorder=1)
         for _, r in frame.iterrows():
             ax.scatter(r["resource_cost"], r["realtime_compliance_pct"], s=40 if r["pareto"] else 20,
-                       marker="o" if r["pareto"] else "x", zorder=2)
+                       marker="o" if r["pareto"] else "x", color=colour[r["config"]], zorder=2)
             ax.annotate(r["config"], (r["resource_cost"], r["realtime_compliance_pct"]), fontsize=7,
                         xytext=(3, 3), textcoords="offset points")
         ax.set_title(f"{pattern}: BTU {btu} min")

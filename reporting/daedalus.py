@@ -335,7 +335,7 @@ def figures(runs: pd.DataFrame, out: Path) -> List[Path]:
         ax.plot(load.t_s / 3600, load["items"].rolling(60, min_periods=1).mean(), color="grey", alpha=0.4, linewidth=1)
         ax.set_ylabel("workload [items/s]")
         a1.set_ylabel("workers")
-        a1.legend(fontsize=7, ncol=3)
+        a1.legend(fontsize=7, ncol=3, loc="upper right")
         a2.set_yscale("log")
         a2.set_ylabel("latency per minute [s]")
         a2.set_xlabel("time [h]")
@@ -353,7 +353,7 @@ def figures(runs: pd.DataFrame, out: Path) -> List[Path]:
         ax.set_xlabel("latency [ms]")
         ax.set_ylabel("ECDF")
         ax.set_title(f"{pattern}: latency ECDF (all repetitions)")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="lower right")
         fig.tight_layout()
         p = out / f"daedalus_{pattern}_latency_ecdf.png"
         fig.savefig(p, dpi=90, metadata={"Software": None})

@@ -53,7 +53,8 @@ def claims(summary: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     if not len(res):
         return pd.DataFrame(columns=CLAIM_COLUMNS)
     c = dd.check_claims(res)
-    return pd.DataFrame({"pattern": "", "claim": c.claim, "text": c.statement, "paper": "holds", "paper_detail": "",
+    where = {"D1": "wc_sine", "D2": "ysb_avazu", "D3": "tm_two_spike", "D4": "ks_sine"}
+    return pd.DataFrame({"pattern": [where.get(k, "all") for k in c.claim], "claim": c.claim, "text": c.statement, "paper": "holds", "paper_detail": "",
                          "measured": c.verdict, "measured_detail": c.evidence})[CLAIM_COLUMNS]
 
 

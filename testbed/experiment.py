@@ -203,6 +203,25 @@ def run_experiment(cfg: ExperimentConfig) -> List[Path]:
             raise
 
 
+def stop_pool(pool, grace_s: float = 30.0) -> None:
+    """Stop a worker pool after an interrupt without hanging: SIGTERM (a worker marks its run
+    incomplete), then SIGKILL what is still alive after `grace_s` (enough to write a manifest on a
+    busy machine). Pool.terminate alone joins its workers without a limit, and a worker blocked on
+    a queue lock that a terminated sibling held never ends; the parent then settles every manifest
+    left running (`_mark_interrupted`)."""
+    workers = list(getattr(pool, "_pool", []))
+    for w in workers:
+        if w.is_alive():
+            w.terminate()
+    deadline = time.monotonic() + grace_s
+    for w in workers:
+        w.join(max(0.0, deadline - time.monotonic()))
+        if w.is_alive():
+            w.kill()
+            w.join()
+    pool.terminate()
+
+
 def _mark_interrupted(specs: List[RunSpec]) -> None:
     """A worker stopped while it wrote its manifest may leave it 'running': the parent settles it."""
     for spec in specs:
@@ -231,7 +250,7 @@ def _run_all(cfg: ExperimentConfig, specs: List[RunSpec]) -> List[Path]:
                 done[spec.run_dir] = path
             return [done[s.run_dir] for s in specs]
         except BaseException:
-            pool.terminate()
+            stop_pool(pool)
             raise
         finally:
             pool.close()

@@ -199,7 +199,9 @@ def run_local(runs: Sequence[SweepRun], workers: int, done: Callable[[Outcome], 
         for outcome in pool.imap_unordered(_run_packed, runs):
             done(outcome)
     except BaseException:
-        pool.terminate()
+        from testbed.experiment import stop_pool
+
+        stop_pool(pool)
         raise
     finally:
         pool.close()

@@ -186,11 +186,9 @@ def operator_images(docker_url) -> Dict[str, str]:
 
 @pytest.fixture(scope="module")
 def cpu_hog() -> Iterator[subprocess.Popen]:
-    """With TESTBED_CPU_HOG=1, one core kept busy for a whole test module (started and stopped here):
-    the live testbed's guarantees (nothing lost, nothing counted twice, clean shutdown) must hold on a
-    loaded machine, as a user's usually is. Opt-in while two known races remain under contention (an
-    instance stopped before its interpreter installed the SIGTERM handler exits 143; an input finished
-    but requeued across a broker restart is counted twice), so that CI stays deterministic."""
+    """With TESTBED_CPU_HOG=1 (CI sets it: .ci/run), one core kept busy for a whole test module
+    (started and stopped here): the live testbed's guarantees (nothing lost, nothing counted twice,
+    clean shutdown) must hold on a loaded machine, as a user's usually is."""
     if os.environ.get("TESTBED_CPU_HOG") != "1":
         yield None
         return

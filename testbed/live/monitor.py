@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, Mapping, Optional, Protocol, Sequence, Tuple
 
 from operators.wiring import Wiring
 from testbed.config import ExperimentConfig, LiveConfig, TransportName
@@ -116,11 +116,15 @@ class LiveMonitor:
         return self.depth_source.run_depths(self.wiring)
 
     def observe(self, t: float, source_items: Optional[Mapping[str, int]] = None,
-                purged: Optional[Mapping[str, int]] = None) -> MonitorReading:
+                purged: Optional[Mapping[str, int]] = None, inactive: Collection[str] = ()) -> MonitorReading:
         """Close the monitoring interval ending at t: depths now, metrics since the last call.
         ``source_items``: items emitted per source so far (the provider's cumulative counts), for the
         sources' edges and the input rate; ``purged``: items restarts purged in the interval, per
-        operator. The interval's observation feeds the snapshots."""
+        operator; ``inactive``: pool members switched off at t, left out of the interval's instance
+        observations unless they processed something in it (as in the simulator, where only serving
+        instances are observed): they still write empty counts, and an operator's utilisation, the
+        mean over its observed instances, would otherwise be diluted by its idle pool. The interval's
+        observation feeds the snapshots."""
         began = self.clock()
         depths = self.read_depths()
         between = self.clock()
@@ -137,7 +141,7 @@ class LiveMonitor:
         processed = {o: batch.processed.get(o, 0) for o in ops}
         dead = {o: batch.dead.get(o, 0) for o in ops}
         observation = self._observation(t, interval, sent, batch, depths.depths, processed, dead, means,
-                                        purged or {})
+                                        purged or {}, inactive)
         reading = MonitorReading(
             t=t, depths=dict(depths.depths), dead_letters=dict(depths.dead_letters), missing_queues=depths.missing,
             samples=batch.samples, processed=processed, dead=dead, means=means, malformed=batch.malformed,
@@ -149,7 +153,8 @@ class LiveMonitor:
 
     def _observation(self, t: float, interval: float, sent: Mapping[str, int], batch, depths: Mapping[str, int],
                      processed: Mapping[str, int], dead: Mapping[str, int],
-                     means: Mapping[str, Optional[float]], purged: Mapping[str, int]) -> Observation:
+                     means: Mapping[str, Optional[float]], purged: Mapping[str, int],
+                     inactive: Collection[str] = ()) -> Observation:
         """Per edge: a source's items are the provider's; an operator publishes each emission once to a
         fanout that feeds every downstream queue, so each of its edges carries its emitted count."""
         edges = {(s.name, d): sent.get(s.name, 0) for s in self.topology.sources for d in s.downstream}
@@ -165,7 +170,7 @@ class LiveMonitor:
         instances = tuple(
             InstanceObservation(i, a.operator, a.processed, min(1.0, utilisation(a.busy_ms, interval, self.parallel) or 0.0))
             for i, a in sorted(batch.instances.items(), key=lambda kv: (self.operators.index(kv[1].operator), kv[0]))
-            if a.operator in operators)
+            if a.operator in operators and (i not in inactive or a.processed > 0))
         return Observation(t=t, interval_s=interval if interval > 0 else self.observer.monitoring_s,
                            input_items=sum(sent.values()), operators=operators, edges=edges, instances=instances)
 

@@ -226,7 +226,8 @@ class LiveRun:
             self._control_loop(pool, executor, monitor, provider, tables)
             flushed = provider.stop()
             end = self.now()
-            if self._guard(end, monitor.observe, end, provider.emitted(), executor.take_purged()) is not None:
+            if self._guard(end, monitor.observe, end, provider.emitted(), executor.take_purged(),
+                           self._inactive(executor, end)) is not None:
                 self._record(monitor, tables, executor.views(end), end)
             accounting = self._drain_and_account(pool, monitor, provider, executor.purged_total)
             tables["load"] = provider.load_table()
@@ -352,7 +353,8 @@ class LiveRun:
                 return  # the last interval is read once the provider has stopped
             if t >= next_monitor:
                 next_monitor = self._next(next_monitor, rt.monitoring_s, t)
-                if self._guard(t, monitor.observe, t, provider.emitted(), executor.take_purged()) is not None:
+                if self._guard(t, monitor.observe, t, provider.emitted(), executor.take_purged(),
+                               self._inactive(executor, t)) is not None:
                     self._record(monitor, tables, executor.views(t), t)
             if t >= next_progress:
                 next_progress = self._next(next_progress, self.PROGRESS_S, t)
@@ -372,6 +374,11 @@ class LiveRun:
         print(f"live {self.run_id}: {t / 60:.1f}/{self.duration_s / 60:.1f} min, {running} of {len(instances)} "
               f"instance(s) running on {len(hosts)} host(s), {len(self.monitor_failures)} failed monitoring read(s)",
               file=sys.stderr, flush=True)
+
+    @staticmethod
+    def _inactive(executor: LiveExecutor, t: float) -> set:
+        """Pool members switched off (their idle counts must not dilute the operator's utilisation)."""
+        return {i.id for i in executor.views(t)[1] if not i.active}
 
     @staticmethod
     def _next(due: float, every: float, t: float) -> float:

@@ -146,3 +146,51 @@ def test_the_live_environment_sets_the_item_timeout_only_where_the_topology_has_
     assert env["ITEM_TIMEOUT_S"] == "30.0" and float(env["WORK_MS"]) == 200.0
     oee = config("backend=docker")
     assert "ITEM_TIMEOUT_S" not in operator_environment(oee, wiring_for(oee.topology, "p"), "O3", 10)
+
+
+class _Depths:
+    def __init__(self, depths):
+        self.depths, self.dead_letters, self.missing = depths, {o: 0 for o in depths}, ()
+
+
+class _DepthSource:
+    def run_depths(self, wiring):
+        return _Depths({"A": 0, "B": 6, "C": 0, "D": 0})
+
+
+class _Metrics:
+    """One read's worth of per-instance counts: B's one active replica busy 4.8 s of 5 s with 24
+    items; its three switched-off pool members write empty counts (as the runner does)."""
+
+    def read(self):
+        from testbed.live.metrics_reader import InstanceActivity, MetricsBatch
+
+        inst = {"b-1": InstanceActivity("B", processed=24, emitted=24, busy_ms=4800)}
+        inst.update({f"b-{k}": InstanceActivity("B") for k in (2, 3, 4)})
+        return MetricsBatch((), {"B": 24}, {}, 4, 0, "4-0", {"B": 24}, inst)
+
+
+def test_switched_off_pool_members_do_not_dilute_the_live_utilisation():
+    from operators.wiring import wiring_for
+    from testbed.live.monitor import LiveMonitor
+    from testbed.monitoring import SnapshotSettings
+    from testbed.topology import Topology
+    from tests.integration.test_live_run import config
+
+    cfg = config("evaluation=presps_live")
+    topo = Topology.from_config(cfg.topology)
+
+    def monitor():
+        return LiveMonitor(topo, wiring_for(cfg.topology, "p"), _DepthSource(), _Metrics(),
+                           SnapshotSettings.from_config(cfg, 3600.0), 10, 5.0)
+
+    # all four observed: mean utilisation (0.96 + 0 + 0 + 0) / 4 = 0.24, so a policy's
+    # et = 0.24 x 5 s x 1 active / 24 items = 50 ms for B's 200 ms of work
+    diluted = monitor().observe(5.0, {"S": 24}).observation.utilisation()["B"]
+    assert diluted == pytest.approx(0.24)
+    # the three switched off left out: 0.96, et = 0.96 x 5 x 1 / 24 = 200 ms
+    reading = monitor().observe(5.0, {"S": 24}, None, {"b-2", "b-3", "b-4"})
+    assert reading.observation.utilisation()["B"] == pytest.approx(0.96)
+    assert [i.instance for i in reading.observation.instances] == ["b-1"]
+    # one that processed something in the interval stays observed although switched off at its end
+    assert len(monitor().observe(5.0, {"S": 24}, None, {"b-1"}).observation.instances) == 4

@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -203,6 +203,20 @@ def run_experiment(cfg: ExperimentConfig) -> List[Path]:
             raise
 
 
+def pool_map(fn: Callable, items: Sequence, workers: int, initializer: Optional[Callable] = None) -> Iterator:
+    """fn(item) for every item on `workers` forked processes, yielded as they finish; on an
+    interrupt (or when the caller stops iterating) the pool is stopped with a bound (`stop_pool`)."""
+    pool = multiprocessing.get_context("fork").Pool(workers, initializer=initializer)
+    try:
+        yield from pool.imap_unordered(fn, items)
+    except BaseException:
+        stop_pool(pool)
+        raise
+    finally:
+        pool.close()
+        pool.join()
+
+
 def stop_pool(pool, grace_s: float = 30.0) -> None:
     """Stop a worker pool after an interrupt without hanging: SIGTERM (a worker marks its run
     incomplete), then SIGKILL what is still alive after `grace_s` (enough to write a manifest on a
@@ -242,18 +256,10 @@ def _run_all(cfg: ExperimentConfig, specs: List[RunSpec]) -> List[Path]:
     try:
         if workers <= 1:
             return [_execute_timed(cfg, s, progress) for s in specs]
-        pool = multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init)
-        try:
-            done = {}
-            for spec, path, seconds in pool.imap_unordered(_execute_packed, [(cfg, s) for s in specs]):
-                progress(Outcome(spec.run_id, "complete", seconds))
-                done[spec.run_dir] = path
-            return [done[s.run_dir] for s in specs]
-        except BaseException:
-            stop_pool(pool)
-            raise
-        finally:
-            pool.close()
-            pool.join()
+        done = {}
+        for spec, path, seconds in pool_map(_execute_packed, [(cfg, s) for s in specs], workers, _worker_init):
+            progress(Outcome(spec.run_id, "complete", seconds))
+            done[spec.run_dir] = path
+        return [done[s.run_dir] for s in specs]
     finally:
         signal.signal(signal.SIGTERM, previous)

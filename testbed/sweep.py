@@ -21,7 +21,6 @@ import csv
 import hashlib
 import itertools
 import json
-import multiprocessing
 import os
 import shutil
 import sys
@@ -194,18 +193,10 @@ def run_local(runs: Sequence[SweepRun], workers: int, done: Callable[[Outcome], 
         for run in runs:
             done(run_once(run))
         return
-    pool = multiprocessing.get_context("fork").Pool(workers)
-    try:
-        for outcome in pool.imap_unordered(_run_packed, runs):
-            done(outcome)
-    except BaseException:
-        from testbed.experiment import stop_pool
+    from testbed.experiment import pool_map
 
-        stop_pool(pool)
-        raise
-    finally:
-        pool.close()
-        pool.join()
+    for outcome in pool_map(_run_packed, runs, workers):
+        done(outcome)
 
 
 def _spark_task(packed: bytes) -> bytes:

@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,28 +213,22 @@ def pool_map(fn: Callable, items: Sequence, workers: int, initializer: Optional[
     except BaseException:
         stop_pool(pool)
         raise
-    finally:
-        pool.close()
-        pool.join()
+    pool.close()
+    pool.join()
 
 
 def stop_pool(pool, grace_s: float = 30.0) -> None:
-    """Stop a worker pool after an interrupt without hanging: SIGTERM (a worker marks its run
-    incomplete), then SIGKILL what is still alive after `grace_s` (enough to write a manifest on a
-    busy machine). Pool.terminate alone joins its workers without a limit, and a worker blocked on
-    a queue lock that a terminated sibling held never ends; the parent then settles every manifest
-    left running (`_mark_interrupted`)."""
-    workers = list(getattr(pool, "_pool", []))
-    for w in workers:
-        if w.is_alive():
-            w.terminate()
-    deadline = time.monotonic() + grace_s
-    for w in workers:
-        w.join(max(0.0, deadline - time.monotonic()))
-        if w.is_alive():
-            w.kill()
-            w.join()
-    pool.terminate()
+    """Stop a worker pool after an interrupt without hanging. Pool.terminate sends SIGTERM (a
+    worker marks its run incomplete) and joins; but it first takes the task queue's lock, which a
+    worker that died holding it never gives back, and then it waits forever. So it runs in a
+    thread, and after `grace_s` (enough to write a manifest on a busy machine) the remaining
+    workers are killed and the parent goes on: it settles every manifest left running."""
+    stopper = threading.Thread(target=pool.terminate, name="pool-terminate", daemon=True)
+    stopper.start()
+    stopper.join(grace_s)
+    if stopper.is_alive():
+        for child in multiprocessing.active_children():
+            child.kill()
 
 
 def _mark_interrupted(specs: List[RunSpec]) -> None:

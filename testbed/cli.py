@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -149,6 +150,10 @@ COMMANDS["sweep"] = sweep
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    # Ctrl-C (SIGINT) interrupts a command even when its shell started it in the background, where
+    # SIGINT comes ignored and Python would keep ignoring it: runs are then marked incomplete and
+    # live containers removed, as in the foreground
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in COMMANDS:
         print(USAGE, file=sys.stderr)

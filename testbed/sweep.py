@@ -29,12 +29,16 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from testbed.config import CONF_DIR, BackendName, ConfigError, ExperimentConfig, register, to_plain, to_typed, validate
 from testbed.eventlog import EventLogError, read_manifest
 from testbed import runs_folder
 from testbed.progress import Outcome, Progress
+
+if TYPE_CHECKING:  # imported where used: a sweep's import stays light
+    from reporting.report_config import SparkConfig
+    from testbed.experiment import RunSpec
 
 STAGING, RUNS, INDEX = ".staging", "runs", "sweep.csv"
 EXECUTORS = ("local", "spark")
@@ -49,14 +53,14 @@ class SweepRun:
     cfg: ExperimentConfig  # the point's experiment config (out = the sweep's folder)
     # testbed.experiment.RunSpec: run_dir = OUT/runs/<digest>, label = its configuration as the
     # report names it, <configuration>[<swept values>]
-    spec: "RunSpec"  # noqa: F821
+    spec: "RunSpec"
 
 
 @dataclass(frozen=True)
 class SweepOptions:
     executor: str = "local"
     workers: int = 0  # local: parallel processes (0 = one per core)
-    spark: "SparkConfig" = None  # noqa: F821 - reporting.report_config.SparkConfig
+    spark: Optional["SparkConfig"] = None
 
 
 # -- the grid ------------------------------------------------------------------------------------

@@ -67,7 +67,6 @@ def test_reasons_are_counted_per_run_with_numbers_masked(tmp_path):
 
 @pytest.mark.slow
 def test_the_compare_evaluation_runs_every_approach(tmp_path):
-    from testbed.config import ConfigError  # noqa: F401 - the config must compose and validate
     from testbed.experiment import run_experiment
     from tests.conftest import compose_config
 

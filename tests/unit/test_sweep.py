@@ -3,7 +3,6 @@ the Spark executors are in tests/integration/test_sweep_spark.py)."""
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import pytest
 

@@ -532,22 +532,23 @@ def policy_params(cfg: ExperimentConfig, policy: str, overrides: Dict[str, Any],
                           str(exc).splitlines()[0]) from exc
 
 
-def placement_config(cfg: ExperimentConfig, overrides: Dict[str, Any], key: str = "placement_params") -> PlacementConfig:
-    """placement.* with a configuration's overrides on top, typed; errors name the key."""
+def _overridden(node: Any, overrides: Dict[str, Any], key: str) -> Any:
+    """A config node (dataclass) with a configuration's overrides on top, typed; errors name the key."""
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cfg.placement), overrides))
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(node), overrides))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{key}.{exc.full_key}" if getattr(exc, "full_key", None) else key,
                           str(exc).splitlines()[0]) from exc
+
+
+def placement_config(cfg: ExperimentConfig, overrides: Dict[str, Any], key: str = "placement_params") -> PlacementConfig:
+    """placement.* with a configuration's overrides on top."""
+    return _overridden(cfg.placement, overrides, key)
 
 
 def runtime_config(cfg: ExperimentConfig, overrides: Dict[str, Any], key: str = "runtime") -> "RuntimeConfig":
-    """runtime.* with a configuration's overrides on top, typed; errors name the key."""
-    try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cfg.runtime), overrides))
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"{key}.{exc.full_key}" if getattr(exc, "full_key", None) else key,
-                          str(exc).splitlines()[0]) from exc
+    """runtime.* with a configuration's overrides on top."""
+    return _overridden(cfg.runtime, overrides, key)
 
 
 def _validate_live(cfg: ExperimentConfig) -> None:

@@ -173,13 +173,6 @@ def _execute_packed(args) -> Tuple[RunSpec, Path, float]:
     return args[1], path, time.perf_counter() - t0
 
 
-def _execute_timed(cfg: ExperimentConfig, spec: RunSpec, progress: Progress) -> Path:
-    t0 = time.perf_counter()
-    path = execute(cfg, spec)
-    progress(Outcome(spec.run_id, "complete", time.perf_counter() - t0))
-    return path
-
-
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -249,10 +242,10 @@ def _run_all(cfg: ExperimentConfig, specs: List[RunSpec]) -> List[Path]:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     progress = Progress(len(specs), what="experiment")
     try:
-        if workers <= 1:
-            return [_execute_timed(cfg, s, progress) for s in specs]
+        items = [(cfg, s) for s in specs]
+        results = map(_execute_packed, items) if workers <= 1 else pool_map(_execute_packed, items, workers, _worker_init)
         done = {}
-        for spec, path, seconds in pool_map(_execute_packed, [(cfg, s) for s in specs], workers, _worker_init):
+        for spec, path, seconds in results:
             progress(Outcome(spec.run_id, "complete", seconds))
             done[spec.run_dir] = path
         return [done[s.run_dir] for s in specs]

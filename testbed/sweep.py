@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from testbed.config import CONF_DIR, BackendName, ConfigError, ExperimentConfig, register, to_plain, to_typed, validate
+from testbed.config import BackendName, ConfigError, ExperimentConfig, to_plain
 from testbed.eventlog import EventLogError, read_manifest
 from testbed import runs_folder
 from testbed.progress import Outcome, Progress
@@ -91,18 +91,15 @@ def swept_keys(points: Sequence[Tuple[str, ...]]) -> List[str]:
 
 def compose(overrides: Sequence[str]) -> ExperimentConfig:
     """One point's typed and validated config (ConfigError naming the key, as `testbed experiment`)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    register()
+    from testbed.fidelity.evaluation import compose_experiment
+
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sweep"):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+        return compose_experiment(overrides)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(" ".join(overrides) or "overrides", str(exc).splitlines()[0]) from None
-    return validate(to_typed(cfg))
 
 
 def run_digest(run_cfg: ExperimentConfig, seed: int, rep: int) -> str:

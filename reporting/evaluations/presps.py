@@ -372,6 +372,8 @@ PRESPS = register_report(EvaluationReport(
     summary_columns=(*TABLE3, ("TD 1 s", "throughput_degradation_1s", 4), ("TD 30 s", "throughput_degradation_30s", 4),
                      ("mean active", "mean_active_replicas", 2), ("restarts", "restarts", 0),
                      ("timed out", "dropped_timeout", 0), ("purged", "dropped_purge", 0))))
+# The live, scaled-down chain (evaluation presps_live): the same metrics, Table 3 and claims.
+register_report(PRESPS, "presps_live")
 # On the OEE topology the platform's compliance and cost sections stay, PRESPS's metrics join them.
 register_report(EvaluationReport(
     name="presps_oee", reference=load_reference, claims=check_claims, run_metrics=run_metrics, metric_names=METRICS,

@@ -155,6 +155,65 @@ def test_claims_and_the_extension_point():
     assert set(paper["approach"]) == {"presps", "dabs"} and len(paper) == 8
 
 
+def _live_run(root: Path, config: str, latency_ms: float, purged: int) -> Path:
+    """A hand-built run of evaluation presps_live (the hand tables, with one configuration's latency
+    and purge count)."""
+    from testbed.eventlog import EventLog, Manifest, run_dir_for, write_manifest
+
+    run_dir = run_dir_for(root, "presps_spikes", config, 1)
+    tables = hand_tables()
+    tables["latency"] = tables["latency"].assign(latency_ms=latency_ms)
+    tables["dropped"] = tables["dropped"].assign(items=[purged, 4])
+    tables["load"] = tables["load"].assign(lateness_ms=0.0)
+    tables["actions"] = tables["actions"].assign(operator="A", instance=None, host=None, target_host=None,
+                                                 reason="test", policy=config)
+    log = EventLog(run_dir)
+    for name, frame in tables.items():
+        log.write(name, {c: frame[c].tolist() for c in frame.columns})
+    cfg = {"topology": CHAIN, "runtime": {"monitoring_s": 5.0}, "duration_min": 10.0 / 60.0}
+    write_manifest(run_dir, Manifest(
+        run_id=f"presps_spikes/{config}/1", experiment="presps_live", pattern="presps_spikes", config=config,
+        policy=config, btu_minutes=60, rep=1, seed=1, seeds={"run": 1}, backend="docker", resolved_config=cfg,
+        code_revision="test-revision", versions={}, status="complete", billing="rebill"))
+    return run_dir
+
+
+def test_the_live_evaluation_gets_the_presps_report(tmp_path: Path):
+    from reporting.evaluations import SectionInputs, compare_all, evaluation_metrics
+    from reporting.report_document import Figure, Table
+    from reporting.run_catalog import RunInfo
+    from testbed.eventlog import read_manifest
+
+    entry = report_for("presps_live")
+    assert entry.name == "presps_live" and entry.sections is report_for("presps").sections
+    assert not entry.platform_pattern_sections and ("diff. proc. events", "processed_ratio", 4) in entry.summary_columns
+    runs, rows = [], []
+    for i, (config, latency, purged) in enumerate((("presps", 300.0, 0), ("dabs", 100.0, 6))):
+        run_dir = _live_run(tmp_path, config, latency, purged)
+        manifest = read_manifest(run_dir)
+        runs.append(RunInfo(i, run_dir, manifest))
+        m = evaluation_metrics(run_dir, manifest)  # dispatched on the manifest's experiment
+        # the hand tables' values at 5 s monitoring (test_presps_metrics_by_hand): the 1 s windows cannot be measured
+        assert m["processed_ratio"] == pytest.approx(0.9) and m["throughput_degradation"] == pytest.approx(0.2)
+        assert math.isnan(m["throughput_degradation_1s"]) and m["dropped_purge"] == purged
+        rows += [{"pattern": "presps_spikes", "approach": config, "config": config, "btu_minutes": pd.NA,
+                  "metric": k, "mean": v, "sd": np.nan, "n": 1} for k, v in m.items()]
+    summary = pd.DataFrame(rows)
+    comparison, claims = compare_all(reports_for(["presps_live"]), summary)
+    assert claims["claim"].tolist() == ["P1", "P2", "P3", "P4"] and set(claims["pattern"]) == {"presps_spikes"}
+    assert claims["paper"].tolist() == ["holds"] * 4
+    # equal replica counts and degradation: P1 and P2 do not hold; P3 needs >= 99 %; P4 holds (100 vs 300 ms)
+    assert claims["measured"].tolist() == ["does not hold", "does not hold", "does not hold", "holds"]
+    sections = entry.sections(SectionInputs(runs, summary, comparison, claims, tmp_path / "report"))
+    assert [s.title for s in sections] == ["PRESPS: pattern presps_spikes"]
+    table3 = sections[0].blocks[0]
+    assert isinstance(table3, Table) and table3.caption.startswith("Table 3 of the paper")
+    assert table3.rows[0][:3] == ["presps", "paper", "0.5617"] and table3.rows[1][:2] == ["presps", "measured"]
+    assert table3.rows[3][5] == "100.00"  # dabs measured latency
+    figure = sections[0].blocks[-1]
+    assert isinstance(figure, Figure) and figure.path.exists()
+
+
 # ---- the evaluation at small scale ---------------------------------------------------------------
 
 @pytest.mark.slow

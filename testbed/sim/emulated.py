@@ -18,7 +18,7 @@ while an operator has no instance wait for its first one.
 from __future__ import annotations
 
 import heapq
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Collection, Dict, List, Mapping, Sequence, Tuple
 
 from testbed.emulation import Emulator
 from testbed.sim.exact import ExactNetwork, _ExactQueue
@@ -83,9 +83,11 @@ class EmulatedNetwork(ExactNetwork):
     def depth(self, operator: str) -> int:
         return sum(len(self.inbox[i]) for i in self.members[operator]) + len(self.pending[operator])
 
-    def purge(self, t: float) -> Dict[str, int]:
+    def purge(self, t: float, keep: Collection[str] = ()) -> Dict[str, int]:
         dropped = {}
         for q in self._order:
+            if q.name in keep:
+                continue
             n = self.depth(q.name)
             for i in self.members[q.name]:
                 self.inbox[i].clear()
@@ -135,7 +137,6 @@ class EmulatedNetwork(ExactNetwork):
         inbox, free, host = self.inbox[instance], self.free[instance], self.hosts[instance]
         if not free:
             return
-        rec, timeout = self.recorder, getattr(self, "timeout_s", 0.0)
         started, busy = 0, 0.0
         while inbox:
             arrival, _, send, origin, _ = inbox[0]
@@ -143,25 +144,14 @@ class EmulatedNetwork(ExactNetwork):
             if start >= t1:
                 break
             heapq.heappop(inbox)
-            if timeout > 0 and origin < start - timeout:
-                self.flows.drop(q.name, "timeout", 1)
+            served = self._take(q, free, start, send, origin, s, instances)
+            if served is None:
                 continue
-            service = rec.service(q.index, s)
-            finish = start + service
+            service, out = served
             started += 1
             busy += service
-            heapq.heapreplace(free, finish)
-            if rec.take(q.index, 1):
-                rec.record_finished(q.index, instances, send, finish)
-                if not q.outputs:
-                    self.flows.latency(finish, q.name, finish - origin)
-            q.processed += 1
-            if q.outputs:
-                total = q.owed + q.selectivity
-                out = int(total)
-                q.owed = total - out
-                if out:
-                    for d in q.outputs:
-                        self.flows.send(q.name, d.name, out)
-                        self._dispatch(d, finish, origin, host, out, instance)
+            if out:
+                for d in q.outputs:
+                    self.flows.send(q.name, d.name, out)
+                    self._dispatch(d, start + service, origin, host, out, instance)
         self.flows.serve(q.name, [instance], started, busy)

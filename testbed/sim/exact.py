@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Deque, Dict, List, Sequence
+from typing import Collection, Deque, Dict, List, Optional, Sequence, Tuple
 
 from testbed.sim.clock import SteppedInPython
 from testbed.sim.flows import FlowCounters
@@ -54,9 +54,11 @@ class ExactNetwork(SteppedInPython):
         q.origins.extend([t] * count)
         self.flows.send(source, operator, count)
 
-    def purge(self, t: float) -> Dict[str, int]:
+    def purge(self, t: float, keep: Collection[str] = ()) -> Dict[str, int]:
         dropped = {}
         for q in self._order:
+            if q.name in keep:
+                continue
             dropped[q.name] = len(q.items)
             self.flows.drop(q.name, "purge", len(q.items))
             q.items.clear()
@@ -92,7 +94,7 @@ class ExactNetwork(SteppedInPython):
         q.free = free
 
     def _serve(self, q: _ExactQueue, t1: float, s: float, instances: Sequence[str]) -> None:
-        hop, rec, items, free = self.hop_s, self.recorder, q.items, q.free
+        hop, items, free = self.hop_s, q.items, q.free
         started, busy = 0, 0.0
         while items:
             send = items[0]
@@ -101,29 +103,42 @@ class ExactNetwork(SteppedInPython):
                 break
             items.popleft()
             origin = q.origins.popleft()
-            if self.timeout_s > 0 and origin < start - self.timeout_s:  # too old when taken: dropped
-                self.flows.drop(q.name, "timeout", 1)
+            served = self._take(q, free, start, send, origin, s, instances)
+            if served is None:
                 continue
-            service = rec.service(q.index, s)
-            finish = start + service
+            service, out = served
             started += 1
             busy += service
-            heapq.heapreplace(free, finish)
-            if rec.take(q.index, 1):
-                rec.record_finished(q.index, instances, send, finish)
-                if not q.outputs:
-                    self.flows.latency(finish, q.name, finish - origin)
-            q.processed += 1
-            if q.outputs:
-                total = q.owed + q.selectivity
-                out = int(total)
-                q.owed = total - out
-                for d in q.outputs:
-                    # Items reach a queue in the order they were sent (finish times interleave).
-                    self._insert(d, finish, origin, out)
-                    if out:
-                        self.flows.send(q.name, d.name, out)
+            for d in q.outputs:
+                # Items reach a queue in the order they were sent (finish times interleave).
+                self._insert(d, start + service, origin, out)
+                if out:
+                    self.flows.send(q.name, d.name, out)
         self.flows.serve(q.name, instances, started, busy)
+
+    def _take(self, q: _ExactQueue, free: List[float], start: float, send: float, origin: float, s: float,
+              instances: Sequence[str]) -> Optional[Tuple[float, int]]:
+        """One item of q taken at `start` by the earliest free slot in `free`: None if it is older
+        than the item timeout (dropped), else its service time and how many items it sends on to
+        each output (selectivity, the fraction carried over to the next item)."""
+        if self.timeout_s > 0 and origin < start - self.timeout_s:  # too old when taken: dropped
+            self.flows.drop(q.name, "timeout", 1)
+            return None
+        rec = self.recorder
+        service = rec.service(q.index, s)
+        finish = start + service
+        heapq.heapreplace(free, finish)
+        if rec.take(q.index, 1):
+            rec.record_finished(q.index, instances, send, finish)
+            if not q.outputs:
+                self.flows.latency(finish, q.name, finish - origin)
+        q.processed += 1
+        out = 0
+        if q.outputs:
+            total = q.owed + q.selectivity
+            out = int(total)
+            q.owed = total - out
+        return service, out
 
     @staticmethod
     def _insert(q: _ExactQueue, send: float, origin: float, count: int) -> None:

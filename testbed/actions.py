@@ -60,8 +60,9 @@ class ActionTarget(Protocol):
     def set_active(self, t: float, operator: str, active: int) -> Mapping[str, bool]:
         """Switch instances of a pool on or off; returns {instance: now active} of those switched."""
 
-    def restart(self, t: float, downtime_s: float, purge: bool) -> Mapping[str, int]:
-        """Stop the world for `downtime_s`; returns the items purged per operator (empty without purge)."""
+    def restart(self, t: float, downtime_s: float, purge: bool, purge_entry: bool = True) -> Mapping[str, int]:
+        """Stop the world for `downtime_s`; returns the items purged per operator (empty without purge;
+        without purge_entry, the operators fed by a source keep what waits in those queues)."""
 
 
 def dispatch(t: float, actions: Sequence[Action], target: ActionTarget, records: List[ActionRecord],
@@ -105,10 +106,12 @@ def dispatch(t: float, actions: Sequence[Action], target: ActionTarget, records:
                 record(a, a.operator, instance, kind="activate" if on else "deactivate",
                        reason=f"{a.reason} ({a.active} active)")
         elif isinstance(a, Restart):
-            purged = target.restart(t, a.downtime_s, a.purge)
+            purged = target.restart(t, a.downtime_s, a.purge, a.purge_entry)
             what = f"queues purged: {sum(purged.values())} item(s)" if a.purge else "queues kept"
+            if a.purge and not a.purge_entry:
+                what += " (entry queues kept)"
             hold = getattr(target, "hold_source", None) if a.hold_source else None
-            if hold is not None:  # a backend that can (the simulator's sources)
+            if hold is not None:  # a backend that can (the simulator's sources, the live provider)
                 hold(t, t + a.downtime_s)
                 what += ", arrivals held at the source"
             record(a, reason=f"{a.reason} (downtime {a.downtime_s:g} s, {what})")

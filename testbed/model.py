@@ -193,8 +193,12 @@ class Restart:
     reason: str
     kind: str = field(default="restart", init=False)
 
-    # the simulator: arrivals during the downtime wait at the source and enter the topology when it
-    # is back (latency and timeout start then), as a spout that does not emit while it is down
+    # arrivals during the downtime wait at the source and enter the topology when it is back (latency
+    # and timeout start then), as a spout that does not emit while it is down (live: the provider
+    # holds what it would publish until the restart's end)
     hold_source: bool = False
+    # with purge: the entry queues too, where the sources' items wait for the operators they feed
+    # (false keeps them: on the live broker they also buffer what the provider publishes)
+    purge_entry: bool = True
 
 Action = Union[ScaleUp, ScaleDown, Migrate, LeaseHost, ProlongHost, ReleaseHost, SetActive, Restart]

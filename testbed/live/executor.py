@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
+from data_provider.source_gate import SourceGate
 from testbed.actions import ActionRecord, dispatch
 from testbed.model import Action, HostView, InstanceState, InstanceView, OperatorType
 
@@ -38,7 +39,7 @@ class Switchboard(Protocol):
 
     def set_active(self, instance: str, active: bool) -> None: ...
 
-    def purge(self) -> Dict[str, int]: ...
+    def purge(self, entry: bool = True) -> Dict[str, int]: ...
 
 
 class LiveExecutor:
@@ -60,6 +61,7 @@ class LiveExecutor:
         self._paused_until: Optional[float] = None  # a restart's downtime
         self._purged: Dict[str, int] = {}  # items purged by restarts since the last take_purged()
         self.purged_total: Dict[str, int] = {}  # items purged by restarts in the whole run (accounting)
+        self.source_gate: Optional[SourceGate] = None  # the provider's (testbed/live/run.py sets it)
 
     # -- actions (testbed.actions.ActionTarget) ---------------------------------------------
     def apply(self, t: float, actions: Sequence[Action], immediate: bool = False) -> None:
@@ -104,9 +106,10 @@ class LiveExecutor:
                 self._switch(instance, now_active)
         return switched
 
-    def restart(self, t: float, downtime_s: float, purge: bool) -> Dict[str, int]:
+    def restart(self, t: float, downtime_s: float, purge: bool, purge_entry: bool = True) -> Dict[str, int]:
         """Every instance stops consuming for the downtime (resumed by `progress`); with `purge` the
-        operators' queues are emptied on the broker and the purged items returned per operator."""
+        operators' queues are emptied on the broker (the entry queues only with `purge_entry`) and
+        the purged items returned per operator."""
         for i in self.pool.instance_views():
             self._switch(i.id, False)
         self._paused_until = t + downtime_s
@@ -114,11 +117,18 @@ class LiveExecutor:
             return {}
         if self.switchboard is None:
             raise RuntimeError("a restart with purge needs the broker (no switchboard configured)")
-        purged = self.switchboard.purge()
+        purged = self.switchboard.purge(entry=purge_entry)
         for o, n in purged.items():
             self._purged[o] = self._purged.get(o, 0) + n
             self.purged_total[o] = self.purged_total.get(o, 0) + n
         return purged
+
+    def hold_source(self, t: float, until: float) -> None:
+        """The provider publishes nothing until the downtime ends (`progress` opens the gate with the
+        replicas; the held ticks enter at the provider's next tick)."""
+        if self.source_gate is None:
+            raise RuntimeError("holding the source needs the run's provider (no source gate configured)")
+        self.source_gate.close()
 
     def take_purged(self) -> Dict[str, int]:
         """Items purged per operator since the previous call (the monitor records them as dropped)."""
@@ -144,6 +154,8 @@ class LiveExecutor:
             for instance in states:
                 if instance not in self._inactive:
                     self._switch(instance, True)
+            if self.source_gate is not None:
+                self.source_gate.open()
         for new, old in list(self._migrations.items()):
             copy = states.get(new)
             if copy is None:  # the copy died before it ran: the watchdog replaces it, the old one stays

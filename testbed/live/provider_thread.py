@@ -10,6 +10,7 @@ from data_provider.config import ProviderConfig, TransportName
 from data_provider.emitter import Emitter, SystemClock, ticks_for
 from data_provider.patterns import Pattern
 from data_provider.provider import Provider, make_transport, source_specs
+from data_provider.source_gate import GatedEmit, SourceGate
 from operators.wiring import Wiring
 from testbed.config import ExperimentConfig
 
@@ -27,7 +28,9 @@ class ProviderThread:
         tick_s = cfg.topology.tick_ms / 1000.0
         self.provider = Provider(pattern, source_specs(self.cfg), self.transport, seed, cfg.topology.tick_ms,
                                  self.cfg.payloads, clock, self.cfg.max_machines, self.cfg.image_compress_level)
-        self.emitter = Emitter(tick_s, ticks_for(duration_s, tick_s), self.provider.emit_tick, self.provider.clock)
+        self.gate = SourceGate()  # closed by a restart with hold_source (testbed/live/executor.py)
+        self.gated = GatedEmit(self.provider.emit_tick, self.gate, self.provider.clock)
+        self.emitter = Emitter(tick_s, ticks_for(duration_s, tick_s), self.gated, self.provider.clock)
         self._thread = threading.Thread(target=self._run, name="provider", daemon=True)
         self.error: Optional[BaseException] = None
 
@@ -38,6 +41,7 @@ class ProviderThread:
     def _run(self) -> None:
         try:
             self.emitter.run()
+            self.gated.release()  # held by a restart near the end: published, so accounted in the queues
         except BaseException as exc:  # surfaced to the control loop, which fails the run
             self.error = exc
 

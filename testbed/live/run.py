@@ -218,6 +218,7 @@ class LiveRun:
             executor = self._executor(pool)
             self._deploy(pool, executor)
             provider = ProviderThread(cfg, self.pattern, self.wiring, self.seed, self.duration_s)
+            executor.source_gate = provider.gate  # a restart with hold_source holds the provider's items
             provider.start()
             self._t0 = self.wall()
             monitor = LiveMonitor.from_config(cfg, self.topology, self.wiring, time.time(), self.btu_s)
@@ -237,6 +238,7 @@ class LiveRun:
             details = {
                 "prefix": self.prefix, "provider_flushed": flushed, "transport": live.transport.value,
                 "provider_stats": provider.transport.stats.as_dict(), "accounting": accounting.as_dict(),
+                "provider_held_ticks": provider.gated.held_ticks,  # held by restarts with hold_source
                 "instances": [dataclasses.asdict(r) for r in pool.records()],
                 "crashes": [dataclasses.asdict(c) for c in pool.crashed()],
                 "images": pool.image_digests(), "monitor_failures": self.monitor_failures,

@@ -2,28 +2,33 @@
 
 An instance watches its activation flag in Redis (operators/api.py, `activation_key`): switched off,
 it stops consuming, hands back what it has not started and finishes the rest. A restart with purge
-empties every operator queue of the run on the broker and returns what each held (RabbitMQ's
-queue.purge answers with the message count, so the drop is counted exactly)."""
+empties the operator queues of the run on the broker (the entry queues, fed by the sources, only when
+asked) and returns what each held (RabbitMQ's queue.purge answers with the message count, so the
+drop is counted exactly)."""
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Callable, Dict, Optional
 
 from operators.api import activation_key
 from operators.wiring import Wiring
 
 
 class RedisSwitchboard:
-    def __init__(self, redis: Any, wiring: Wiring, amqp_url: str, kafka: bool = False):
+    def __init__(self, redis: Any, wiring: Wiring, amqp_url: str, kafka: bool = False,
+                 queues: Optional[Callable[[], Wiring]] = None):
         self.redis = redis
         self.wiring = wiring
         self.amqp_url = amqp_url
         self.kafka = kafka
+        # the wiring whose queues hold the items now (the emulated network: per-instance queues)
+        self.queues = queues or (lambda: self.wiring)
 
     def set_active(self, instance: str, active: bool) -> None:
         self.redis.set(activation_key(self.wiring.prefix, instance), "1" if active else "0")
 
-    def purge(self) -> Dict[str, int]:
-        """Items purged per operator (the ready messages of its input queues)."""
+    def purge(self, entry: bool = True) -> Dict[str, int]:
+        """Items purged per operator (the ready messages of its input queues; without `entry`, the
+        queues the sources feed are kept)."""
         if self.kafka:
             raise NotImplementedError("a restart with purge needs RabbitMQ (Kafka topics cannot be purged per group)")
         import pika
@@ -33,6 +38,8 @@ class RedisSwitchboard:
         try:
             channel = conn.channel()
             for edge in self.wiring.edges:
+                if not entry and edge.producer in self.wiring.sources:
+                    continue
                 frame = channel.queue_purge(edge.queue)
                 purged[edge.consumer] += int(frame.method.message_count)
         finally:

@@ -10,10 +10,13 @@ estimator as PRESPS (testbed/policies/presps.py) and differs only in how a chang
   dropped (the event log's reason `purge`), then the new counts;
 * at most one restart per `min_restart_interval_s` (30 s): a change decided sooner is not carried
   out (the estimator's next decision sees the state again);
-* arrivals during the downtime wait at the source and enter the topology when it is back (in the
-  simulator: their latency and timeout start then, as behind a spout that does not emit while the
-  topology is down); `hold_source=false` lets them wait in the entry queue with their emission time
-  (what the live testbed does: its provider keeps publishing).
+* arrivals during the downtime wait at the source and enter the topology when it is back (their
+  latency and timeout start then, as behind a spout that does not emit while the topology is down;
+  live, the provider holds what it would publish); `hold_source=false` lets them wait in the entry
+  queue with their emission time (the live provider keeps publishing);
+* `purge_entry=false` keeps the entry queues (those the sources feed) at a purge: the spec's choice
+  for the live testbed, where the entry queue on the broker is also the source's buffer; the
+  simulator's default purges every operator queue, the entry operator's included.
 
 State is explicit (the estimator's fields and the last restart time); no clock, no I/O.
 """
@@ -36,6 +39,7 @@ class DabsParams(PrespsParams):
     purge: bool = True  # the restart drops everything queued
     min_restart_interval_s: float = 30.0  # at most one restart per this time
     hold_source: bool = True  # arrivals during the downtime wait at the source (false: in the entry queue)
+    purge_entry: bool = True  # the purge empties the entry queues too (false keeps them: the spec's live default)
 
     def validate(self) -> None:
         super().validate()
@@ -78,6 +82,7 @@ class DabsPolicy:
             return actions
         self.last_restart = snapshot.t
         what = ", ".join(f"{o} {current[o]}->{targets[o]}" for o in changes)
-        actions.append(Restart(p.downtime_s, p.purge, f"DABS-like restart: {what}", hold_source=p.hold_source))
+        actions.append(Restart(p.downtime_s, p.purge, f"DABS-like restart: {what}", hold_source=p.hold_source,
+                               purge_entry=p.purge_entry))
         reasons = {o: "DABS-like " + e.reason(p.td_s).removeprefix("PRESPS ") for o, e in est.items()}
         return actions + apply_targets(snapshot, targets, reasons, p.mode, self.placement)

@@ -36,7 +36,7 @@ class SimCluster:
     operators' queues for a restart and returns the items dropped per operator (the network's)."""
 
     def __init__(self, topology: Topology, infra: InfrastructureConfig, btu_s: float, price_per_btu: float,
-                 rng: np.random.Generator, purge: Callable[[float], Mapping[str, int]] = lambda t: {},
+                 rng: np.random.Generator, purge: Callable[..., Mapping[str, int]] = lambda t, keep=(): {},
                  hold: Callable[[float], None] = lambda until: None):
         self.topology = topology
         self.infra = infra
@@ -141,11 +141,14 @@ class SimCluster:
             self.version += 1
         return {i.id: i.active for i in switched}
 
-    def restart(self, t: float, downtime_s: float, purge: bool) -> Dict[str, int]:
+    def restart(self, t: float, downtime_s: float, purge: bool, purge_entry: bool = True) -> Dict[str, int]:
         self.paused = True
         self.version += 1
         self._at(t + downtime_s, "resume", "")
-        return dict(self.purge(t)) if purge else {}
+        if not purge:
+            return {}
+        keep = () if purge_entry else {d for s in self.topology.sources for d in s.downstream}
+        return dict(self.purge(t, keep))
 
     def hold_source(self, t: float, until: float) -> None:
         """Items the sources emit before `until` enter the topology at `until`."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import namedtuple
-from typing import Dict, List, Optional, Sequence
+from typing import Collection, Dict, List, Optional, Sequence
 
 import numpy as np
 from numba import njit
@@ -187,11 +187,13 @@ class CohortNetwork:
             self.flows.received[k] += count
             self.flows.edge_items[self._edge[(source, operator)]] += count
 
-    def purge(self, t: float) -> Dict[str, int]:
-        """Drop everything waiting (a restart with purge); the items per operator."""
+    def purge(self, t: float, keep: Collection[str] = ()) -> Dict[str, int]:
+        """Drop everything waiting (a restart with purge) but in the queues of `keep`; the items per operator."""
         dropped = {}
         q = self.q
         for k, o in enumerate(self._ops):
+            if o in keep:
+                continue
             dropped[o] = int(q.waiting[k])
             self.flows.drop(o, "purge", dropped[o])
             q.size[k] = 0

@@ -207,6 +207,27 @@ def test_restart_holding_the_source_starts_latency_when_items_enter(hold):
         assert received[o] == done[o] + purged.get(o, 0) + queued[o]
 
 
+@pytest.mark.parametrize("purge_entry", [True, False])
+def test_a_restart_keeps_the_entry_queue_only_when_asked(purge_entry):
+    from tests.unit.test_platform_sim import run_chain
+
+    def script(s: Snapshot) -> List:
+        return [Restart(10.0, True, "rescale", purge_entry=purge_entry)] if s.t == 90 else []
+
+    tables, _ = run_chain(script, minutes=3)  # one A instance cannot keep up: A has a queue at 90 s
+    purged = tables["dropped"].query("reason == 'purge'").groupby("operator")["items"].sum()
+    queues = tables["queues"].set_index(["t_s", "operator"])["depth"]
+    if purge_entry:
+        assert purged.get("A", 0) > 0
+    else:  # A's queue, fed by the source, is kept through the restart
+        assert purged.get("A", 0) == 0 and queues[(105.0, "A")] >= queues[(90.0, "A")]
+    received = tables["edges"].groupby("target")["items"].sum()
+    queued = tables["queues"].groupby("operator")["depth"].last()
+    done = tables["processed"].groupby("operator")["items"].sum()
+    for o in ("A", "B"):
+        assert received[o] == done[o] + purged.get(o, 0) + queued[o]
+
+
 def test_capacity_noise_varies_each_step_around_the_mean():
     import dataclasses
 

@@ -29,6 +29,12 @@ being processed or emitting anything, and counted (hash ``<prefix>:timeout``, in
 its finished id, so a redelivery is not counted again; the ``count`` entries' ``timeout``). If Redis
 cannot count it, it is processed instead (nothing goes unaccounted for).
 
+Emulated network (``EMULATION_HOST`` set; operators/netem.py): the instance consumes its own
+queues, and its publisher is an ``EmulatedSender`` that picks the receiving instances and publishes
+after the drawn inter-host delays. An input it takes is lost with probability 1 - A of its host:
+acknowledged unprocessed and counted (hash ``<prefix>:unavailable``, with its finished id in one Lua
+script as for the item timeout; the ``<prefix>:netem`` stream per interval).
+
 Malformed inputs and ``PoisonItem``s are dead-lettered (RabbitMQ: the queue's dead-letter queue;
 Kafka: the edge's ``.dead`` topic) and counted. On SIGTERM (or SIGINT) the instance cancels its
 consumers, finishes and acknowledges what it holds, flushes its metrics and exits 0.
@@ -68,9 +74,11 @@ from operators.api import (INACTIVE, STOPPED, Emission, Operator, OperatorContex
                            processed_hash, seen_key, timeout_hash)
 from operators.envelope import Envelope, EnvelopeError, amqp_properties
 from operators.metrics import Metrics
+from operators.netem import EmulatedSender, unavailable_hash
 from operators.runner_config import ConfigError, RunnerConfig, config_from_env
 from operators.sources import Delivery, KafkaSource, Outcome, RabbitSource, dead_letter_topic
-from operators.transports import KafkaPublisher, OutMessage, RabbitPublisher, declare_wiring
+from operators.transports import KafkaPublisher, OutMessage, RabbitPublisher, declare_queues, declare_wiring
+from operators.wiring import instance_edges
 
 log = logging.getLogger("operators.runner")
 
@@ -120,6 +128,7 @@ class RunnerStats:
     stale: int = 0  # deliveries of a lost connection / revoked partition, left to the broker
     errors: int = 0  # operator failures other than PoisonItem (input requeued)
     timed_out: int = 0  # older than ITEM_TIMEOUT_S when taken: acknowledged unprocessed
+    unavailable: int = 0  # lost to the emulated host's unavailability: acknowledged unprocessed
 
 
 class Runner:
@@ -137,6 +146,7 @@ class Runner:
                                           config.measurement, clock)
         self.stats = RunnerStats()
         self.activation = activation or RedisActivation(redis, config.prefix, config.instance, clock)
+        self.netem = publisher if isinstance(publisher, EmulatedSender) else None  # the emulated network
         self._work: "queue.Queue[Optional[Delivery]]" = queue.Queue()
         # per worker slot: decoded deliveries of its batch not started yet (a switch-off takes them)
         self._unstarted: List[Deque[Tuple[Delivery, Envelope]]] = [deque() for _ in range(config.parallel)]
@@ -345,6 +355,8 @@ class Runner:
     def _process(self, d: Delivery, env: Envelope) -> None:
         if self.config.item_timeout_s and self._expired(env) and self._time_out(d, env):
             return
+        if self.netem is not None and self.netem.host_lost() and self._lose(d, env):
+            return
         if self.config.work_ms:
             self.sleep(self.config.work_ms / 1000.0)  # emulated service cost (configuration)
         try:
@@ -389,6 +401,29 @@ class Runner:
         with self._lock:
             if new:
                 self.stats.timed_out += 1
+            else:
+                self.stats.duplicates += 1
+        self._settle(d, Outcome.ACK)
+        return True
+
+    def _lose(self, d: Delivery, env: Envelope) -> bool:
+        """Drop an input lost to its host's unavailability: count it once, then acknowledge it.
+        False (the caller processes it) when Redis cannot count it."""
+        try:
+            if self._timeout_script is None:
+                self._timeout_script = self.redis.register_script(TIMEOUT_LUA)
+            keys = ([seen_key(self.config.prefix, self.config.operator, d.edge.producer, env.item_id)]
+                    if self.config.dedup_ttl_s else [])
+            new = int(self._timeout_script(keys=keys, args=[self.config.dedup_ttl_s,
+                                                            unavailable_hash(self.config.prefix), self.config.operator]))
+        except Exception as exc:  # noqa: BLE001 - uncounted it would be lost to the accounting
+            log.warning("could not count lost input %s, processing it: %r", env.item_id, exc)
+            return False
+        if new and self.netem is not None:
+            self.netem.counters.lost(self.config.operator, counted=True)
+        with self._lock:
+            if new:
+                self.stats.unavailable += 1
             else:
                 self.stats.duplicates += 1
         self._settle(d, Outcome.ACK)
@@ -592,10 +627,16 @@ def build_runner(config: RunnerConfig, operator: Operator, redis: Any, clock: Ca
                  timeout_s: float = 60.0) -> Runner:
     wiring = config.wiring()
     edges = wiring.inputs(config.operator)
-    if config.transport == "rabbitmq":
-        declare_wiring(config.amqp_url, wiring, sorted({e.producer for e in edges}) + [config.operator], timeout_s)
+    if config.emulation_host:  # the emulated network: own queues, the sender picks the receivers
+        edges = instance_edges(wiring, config.operator, config.instance)
+        declare_queues(config.amqp_url, wiring, edges, timeout_s)
         source: Any = RabbitSource(config.amqp_url, edges, config.prefetch, name=f"{config.instance} source")
-        publisher: Any = RabbitPublisher(config.amqp_url, wiring, (config.operator,), declare=False)
+        publisher: Any = EmulatedSender(RabbitPublisher(config.amqp_url, wiring, (config.operator,), declare=False),
+                                        wiring, config.emulation_host, redis, config.emulation_seed, config.instance)
+    elif config.transport == "rabbitmq":
+        declare_wiring(config.amqp_url, wiring, sorted({e.producer for e in edges}) + [config.operator], timeout_s)
+        source = RabbitSource(config.amqp_url, edges, config.prefetch, name=f"{config.instance} source")
+        publisher = RabbitPublisher(config.amqp_url, wiring, (config.operator,), declare=False)
     else:
         source = KafkaSource(config.kafka_bootstrap, edges, config.prefetch, config.instance)
         publisher = KafkaPublisher(config.kafka_bootstrap, wiring, (config.operator,), create=True,

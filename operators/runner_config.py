@@ -30,6 +30,10 @@ DRAIN_TIMEOUT_S    SIGTERM: longest wait for held items, s     ``60``
 ACTIVATION_POLL_S  how often the pool activation flag           ``0.5`` (``0``: no pool activation,
                    ``<prefix>:active:<instance>`` is read, s    always active, no state reports)
 OPERATOR_FACTORY   ``module:callable`` building the operator   ``operators.registry:make_operator``
+EMULATION_HOST     the host this instance runs on: the          empty (no emulation: shared queues)
+                   emulated network (operators/netem.py), own
+                   queues, delays and losses (RabbitMQ only)
+EMULATION_SEED     seed of the instance's delay and loss draws  ``1``
 =================  ==========================================  ======================================
 """
 from __future__ import annotations
@@ -82,6 +86,8 @@ class RunnerConfig:
     activation_poll_s: float = 0.5
     factory: str = DEFAULT_FACTORY
     implementation: str = ""  # registry name; empty: the operator type's own
+    emulation_host: str = ""  # non-empty: the emulated network, this instance on that host
+    emulation_seed: int = 1
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
@@ -98,6 +104,8 @@ class RunnerConfig:
                            ("ACTIVATION_POLL_S", self.activation_poll_s)):
             if value < 0:
                 raise ConfigError(var, f"must not be negative, got {value}")
+        if self.emulation_host and self.transport != "rabbitmq":
+            raise ConfigError("EMULATION_HOST", "the emulated network needs TRANSPORT=rabbitmq (per-instance queues)")
         if ":" not in self.factory:
             raise ConfigError("OPERATOR_FACTORY", f"{self.factory!r} is not 'module:callable'")
         try:
@@ -206,4 +214,6 @@ def config_from_env(env: Optional[Mapping[str, str]] = None) -> RunnerConfig:
         activation_poll_s=_float(env, "ACTIVATION_POLL_S", 0.5),
         factory=env.get("OPERATOR_FACTORY", "").strip() or DEFAULT_FACTORY,
         implementation=env.get("OPERATOR_IMPL", "").strip(),
+        emulation_host=env.get("EMULATION_HOST", "").strip(),
+        emulation_seed=_int(env, "EMULATION_SEED", 1),
     )

@@ -40,7 +40,9 @@ class OutMessage:
     key: str  # partition key (Kafka); the machine id
     body: bytes
     properties: Dict[str, Any] = field(default_factory=dict)  # pika.BasicProperties kwargs
-    # Kafka only: an explicit topic instead of the producer's (the runner's dead-letter topics)
+    # an explicit destination instead of the producer's exchange / topic: Kafka, a topic (the runner's
+    # dead-letter topics); RabbitMQ, a queue reached through the default exchange (an instance's own
+    # queue when the network is emulated, operators/netem.py)
     destination: Optional[str] = None
     # the caller's bookkeeping handle, handed back with the confirm (the runner: the input item)
     ref: Any = field(default=None, compare=False, repr=False)
@@ -109,6 +111,15 @@ class MemoryTransport:
 def declare_wiring(url: str, wiring: Wiring, producers: Optional[Iterable[str]] = None,
                    timeout_s: float = 30.0) -> None:
     """Declare the wiring through a short-lived blocking connection, retrying until ``timeout_s``."""
+    _on_channel(url, wiring, lambda channel: wiring_mod.declare(channel, wiring, producers), timeout_s)
+
+
+def declare_queues(url: str, wiring: Wiring, edges: Sequence[wiring_mod.Edge], timeout_s: float = 30.0) -> None:
+    """Declare per-instance queues (``wiring.instance_edges``) as ``declare_wiring`` declares a wiring."""
+    _on_channel(url, wiring, lambda channel: wiring_mod.declare_instance_queues(channel, wiring, edges), timeout_s)
+
+
+def _on_channel(url: str, wiring: Wiring, action: Callable[[Any], None], timeout_s: float) -> None:
     import pika
     import pika.exceptions
 
@@ -117,7 +128,7 @@ def declare_wiring(url: str, wiring: Wiring, producers: Optional[Iterable[str]] 
         try:
             conn = pika.BlockingConnection(pika.URLParameters(url))
             try:
-                wiring_mod.declare(conn.channel(), wiring, producers)
+                action(conn.channel())
             finally:
                 if conn.is_open:
                     conn.close()
@@ -329,8 +340,12 @@ class RabbitPublisher:
         import pika
 
         for m in chunk:
-            channel.basic_publish(exchange=self._exchanges[m.producer], routing_key="", body=m.body,
-                                  properties=pika.BasicProperties(**m.properties))
+            if m.destination is None:
+                channel.basic_publish(exchange=self._exchanges[m.producer], routing_key="", body=m.body,
+                                      properties=pika.BasicProperties(**m.properties))
+            else:  # one queue, through the default exchange (an instance's own queue: emulated network)
+                channel.basic_publish(exchange="", routing_key=m.destination, body=m.body,
+                                      properties=pika.BasicProperties(**m.properties))
         self.stats.sent += len(chunk)
         if more and self._conn is not None:
             with self._cond:

@@ -20,6 +20,13 @@ Kafka: one topic per producer, ``<prefix>.<producer>`` (the same string as the e
 edge is a consumer group ``<prefix>.<producer>.<consumer>`` on that topic (the instances of a
 consumer type share the group, as they share the queue).
 
+Emulated network (``backend.emulation`` in the live testbed, docs/papers/odp.md): every operator
+**instance** gets its own queue per input edge, ``<edge queue>@<instance>``, with its own dead-letter
+queue ``<edge queue>@<instance>.dead``. These queues are not bound to any exchange: the sender picks
+the receiving instance itself and publishes through the default exchange with the queue's name as
+routing key (``instance_edges``, ``declare_instance_queues``; ``Wiring.with_instances`` is the
+run's wiring with these queues in place of the shared ones, for depths, purges and cleanup).
+
 ``declare`` and ``delete`` act on a pika channel (blocking or not: only ``exchange_declare``,
 ``queue_declare``, ``queue_bind`` and their delete counterparts are called). Every user must declare
 through here: RabbitMQ refuses to redeclare a queue with different arguments.
@@ -34,6 +41,8 @@ PREFIX_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,60}$")  # source and operator names
 DEAD_LETTER_SUFFIX = "dead"
 DLX_NAME = "dlx"
+INSTANCE_SEPARATOR = "@"  # <edge queue>@<instance>: '@' occurs in no prefix, operator or source name
+MAX_QUEUE_NAME = 255  # RabbitMQ's limit (bytes)
 
 
 class WiringError(ValueError):
@@ -94,6 +103,14 @@ class Wiring:
     def queues(self) -> Tuple[str, ...]:
         return tuple(e.queue for e in self.edges)
 
+    def with_instances(self, instances: Mapping[str, str]) -> "Wiring":
+        """This wiring with per-instance queues (``{instance: operator}``) in place of the shared
+        edge queues: every input edge of each instance's operator, once per instance."""
+        edges = tuple(e for instance, operator in sorted(instances.items())
+                      for e in instance_edges(self, operator, instance))
+        return Wiring(prefix=self.prefix, sources=self.sources, operators=self.operators, edges=edges,
+                      dead_letter_exchange=self.dead_letter_exchange)
+
     def _check_producer(self, producer: str) -> None:
         if producer not in self.sources and producer not in self.operators:
             raise WiringError("producer", f"unknown producer {producer!r}; known: {', '.join(self.producers)}")
@@ -133,6 +150,28 @@ def make_wiring(sources: Mapping[str, Sequence[str]], operators: Mapping[str, Se
                   dead_letter_exchange=f"{prefix}.{DLX_NAME}")
 
 
+def instance_queue(edge: Edge, instance: str) -> str:
+    """The queue of one instance on one of its operator's input edges."""
+    if not instance or INSTANCE_SEPARATOR in instance:
+        raise WiringError("instance", f"{instance!r} is not a usable instance id (non-empty, no '@')")
+    name = f"{edge.queue}{INSTANCE_SEPARATOR}{instance}"
+    if len(f"{name}.{DEAD_LETTER_SUFFIX}".encode()) > MAX_QUEUE_NAME:
+        raise WiringError("instance", f"queue name {name!r} too long for RabbitMQ ({MAX_QUEUE_NAME} bytes)")
+    return name
+
+
+def instance_edges(wiring: Wiring, operator: str, instance: str) -> Tuple[Edge, ...]:
+    """The input edges of ``operator`` as seen by one of its instances: its own queues (Kafka
+    names unchanged: the emulated network needs RabbitMQ)."""
+    out = []
+    for e in wiring.inputs(operator):
+        queue = instance_queue(e, instance)
+        out.append(Edge(producer=e.producer, consumer=e.consumer, queue=queue,
+                        dead_letter_queue=f"{queue}.{DEAD_LETTER_SUFFIX}", topic=e.topic,
+                        consumer_group=e.consumer_group))
+    return tuple(out)
+
+
 def wiring_for(topology: Any, prefix: str) -> Wiring:
     """Wiring of a ``testbed.config.TopologyConfig`` (anything with ``sources``/``operators``
     mappings whose values have ``downstream``)."""
@@ -168,6 +207,23 @@ def declare(channel: Any, wiring: Wiring, producers: Optional[Iterable[str]] = N
         channel.queue_bind(queue=e.dead_letter_queue, exchange=wiring.dead_letter_exchange, routing_key=e.queue)
         channel.queue_declare(queue=e.queue, durable=True, arguments=queue_arguments(wiring, e))
         channel.queue_bind(queue=e.queue, exchange=wiring.exchange(e.producer), routing_key="")
+
+
+def declare_instance_queues(channel: Any, wiring: Wiring, edges: Iterable[Edge]) -> None:
+    """Declare (idempotently) per-instance queues (``instance_edges``) and their dead-letter queues;
+    the queues stay unbound (senders address them through the default exchange)."""
+    channel.exchange_declare(exchange=wiring.dead_letter_exchange, exchange_type="direct", durable=True)
+    for e in edges:
+        channel.queue_declare(queue=e.dead_letter_queue, durable=True)
+        channel.queue_bind(queue=e.dead_letter_queue, exchange=wiring.dead_letter_exchange, routing_key=e.queue)
+        channel.queue_declare(queue=e.queue, durable=True, arguments=queue_arguments(wiring, e))
+
+
+def delete_queues(channel: Any, edges: Iterable[Edge]) -> None:
+    """Delete the queues (and dead-letter queues) of ``edges`` only (per-instance queues)."""
+    for e in edges:
+        channel.queue_delete(queue=e.queue)
+        channel.queue_delete(queue=e.dead_letter_queue)
 
 
 def delete(channel: Any, wiring: Wiring, producers: Optional[Iterable[str]] = None) -> None:

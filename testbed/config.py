@@ -18,7 +18,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from data_provider.patterns import PatternConfig
-from testbed.emulation import EmulationConfig, validate_emulation
+from testbed.emulation import AvailabilityMode, EmulationConfig, validate_emulation
 from testbed.placement.base import PlacementConfig, placements
 from testbed.sim.job_config import JobConfig
 from testbed.policies.registry import policies as registered_policies
@@ -469,7 +469,13 @@ def _validate_odp(cfg: ExperimentConfig) -> None:
     if problem is not None:
         raise ConfigError(*problem)
     if cfg.backend.emulation.enabled and cfg.backend.name == BackendName.docker:
-        raise ConfigError("backend.emulation.enabled", "the live backend does not emulate the network (simulator only)")
+        # live: per-instance queues and delayed publishes (testbed/live/netem.py), on RabbitMQ
+        if cfg.backend.live.transport != TransportName.rabbitmq:
+            raise ConfigError("backend.emulation.enabled", "the live emulated network needs "
+                                                           "backend.live.transport=rabbitmq (per-instance queues)")
+        if cfg.backend.emulation.mode != AvailabilityMode.tuple:
+            raise ConfigError("backend.emulation.mode", "the live backend emulates availability per item only "
+                                                        "(tuple); outage runs in the simulator")
 
 
 def _check_params(key: str, params: Any) -> None:

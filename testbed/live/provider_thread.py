@@ -4,7 +4,7 @@ absolute-schedule Emitter as `testbed provider run`, publishing to the run's sou
 from __future__ import annotations
 
 import threading
-from typing import Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from data_provider.config import ProviderConfig, TransportName
 from data_provider.emitter import Emitter, SystemClock, ticks_for
@@ -17,7 +17,7 @@ from testbed.config import ExperimentConfig
 
 class ProviderThread:
     def __init__(self, cfg: ExperimentConfig, pattern: Pattern, wiring: Wiring, seed: int, duration_s: float,
-                 clock: Optional[SystemClock] = None):
+                 clock: Optional[SystemClock] = None, wrap: Optional[Callable[[Any], Any]] = None):
         live = cfg.backend.live
         self.cfg = ProviderConfig(
             pattern=cfg.pattern, topology=cfg.topology, transport=TransportName(live.transport.value),
@@ -25,6 +25,8 @@ class ProviderThread:
             kafka_bootstrap=live.kafka_bootstrap, kafka_partitions=live.kafka_partitions, declare=True,
         )
         self.transport = make_transport(self.cfg, wiring)
+        if wrap is not None:  # e.g. the emulated network's sender (testbed/live/netem.py)
+            self.transport = wrap(self.transport)
         tick_s = cfg.topology.tick_ms / 1000.0
         self.provider = Provider(pattern, source_specs(self.cfg), self.transport, seed, cfg.topology.tick_ms,
                                  self.cfg.payloads, clock, self.cfg.max_machines, self.cfg.image_compress_level)

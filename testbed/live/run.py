@@ -30,6 +30,7 @@ from operators.wiring import Wiring, kafka_topics, wiring_for
 from testbed.config import ExperimentConfig, LiveConfig, TransportName
 from testbed.live.executor import LiveExecutor
 from testbed.live.monitor import LiveMonitor, depth_source, record_reading
+from testbed.live.netem import LiveNetwork, new_traffic_table
 from testbed.live.provider_thread import ProviderThread
 from testbed.live.rabbit_management import ManagementError, RunDepths
 from testbed.live.switchboard import RedisSwitchboard
@@ -69,7 +70,8 @@ class Accounting:
     # restart); the runner would acknowledge them unprocessed, so they count once, as processed
     finished_queued: Dict[str, int] = field(default_factory=dict)
     timed_out: Dict[str, int] = field(default_factory=dict)  # dropped unprocessed: older than the item timeout
-    # inflow - processed - (queued - finished_queued) - dead - purged - timed_out, if not 0
+    unavailable: Dict[str, int] = field(default_factory=dict)  # lost to the emulated network (testbed/live/netem.py)
+    # inflow - processed - (queued - finished_queued) - dead - purged - timed_out - unavailable, if not 0
     missing: Dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -199,6 +201,7 @@ class LiveRun:
         self.sleep = sleep
         self._t0: Optional[float] = None  # wall time of the run's start: the provider's first tick
         self.monitor_failures: List[str] = []
+        self.network: Optional[LiveNetwork] = None  # the emulated network (backend.emulation.enabled)
 
     def now(self) -> float:
         """Seconds since the run started; 0 during the initial deployment (as in the simulator)."""
@@ -215,15 +218,26 @@ class LiveRun:
         monitor = None
         try:
             self._declare()
+            if cfg.backend.emulation.enabled:
+                import redis
+
+                self.network = LiveNetwork(cfg.backend.emulation, self.wiring, live.amqp_url,
+                                           redis.Redis.from_url(live.redis_url), self.seed)
             executor = self._executor(pool)
             self._deploy(pool, executor)
-            provider = ProviderThread(cfg, self.pattern, self.wiring, self.seed, self.duration_s)
+            if self.network is not None:
+                self.network.sync(executor.views(0.0)[1])
+            provider = ProviderThread(cfg, self.pattern, self.wiring, self.seed, self.duration_s,
+                                      wrap=self.network.sender if self.network is not None else None)
             executor.source_gate = provider.gate  # a restart with hold_source holds the provider's items
             provider.start()
             self._t0 = self.wall()
             monitor = LiveMonitor.from_config(cfg, self.topology, self.wiring, time.time(), self.btu_s)
             pool.service_bound_s = monitor.slowest_s  # drain deadlines follow the service times seen
             tables = new_monitor_tables(samples=True)
+            if self.network is not None:
+                monitor.depth_source = self.network.depths(monitor.depth_source)
+                tables["host_traffic"] = new_traffic_table()
             self._control_loop(pool, executor, monitor, provider, tables)
             flushed = provider.stop()
             end = self.now()
@@ -231,6 +245,8 @@ class LiveRun:
                            self._inactive(executor, end)) is not None:
                 self._record(monitor, tables, executor.views(end), end)
             accounting = self._drain_and_account(pool, monitor, provider, executor.purged_total)
+            if self.network is not None:  # what the senders reported while draining
+                self._guard(end, self.network.record, tables, end)
             tables["load"] = provider.load_table()
             tables["actions"] = actions_table(executor.records, self.policy.name)
             tables["placements"] = placements_table(executor.records, getattr(self.policy, "placement", None))
@@ -280,8 +296,11 @@ class LiveRun:
 
         import redis
 
+        if self.network is not None:  # instances get their own queues, declared before they start
+            pool = self.network.pool(pool)
         switchboard = RedisSwitchboard(redis.Redis.from_url(live.redis_url), self.wiring, live.amqp_url,
-                                       kafka=live.transport == TransportName.kafka)
+                                       kafka=live.transport == TransportName.kafka,
+                                       queues=self.network.instance_wiring if self.network is not None else None)
         return LiveExecutor(pool, self.topology.types, env_for, volumes_for, switchboard)
 
     def _declare(self) -> None:
@@ -297,6 +316,8 @@ class LiveRun:
         try:
             if live.transport == TransportName.rabbitmq:
                 delete_wiring(live.amqp_url, self.wiring)
+            if self.network is not None:
+                self.network.delete_queues()
             import redis
 
             client = redis.Redis.from_url(live.redis_url)
@@ -349,6 +370,8 @@ class LiveRun:
             self.sleep(max(0.0, min(self.POLL_S, next_monitor - t, next_reasoning - t, self.duration_s - t)))
             t = self.now()
             pool.refresh()
+            if self.network is not None:
+                self.network.sync(executor.views(t)[1])
             executor.replace_crashed(t)
             executor.progress(t)
             if t >= self.duration_s:
@@ -395,10 +418,11 @@ class LiveRun:
             log.warning("monitoring at t=%.1f s failed: %s", t, exc)
             return None
 
-    @staticmethod
-    def _record(monitor, tables, views, t: float) -> None:
+    def _record(self, monitor, tables, views, t: float) -> None:
         hosts, instances = views
         record_reading(tables, monitor.last, monitor.operators, hosts, instances, monitor.topology.sinks)
+        if self.network is not None:  # the delays drawn and the items lost to unavailability
+            self._guard(t, self.network.record, tables, t)
 
     def _drain_and_account(self, pool, monitor, provider: ProviderThread, purged: Dict[str, int]) -> Accounting:
         """Stop every instance gracefully (each finishes and acknowledges what it holds), then account
@@ -408,7 +432,8 @@ class LiveRun:
         if not pool.wait_idle(max(pool.drain_timeout_s(o) for o in self.topology.operators) + 30.0):
             log.warning("some instances of %s did not stop in time", self.prefix)
         processed, _ = monitor.totals()  # dead-lettered: counted where they are, in the dead-letter queues
-        depths = exact_depths(self.cfg, self.wiring)
+        queues = self.network.instance_wiring() if self.network is not None else self.wiring
+        depths = exact_depths(self.cfg, queues)
         emitted = provider.emitted()
         published = {**monitor.metrics.emitted_totals(), **emitted}  # per producer: sources and operators
         inflow = {o: 0 for o in self.topology.operators}
@@ -418,9 +443,10 @@ class LiveRun:
         dead_letters = {o: depths.dead_letters.get(o, 0) for o in self.topology.operators}
         purged = {o: purged.get(o, 0) for o in self.topology.operators}
         timed_out = {o: n for o, n in monitor.metrics.timed_out_totals().items() if o in self.topology.operators}
-        finished = finished_in_queues(self.cfg.backend.live, self.wiring, queued)
+        finished = finished_in_queues(self.cfg.backend.live, queues, queued)
+        unavailable = self.network.unavailable_totals() if self.network is not None else {}
         missing = {o: inflow[o] - processed[o] - (queued[o] - finished.get(o, 0)) - dead_letters[o] - purged[o]
-                   - timed_out.get(o, 0) for o in self.topology.operators}
+                   - timed_out.get(o, 0) - unavailable.get(o, 0) for o in self.topology.operators}
         return Accounting(emitted=emitted, inflow=inflow, processed=processed, queued=queued, dead=dead_letters,
-                          purged=purged, finished_queued=finished, timed_out=timed_out,
+                          purged=purged, finished_queued=finished, timed_out=timed_out, unavailable=unavailable,
                           missing={o: m for o, m in missing.items() if m})

@@ -4,7 +4,8 @@ An instance watches its activation flag in Redis (operators/api.py, `activation_
 it stops consuming, hands back what it has not started and finishes the rest. A restart with purge
 empties the operator queues of the run on the broker (the entry queues, fed by the sources, only when
 asked) and returns what each held (RabbitMQ's queue.purge answers with the message count, so the
-drop is counted exactly)."""
+drop is counted exactly). With the emulated network the queues are the instances' own
+(testbed/live/netem.py)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional
@@ -37,7 +38,7 @@ class RedisSwitchboard:
         conn = pika.BlockingConnection(pika.URLParameters(self.amqp_url))
         try:
             channel = conn.channel()
-            for edge in self.wiring.edges:
+            for edge in self.queues().edges:
                 if not entry and edge.producer in self.wiring.sources:
                     continue
                 frame = channel.queue_purge(edge.queue)

@@ -142,6 +142,16 @@ class Provider:
             self.load["lateness_ms"].append(tick.lateness_ms)
             self.items[src.name] += counts[src.name]
 
+    def drop_tick(self, tick: Tick) -> int:
+        """As emit_tick, but nothing is published nor counted as emitted: only the load table has the
+        tick (a restart that drops arrivals, data_provider/source_gate.py); returns its items."""
+        n, counts, _ = self.messages_for(tick)  # made all the same: the machines move on
+        for src in self.sources:
+            for key, value in (("t_s", tick.t_s), ("machines", n), ("source", src.name),
+                               ("items", counts[src.name]), ("lateness_ms", tick.lateness_ms)):
+                self.load[key].append(value)
+        return sum(counts.values())
+
 
 def default_run_id(pattern_name: str) -> str:
     return f"{pattern_name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%f')[:-3]}"

@@ -110,10 +110,10 @@ def dispatch(t: float, actions: Sequence[Action], target: ActionTarget, records:
             what = f"queues purged: {sum(purged.values())} item(s)" if a.purge else "queues kept"
             if a.purge and not a.purge_entry:
                 what += " (entry queues kept)"
-            hold = getattr(target, "hold_source", None) if a.hold_source else None
+            hold = getattr(target, "hold_source", None) if a.hold_source or a.drop_source else None
             if hold is not None:  # a backend that can (the simulator's sources, the live provider)
-                hold(t, t + a.downtime_s)
-                what += ", arrivals held at the source"
+                hold(t, t + a.downtime_s, drop=a.drop_source)
+                what += ", arrivals dropped at the source" if a.drop_source else ", arrivals held at the source"
             record(a, reason=f"{a.reason} (downtime {a.downtime_s:g} s, {what})")
         else:  # pragma: no cover - the Action union is closed
             raise TypeError(f"unknown action {a!r}")

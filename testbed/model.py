@@ -197,6 +197,9 @@ class Restart:
     # and timeout start then), as a spout that does not emit while it is down (live: the provider
     # holds what it would publish until the restart's end)
     hold_source: bool = False
+    # arrivals during the downtime are dropped instead: they never enter a queue (the simulator counts
+    # them as received and dropped, reason `source`, by the operators they were sent to)
+    drop_source: bool = False
     # with purge: the entry queues too, where the sources' items wait for the operators they feed
     # (false keeps them: on the live broker they also buffer what the provider publishes)
     purge_entry: bool = True

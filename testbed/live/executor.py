@@ -123,12 +123,12 @@ class LiveExecutor:
             self.purged_total[o] = self.purged_total.get(o, 0) + n
         return purged
 
-    def hold_source(self, t: float, until: float) -> None:
+    def hold_source(self, t: float, until: float, drop: bool = False) -> None:
         """The provider publishes nothing until the downtime ends (`progress` opens the gate with the
-        replicas; the held ticks enter at the provider's next tick)."""
+        replicas; the held ticks enter at the provider's next tick; with `drop` they never do)."""
         if self.source_gate is None:
             raise RuntimeError("holding the source needs the run's provider (no source gate configured)")
-        self.source_gate.close()
+        self.source_gate.close(drop)
 
     def take_purged(self) -> Dict[str, int]:
         """Items purged per operator since the previous call (the monitor records them as dropped)."""

@@ -31,7 +31,7 @@ class ProviderThread:
         self.provider = Provider(pattern, source_specs(self.cfg), self.transport, seed, cfg.topology.tick_ms,
                                  self.cfg.payloads, clock, self.cfg.max_machines, self.cfg.image_compress_level)
         self.gate = SourceGate()  # closed by a restart with hold_source (testbed/live/executor.py)
-        self.gated = GatedEmit(self.provider.emit_tick, self.gate, self.provider.clock)
+        self.gated = GatedEmit(self.provider.emit_tick, self.gate, self.provider.clock, self.provider.drop_tick)
         self.emitter = Emitter(tick_s, ticks_for(duration_s, tick_s), self.gated, self.provider.clock)
         self._thread = threading.Thread(target=self._run, name="provider", daemon=True)
         self.error: Optional[BaseException] = None

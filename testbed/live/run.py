@@ -255,6 +255,7 @@ class LiveRun:
                 "prefix": self.prefix, "provider_flushed": flushed, "transport": live.transport.value,
                 "provider_stats": provider.transport.stats.as_dict(), "accounting": accounting.as_dict(),
                 "provider_held_ticks": provider.gated.held_ticks,  # held by restarts with hold_source
+                "provider_dropped_items": provider.gated.dropped_items,  # dropped by restarts with drop_source
                 "instances": [dataclasses.asdict(r) for r in pool.records()],
                 "crashes": [dataclasses.asdict(c) for c in pool.crashed()],
                 "images": pool.image_digests(), "monitor_failures": self.monitor_failures,

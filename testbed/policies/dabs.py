@@ -13,7 +13,8 @@ estimator as PRESPS (testbed/policies/presps.py) and differs only in how a chang
 * arrivals during the downtime wait at the source and enter the topology when it is back (their
   latency and timeout start then, as behind a spout that does not emit while the topology is down;
   live, the provider holds what it would publish); `hold_source=false` lets them wait in the entry
-  queue with their emission time (the live provider keeps publishing);
+  queue with their emission time (the live provider keeps publishing); `drop_source=true` (with
+  hold_source=false) drops them instead, the spec's alternative (dropped with reason `source`);
 * `purge_entry=false` keeps the entry queues (those the sources feed) at a purge: the spec's choice
   for the live testbed, where the entry queue on the broker is also the source's buffer; the
   simulator's default purges every operator queue, the entry operator's included.
@@ -39,6 +40,7 @@ class DabsParams(PrespsParams):
     purge: bool = True  # the restart drops everything queued
     min_restart_interval_s: float = 30.0  # at most one restart per this time
     hold_source: bool = True  # arrivals during the downtime wait at the source (false: in the entry queue)
+    drop_source: bool = False  # arrivals during the downtime are dropped (the spec's flag; needs hold_source=false)
     purge_entry: bool = True  # the purge empties the entry queues too (false keeps them: the spec's live default)
 
     def validate(self) -> None:
@@ -47,6 +49,9 @@ class DabsParams(PrespsParams):
             raise ValueError(f"downtime_s: must be >= 0, got {self.downtime_s}")
         if self.min_restart_interval_s < 0:
             raise ValueError(f"min_restart_interval_s: must be >= 0, got {self.min_restart_interval_s}")
+        if self.drop_source and self.hold_source:
+            raise ValueError("drop_source: arrivals during the downtime are either held or dropped; "
+                             "set hold_source=false with drop_source=true")
 
 
 def restart_allowed(t: float, last_restart: Optional[float], min_interval_s: float) -> bool:
@@ -83,6 +88,6 @@ class DabsPolicy:
         self.last_restart = snapshot.t
         what = ", ".join(f"{o} {current[o]}->{targets[o]}" for o in changes)
         actions.append(Restart(p.downtime_s, p.purge, f"DABS-like restart: {what}", hold_source=p.hold_source,
-                               purge_entry=p.purge_entry))
+                               drop_source=p.drop_source, purge_entry=p.purge_entry))
         reasons = {o: "DABS-like " + e.reason(p.td_s).removeprefix("PRESPS ") for o, e in est.items()}
         return actions + apply_targets(snapshot, targets, reasons, p.mode, self.placement)

@@ -37,7 +37,7 @@ class SimCluster:
 
     def __init__(self, topology: Topology, infra: InfrastructureConfig, btu_s: float, price_per_btu: float,
                  rng: np.random.Generator, purge: Callable[..., Mapping[str, int]] = lambda t, keep=(): {},
-                 hold: Callable[[float], None] = lambda until: None):
+                 hold: Callable[..., None] = lambda until, drop=False: None):
         self.topology = topology
         self.infra = infra
         self.btu_s = btu_s
@@ -150,9 +150,9 @@ class SimCluster:
         keep = () if purge_entry else {d for s in self.topology.sources for d in s.downstream}
         return dict(self.purge(t, keep))
 
-    def hold_source(self, t: float, until: float) -> None:
-        """Items the sources emit before `until` enter the topology at `until`."""
-        self.hold(until)
+    def hold_source(self, t: float, until: float, drop: bool = False) -> None:
+        """Items the sources emit before `until` enter the topology at `until` (with `drop`: never)."""
+        self.hold(until, drop)
 
     def _uniform(self, bounds: Sequence[float]) -> float:
         return float(self.rng.uniform(bounds[0], bounds[1]))

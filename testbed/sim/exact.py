@@ -8,7 +8,7 @@ from collections import deque
 from typing import Collection, Deque, Dict, List, Optional, Sequence, Tuple
 
 from testbed.sim.clock import SteppedInPython
-from testbed.sim.flows import FlowCounters
+from testbed.sim.flows import SOURCE_DROP, FlowCounters
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
 
@@ -31,6 +31,7 @@ class ExactNetwork(SteppedInPython):
         self.hop_s = hop_s
         self.timeout_s = topology.item_timeout_s  # 0: none
         self.hold_until = float("-inf")  # the sources' items emitted before this enter the topology then
+        self.drop_until = float("-inf")  # the sources' items emitted before this are dropped
         self.capacity_noise: Dict[str, Sequence[float]] = {}  # per operator, a factor per step
         self.recorder = recorder
         self.flows = FlowCounters(topology.operators, topology.edges)
@@ -44,10 +45,17 @@ class ExactNetwork(SteppedInPython):
     def set_capacity_noise(self, factors: Dict[str, Sequence[float]]) -> None:
         self.capacity_noise = dict(factors)
 
-    def hold_sources(self, until: float) -> None:
-        self.hold_until = max(self.hold_until, until)
+    def hold_sources(self, until: float, drop: bool = False) -> None:
+        if drop:
+            self.drop_until = max(self.drop_until, until)
+        else:
+            self.hold_until = max(self.hold_until, until)
 
     def send(self, source: str, operator: str, t: float, count: int) -> None:
+        if t < self.drop_until:  # dropped at the door during a restart's downtime: received, never queued
+            self.flows.send(source, operator, count)
+            self.flows.drop(operator, SOURCE_DROP, count)
+            return
         t = max(t, self.hold_until)  # held at the source during a restart's downtime
         q = self.queues[operator]
         q.items.extend([t] * count)

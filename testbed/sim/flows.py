@@ -8,6 +8,9 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 
+SOURCE_DROP = "source"  # `dropped` reason: arrivals dropped during a restart's downtime (Restart.drop_source)
+
+
 class FlowCounters:
     def __init__(self, operators: Sequence[str], edges: Sequence[Tuple[str, str]]):
         self.operators = tuple(operators)

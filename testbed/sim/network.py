@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from testbed.sim.clock import EPS, SourceTicks, StepClock
-from testbed.sim.flows import FlowArrays
+from testbed.sim.flows import SOURCE_DROP, FlowArrays
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
 
@@ -209,10 +209,24 @@ class CohortNetwork:
             noise[self._index[o], :len(f)] = f
         self.capacity_noise = noise
 
-    def hold_sources(self, until: float) -> None:
+    def hold_sources(self, until: float, drop: bool = False) -> None:
         """Items the sources emit before `until` enter the topology at `until` (a restart's downtime:
-        they wait at the source; their latency and timeout start when they enter)."""
-        self.hold_until = max(self.hold_until, until)
+        they wait at the source; their latency and timeout start when they enter); with `drop` they
+        never enter: the ticks not yet emitted are emptied and their items counted now as received
+        by and dropped at the operators they were sent to (the totals of every interval still close;
+        the 1 s rows of `edges` and `dropped` have them up to the downtime early)."""
+        if not drop:
+            self.hold_until = max(self.hold_until, until)
+            return
+        g, k, fl = self.graph, self.ticks_emitted, self.flows
+        while k < len(g.tick_t) and g.tick_t[k] < until - EPS:
+            for source, operator, per_machine in self.ticks.edges:
+                n = int(g.tick_machines[k]) * per_machine
+                fl.received[self._index[operator]] += n
+                fl.edge_items[self._edge[(source, operator)]] += n
+                fl.drop(operator, SOURCE_DROP, n)
+            g.tick_machines[k] = 0
+            k += 1
 
     def depth(self, operator: str) -> int:
         return int(self.q.waiting[self._index[operator]])

@@ -120,3 +120,32 @@ def test_holding_needs_the_provider():
     executor = LiveExecutor(Pool(), {}, lambda o: {}, switchboard=Switchboard())  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="source gate"):
         executor.apply(0.0, [Restart(10.0, False, "x", hold_source=True)])
+
+
+def test_a_gate_closed_with_drop_drops_the_ticks(tmp_path):
+    cfg = compose_provider(["transport=memory", f"out={tmp_path}", "run_id=unit", "pattern=constant",
+                            "pattern.levels=[1]"])
+    clock = FakeClock()
+    transport = MemoryTransport()
+    provider = Provider(make_pattern(cfg.pattern), source_specs(cfg), transport, 1, TICK_MS, cfg.payloads, clock)
+    gate = SourceGate()
+    gated = GatedEmit(provider.emit_tick, gate, clock, provider.drop_tick)
+
+    def after(result: TickResult) -> None:
+        if result.tick.k == 1:
+            gate.close(drop=True)  # ticks 2 and 3 are dropped
+        if result.tick.k == 3:
+            gate.open()
+
+    per_tick = sum(s.items_per_tick for s in source_specs(cfg))
+    Emitter(TICK_MS / 1000.0, 6, gated, clock, on_tick=after).run()
+    ticks = sorted({int(m.item_id.split("/")[2]) for m in transport.messages})
+    assert ticks == [0, 1, 4, 5] and gated.held == [] and gated.dropped_items == 2 * per_tick
+    assert sum(provider.items.values()) == 4 * per_tick == len(transport.messages)  # emitted = published
+    assert sum(provider.load["items"]) == 6 * per_tick  # the load table has every tick
+    executor = LiveExecutor(Pool(), {}, lambda o: {}, switchboard=Switchboard())  # type: ignore[arg-type]
+    executor.source_gate = gate
+    executor.scalings = {"A": 0, "B": 0}
+    executor.apply(10.0, [Restart(5.0, True, "rescale", drop_source=True)])
+    assert not gate.is_open and gate.dropping
+    assert "arrivals dropped at the source" in executor.records[-1].reason

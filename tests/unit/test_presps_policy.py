@@ -207,6 +207,42 @@ def test_restart_holding_the_source_starts_latency_when_items_enter(hold):
         assert received[o] == done[o] + purged.get(o, 0) + queued[o]
 
 
+@pytest.mark.parametrize("exact", [False, True])
+def test_a_restart_can_drop_the_arrivals_of_its_downtime(exact):
+    from testbed.experiment import build_pattern, config_for, plan_runs
+    from testbed.sim.simulator import Simulation
+    from tests.conftest import compose_config
+    from tests.unit.test_platform_sim import CHAIN, Scripted
+
+    def script(s: Snapshot) -> List:
+        return [Restart(45.0, True, "rescale", drop_source=True)] if s.t == 90 else []
+
+    cfg = compose_config("policy=threshold", "reps=1", "profile=paper", "pattern=constant", "pattern.levels=[2]",
+                         "duration_min=4", "runtime.reasoning_s=30", "runtime.monitoring_s=15",
+                         "backend.hop_latency_ms=0", "runtime.sample_every=1", "backend.step_ms=500",
+                         f"backend.exact={str(exact).lower()}")
+    cfg.topology = CHAIN
+    [spec] = plan_runs(cfg)
+    run_cfg = config_for(cfg, spec)
+    result = Simulation(run_cfg, Scripted(script), build_pattern(run_cfg.pattern, cfg.seed), 3, spec.btu_minutes).run()
+    import pandas as pd
+
+    tables = {k: pd.DataFrame(v) for k, v in result.tables.items()}
+    load, dropped = tables["load"], tables["dropped"]
+    at_source = dropped[dropped.reason == "source"]
+    # every item the source emitted in the downtime [90, 135) s, dropped at A's door, none later
+    assert at_source["items"].sum() == load[(load.t_s >= 90.0) & (load.t_s < 135.0)]["items"].sum() > 0
+    assert set(at_source.operator) == {"A"}
+    assert "arrivals dropped at the source" in tables["actions"].query("action == 'restart'").reason.iloc[0]
+    received = tables["edges"].groupby("target")["items"].sum()
+    assert received["A"] == load["items"].sum()  # received (then dropped), as the spec counts them
+    queued = tables["queues"].groupby("operator")["depth"].last()
+    done = tables["processed"].groupby("operator")["items"].sum()
+    lost = dropped.groupby("operator")["items"].sum()
+    for o in ("A", "B"):
+        assert received[o] == done[o] + lost.get(o, 0) + queued[o]
+
+
 @pytest.mark.parametrize("purge_entry", [True, False])
 def test_a_restart_keeps_the_entry_queue_only_when_asked(purge_entry):
     from tests.unit.test_platform_sim import run_chain

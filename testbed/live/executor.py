@@ -39,7 +39,7 @@ class Switchboard(Protocol):
 
     def set_active(self, instance: str, active: bool) -> None: ...
 
-    def purge(self, entry: bool = True) -> Dict[str, int]: ...
+    def purge(self, entry: bool = True) -> Tuple[Dict[str, int], Dict[str, int]]: ...  # purged, kept
 
 
 class LiveExecutor:
@@ -62,6 +62,7 @@ class LiveExecutor:
         self._purged: Dict[str, int] = {}  # items purged by restarts since the last take_purged()
         self.purged_total: Dict[str, int] = {}  # items purged by restarts in the whole run (accounting)
         self.source_gate: Optional[SourceGate] = None  # the provider's (testbed/live/run.py sets it)
+        self.entry_kept: List[Dict[str, int]] = []  # per restart that kept them: ready items in the entry queues
 
     # -- actions (testbed.actions.ActionTarget) ---------------------------------------------
     def apply(self, t: float, actions: Sequence[Action], immediate: bool = False) -> None:
@@ -117,7 +118,9 @@ class LiveExecutor:
             return {}
         if self.switchboard is None:
             raise RuntimeError("a restart with purge needs the broker (no switchboard configured)")
-        purged = self.switchboard.purge(entry=purge_entry)
+        purged, kept = self.switchboard.purge(entry=purge_entry)
+        if not purge_entry:
+            self.entry_kept.append(kept)
         for o, n in purged.items():
             self._purged[o] = self._purged.get(o, 0) + n
             self.purged_total[o] = self.purged_total.get(o, 0) + n

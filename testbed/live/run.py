@@ -256,6 +256,7 @@ class LiveRun:
                 "provider_stats": provider.transport.stats.as_dict(), "accounting": accounting.as_dict(),
                 "provider_held_ticks": provider.gated.held_ticks,  # held by restarts with hold_source
                 "provider_dropped_items": provider.gated.dropped_items,  # dropped by restarts with drop_source
+                "entry_kept": executor.entry_kept,  # per restart keeping them: items left in the entry queues
                 "instances": [dataclasses.asdict(r) for r in pool.records()],
                 "crashes": [dataclasses.asdict(c) for c in pool.crashed()],
                 "images": pool.image_digests(), "monitor_failures": self.monitor_failures,

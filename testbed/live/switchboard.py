@@ -8,7 +8,7 @@ drop is counted exactly). With the emulated network the queues are the instances
 (testbed/live/netem.py)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from operators.api import activation_key
 from operators.wiring import Wiring
@@ -27,23 +27,26 @@ class RedisSwitchboard:
     def set_active(self, instance: str, active: bool) -> None:
         self.redis.set(activation_key(self.wiring.prefix, instance), "1" if active else "0")
 
-    def purge(self, entry: bool = True) -> Dict[str, int]:
-        """Items purged per operator (the ready messages of its input queues; without `entry`, the
-        queues the sources feed are kept)."""
+    def purge(self, entry: bool = True) -> Tuple[Dict[str, int], Dict[str, int]]:
+        """Items purged per operator (the ready messages of its input queues) and, without `entry`,
+        the ready messages kept in the queues the sources feed (a passive declare: exact)."""
         if self.kafka:
             raise NotImplementedError("a restart with purge needs RabbitMQ (Kafka topics cannot be purged per group)")
         import pika
 
         purged = {o: 0 for o in self.wiring.operators}
+        kept: Dict[str, int] = {}
         conn = pika.BlockingConnection(pika.URLParameters(self.amqp_url))
         try:
             channel = conn.channel()
             for edge in self.queues().edges:
                 if not entry and edge.producer in self.wiring.sources:
+                    frame = channel.queue_declare(edge.queue, passive=True)
+                    kept[edge.consumer] = kept.get(edge.consumer, 0) + int(frame.method.message_count)
                     continue
                 frame = channel.queue_purge(edge.queue)
                 purged[edge.consumer] += int(frame.method.message_count)
         finally:
             if conn.is_open:
                 conn.close()
-        return purged
+        return purged, kept

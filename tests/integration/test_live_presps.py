@@ -139,20 +139,17 @@ def test_dabs_restart_keeps_the_entry_queue_and_holds_the_provider(runs):
     assert restarts.reason.str.contains("entry queues kept").all()
     assert restarts.reason.str.contains("arrivals held at the source").all()
     assert acc["purged"]["A"] == 0 < sum(acc["purged"].values())  # B..D purged, A's queue kept
+    # ready items left in A's queue at each restart (a passive declare at the purge: exact, unlike the
+    # management API's depths, which lag up to 5 s); the accounting closing shows they were not lost
+    kept = [k.get("A", 0) for k in manifest.details["entry_kept"]]
+    assert len(kept) == len(restarts) and max(kept) > 0, kept
     # ticks of 1 s held during each 10 s downtime (the gate opens when the replicas resume, <= 1 s late)
     held = manifest.details["provider_held_ticks"]
     assert 8 * len(restarts) <= held <= 12 * len(restarts), (held, len(restarts))
-    queues = table(run, "queues").query("operator == 'A'").sort_values("t_s")
-    edges = table(run, "edges").query("source == 'S'").sort_values("t_s")
+    # items published in the monitoring interval inside each downtime (the provider's own counts):
+    # at most the one tick that raced the decision
+    edges = table(run, "edges").query("source == 'S'")
     per_tick = int(table(run, "load")["items"].max())
-    kept = []
-    for t in restarts.t_s:
-        before = queues[queues.t_s <= t + 0.5]  # the reading the decision was made on
-        during = queues[(queues.t_s > t + 4) & (queues.t_s < t + 9.5)]
-        arrived = edges[(edges.t_s > t + 4) & (edges.t_s < t + 9.5)]  # the first full interval in the downtime
-        if len(before) and len(during):
-            kept.append((int(before.depth.iloc[-1]), int(during.depth.iloc[0])))
-        # published in (t, t + 5]: at most the one tick that raced the decision
-        assert arrived["items"].sum() <= per_tick, (t, arrived.to_string())
-    assert kept and any(b > 0 for b, _ in kept), kept  # A had a backlog at some restart ...
-    assert all(d >= b - POOL for b, d in kept), kept  # ... and kept it through the downtime (minus what was in hand)
+    inside = [edges[(edges.t_s > t + 4) & (edges.t_s < t + 9.5)]["items"] for t in restarts.t_s]
+    assert sum(len(i) for i in inside) >= len(restarts) - 1  # a monitoring read may fail, not many
+    assert all(int(i.sum()) <= per_tick for i in inside), [i.tolist() for i in inside]

@@ -80,9 +80,9 @@ class Switchboard:
     def set_active(self, instance: str, active: bool) -> None:
         self.flags[instance] = active
 
-    def purge(self, entry: bool = True) -> Dict[str, int]:
+    def purge(self, entry: bool = True) -> Tuple[Dict[str, int], Dict[str, int]]:
         self.purges.append(entry)
-        return {"A": 5 if entry else 0, "B": 3}
+        return {"A": 5 if entry else 0, "B": 3}, {} if entry else {"A": 7}
 
 
 class Pool:
@@ -103,6 +103,7 @@ def test_the_restart_keeps_the_entry_queue_and_holds_the_source():
     executor.scalings = {"A": 0, "B": 0}
     executor.apply(100.0, [Restart(10.0, True, "rescale", hold_source=True, purge_entry=False)])
     assert board.purges == [False] and executor.take_purged() == {"A": 0, "B": 3}
+    assert executor.entry_kept == [{"A": 7}]
     assert not gate.is_open and not any(board.flags.values())  # every replica off, the provider held
     reason = executor.records[-1].reason
     assert "entry queues kept" in reason and "arrivals held at the source" in reason
@@ -114,6 +115,7 @@ def test_the_restart_keeps_the_entry_queue_and_holds_the_source():
     records: List = []
     dispatch(200.0, [Restart(10.0, True, "again")], executor, records, executor.scalings)
     assert board.purges == [False, True] and gate.is_open and executor.purged_total == {"A": 5, "B": 6}
+    assert executor.entry_kept == [{"A": 7}]
 
 
 def test_holding_needs_the_provider():

@@ -6,7 +6,8 @@
 #   bash infra/images.sh [BASE]        BASE: the base image (default: python:3.11-slim where it is
 #                                      present locally, else testbed-base:bookworm, made here with
 #                                      debootstrap by infra/base-image.sh if missing)
-#   env: TAG (default latest), OPERATORS (default "O1 O2 ... O9 A B C D"), PROVIDER=0 skips the provider
+#   env: TAG (default latest), OPERATORS (default "O1 O2 ... O9 A B C D"), PROVIDER=0 skips the provider,
+#        JOB=0 skips testbed-job (the live job mode's keyed worker, operators/keyed_worker.py)
 #
 # Works offline apart from Debian's and PyPI's package indexes. Unchanged layers come from the build
 # cache, so a rebuild after a code change takes seconds. The live config's image names are
@@ -18,6 +19,7 @@ BASE=${1:-${BASE:-}}
 TAG=${TAG:-latest}
 OPERATORS=${OPERATORS:-O1 O2 O3 O4 O5 O6 O7 O8 O9 A B C D}
 PROVIDER=${PROVIDER:-1}
+JOB=${JOB:-1}
 
 # Per-type extras; everything else is common (see operators/Dockerfile).
 apt_packages() { case $1 in O1) echo "tesseract-ocr tesseract-ocr-eng" ;; *) echo "" ;; esac; }
@@ -44,6 +46,8 @@ build() {  # name, docker build args...
 }
 
 [ "$PROVIDER" = 0 ] || build "testbed-provider:$TAG" -f data_provider/Dockerfile
+# the keyed worker runs from the operator image's layers; the runtime starts it with its own entrypoint
+[ "$JOB" = 0 ] || build "testbed-job:$TAG" -f operators/Dockerfile --build-arg OPERATOR=job
 for op in $OPERATORS; do
   build "testbed-${op,,}:$TAG" -f operators/Dockerfile --build-arg OPERATOR="$op" \
     --build-arg APT_PACKAGES="$(apt_packages "$op")" --build-arg PIP_PACKAGES="$(pip_packages "$op")"

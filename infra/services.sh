@@ -41,12 +41,22 @@ install() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
-  # --offline writes enabled_plugins; takes effect at the next start (or now, if running).
-  if ! grep -qs rabbitmq_management /etc/rabbitmq/enabled_plugins; then
-    if rabbit_up; then as_root rabbitmq-plugins -q enable rabbitmq_management >/dev/null
-    else as_root rabbitmq-plugins -q enable --offline rabbitmq_management >/dev/null; fi
-  fi
-  echo "services.sh: installed (rabbitmq-server, redis-server, tesseract; rabbitmq_management enabled)"
+  enable_plugins
+  echo "services.sh: installed (rabbitmq-server, redis-server, tesseract; rabbitmq_management and" \
+       "rabbitmq_consistent_hash_exchange enabled)"
+}
+
+# The management API (monitoring) and the consistent-hash exchange (the live job mode's keyed routing,
+# testbed/live/job.py); both ship with Debian's rabbitmq-server. --offline writes enabled_plugins
+# and takes effect at the next start; on a running node they are enabled now.
+PLUGINS="rabbitmq_management rabbitmq_consistent_hash_exchange"
+enable_plugins() {
+  local p
+  for p in $PLUGINS; do
+    grep -qs "$p" /etc/rabbitmq/enabled_plugins && continue
+    if rabbit_up; then as_root rabbitmq-plugins -q enable "$p" >/dev/null
+    else as_root rabbitmq-plugins -q enable --offline "$p" >/dev/null; fi
+  done
 }
 
 start_rabbit() {
@@ -86,6 +96,7 @@ start() {
     have "$cmd" || { echo "services.sh: $cmd missing; run 'bash infra/services.sh install'" >&2; exit 1; }
   done
   start_rabbit
+  enable_plugins   # a node installed before a plugin was added gets it here
   start_redis
   status
 }

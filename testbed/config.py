@@ -21,6 +21,7 @@ from data_provider.patterns import PatternConfig
 from testbed.emulation import AvailabilityMode, EmulationConfig, validate_emulation
 from testbed.placement.base import PlacementConfig, placements
 from testbed.sim.job_config import JobConfig
+from testbed.live.job_settings import LiveJobConfig
 from testbed.policies.registry import policies as registered_policies
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "experiments" / "conf"
@@ -188,6 +189,7 @@ class LiveConfig:
     work_ms: Dict[str, float] = field(default_factory=dict)  # optional emulated work per operator
     keep_broker_state: bool = False  # keep the run's queues and Redis keys after it (debugging)
     report_operator: str = "O9"  # its PDF reports go to <run folder>/reports (engines on this machine)
+    job: LiveJobConfig = field(default_factory=LiveJobConfig)  # job mode's keyed workers (testbed/live/job.py)
 
 
 @dataclass
@@ -370,7 +372,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     if problem is not None:
         raise ConfigError(*problem)
     if cfg.job.enabled and cfg.backend.name == BackendName.docker:
-        raise ConfigError("job.enabled", "job mode runs in the simulator only")
+        _validate_live_job(cfg)
     if cfg.backend.name == BackendName.docker:
         _validate_live(cfg)
     return cfg
@@ -579,6 +581,16 @@ def _validate_live(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"backend.live.work_ms.{o}", "unknown operator")
         if ms < 0:
             raise ConfigError(f"backend.live.work_ms.{o}", "must be >= 0")
+
+
+def _validate_live_job(cfg: ExperimentConfig) -> None:
+    """Job mode on the live backend (testbed/live/job.py): keyed workers on RabbitMQ only."""
+    problem = cfg.backend.live.job.validate(cfg.job.max_scaleout)
+    if problem is not None:
+        raise ConfigError(*problem)
+    if cfg.backend.live.transport != TransportName.rabbitmq:
+        raise ConfigError("backend.live.transport", "job mode routes keys with RabbitMQ's consistent-hash exchange: "
+                                                    "use rabbitmq")
 
 
 def _validate_topology(topo: TopologyConfig, infra: InfrastructureConfig) -> None:

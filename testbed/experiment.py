@@ -103,6 +103,11 @@ def config_for(cfg: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
     # load_scale is applied here, once: the run's resolved config holds the effective tick
     run_cfg.topology.tick_ms = cfg.topology.tick_ms / cfg.load_scale
     run_cfg.load_scale = 1.0
+    if run_cfg.job.enabled and run_cfg.backend.name == BackendName.docker:
+        # live job mode: the config's times are the paper's, compressed here (recorded as resolved)
+        from testbed.live.job_compression import compress_config
+
+        compress_config(run_cfg, run_cfg.backend.live.job.time_compression)
     return run_cfg
 
 
@@ -145,7 +150,11 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
     try:
         pattern = build_pattern(run_cfg.pattern, cfg.seed)
         policy = policy_for(run_cfg)
-        if run_cfg.backend.name == BackendName.docker:
+        if run_cfg.backend.name == BackendName.docker and run_cfg.job.enabled:
+            from testbed.live.job import LiveJobRun  # job mode, live (keyed worker containers)
+
+            result = LiveJobRun(run_cfg, policy, pattern, spec.seed, spec.run_id, spec.run_dir).run()
+        elif run_cfg.backend.name == BackendName.docker:
             from testbed.live.run import LiveRun
 
             result = LiveRun(run_cfg, policy, pattern, spec.seed, spec.btu_minutes,

@@ -1,0 +1,68 @@
+"""Keyed routing of the live job mode (docs/papers/daedalus.md#live-runtime), without I/O: which
+worker queues a rescale binds and unbinds on the consistent-hash exchange, the key shares a probe
+of the exchange measured, and the in-flight bound that gives the job Flink's backpressure.
+
+RabbitMQ's consistent-hash exchange places every bound queue on a hash ring (as many points as its
+binding weight) and sends an item to the queue that owns the hash of its routing key. Workers
+0..n-1 own the bound queues 0..n-1; rescaling from n to n' binds n..n'-1 or unbinds n'..n-1, so the
+ring changes only where queues come or go (the keys of the other queues stay where they were)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+RING_WEIGHT = 20  # ring points per worker queue: with one point a queue's share varies far more
+
+
+def rebinding(old_n: int, new_n: int) -> Tuple[List[int], List[int]]:
+    """(workers whose queues are bound, workers whose queues are unbound) to go from n to n'."""
+    if old_n < 0 or new_n < 0:
+        raise ValueError(f"worker counts must be >= 0, got {old_n} -> {new_n}")
+    return list(range(old_n, new_n)), list(range(new_n, old_n))
+
+
+def worker_shares(owner: Mapping[str, int], weights: Mapping[str, float], n: int) -> List[float]:
+    """s_w: the weight of the keys each of n workers owns (owner: key -> worker, from a probe)."""
+    shares = [0.0] * n
+    total = sum(weights.values())
+    for key, w in owner.items():
+        if not 0 <= w < n:
+            raise ValueError(f"key {key!r} routed to worker {w}, outside 0..{n - 1}")
+        shares[w] += weights[key] / total
+    return shares
+
+
+def capacity(worker_rate: float, shares: Sequence[float]) -> float:
+    """The job's capacity with these shares: the hottest worker, at worker_rate, holds it back."""
+    top = max(shares) if shares else 0.0
+    return worker_rate / top if top > 0 else 0.0
+
+
+@dataclass
+class InflightGate:
+    """Items forwarded to the workers' queues and not yet processed, bounded by `limit`. The router
+    forwards only below it, so a hot worker's queue fills and then holds the source back, as Flink's
+    network buffers do; the job's throughput is then the hottest worker's rate divided by its share.
+    `base` counts what the queues held when the job (re)started (moved after a rescale)."""
+
+    limit: int
+    base: int = 0
+    forwarded: int = 0
+    processed_at_start: int = 0
+
+    def restart(self, queued: int, processed_total: int) -> None:
+        self.base, self.forwarded, self.processed_at_start = queued, 0, processed_total
+
+    def in_flight(self, processed_total: int) -> int:
+        return max(0, self.base + self.forwarded - (processed_total - self.processed_at_start))
+
+    def room(self, processed_total: int) -> int:
+        return max(0, self.limit - self.in_flight(processed_total))
+
+
+def key_names(keys: int) -> List[str]:
+    return [f"k{i}" for i in range(keys)]
+
+
+def weights_by_key(weights: Sequence[float]) -> Dict[str, float]:
+    return dict(zip(key_names(len(weights)), (float(w) for w in weights)))

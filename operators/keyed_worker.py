@@ -97,6 +97,7 @@ class KeyedWorker:
         self.consumer = None
         self.epoch: Optional[str] = None  # the epoch it consumes in
         self.processed = 0
+        self.flushed = 0  # of processed, written to Redis
         self.pending: Counter = Counter()
         self.pending_n = 0
         self.pending_latency: List[str] = []
@@ -202,7 +203,12 @@ class KeyedWorker:
         self.last_tag = 0
 
     def flush(self) -> None:
-        self.redis.hset(self.keys["processed"], self.name, self.processed)
+        """Add what it processed since the last flush (a worker started again under the same name
+        goes on from its predecessor's count: the runtime's totals never go down)."""
+        delta = self.processed - self.flushed
+        if delta:
+            self.redis.hincrby(self.keys["processed"], self.name, delta)
+            self.flushed = self.processed
 
 
 def main() -> int:

@@ -95,3 +95,4 @@ DAEDALUS = register_report(EvaluationReport(
     name="daedalus", reference=reference, compare=compare, claims=claims, run_metrics=run_metrics, metric_names=METRICS,
     sections=sections, platform_pattern_sections=False, summary_columns=SUMMARY))
 register_report(DAEDALUS, "daedalus_ks")  # the Kafka Streams variant: same metrics, reference and claims
+register_report(DAEDALUS, "daedalus_live")  # live and scaled down (testbed/live/job.py): the same report

@@ -33,6 +33,7 @@ the manifest incomplete on an exception.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 import sys
@@ -155,6 +156,7 @@ class LiveJobRun:
         self.series = Series(self.top)
         self.sampler_error: Optional[BaseException] = None
         self._rolled_back = 0  # processed - committed at the last stop-the-world
+        self._incarnation = itertools.count()  # container names stay unique while a removed one goes
         self.arrivals_plan: np.ndarray = np.zeros(0, dtype=int)
 
     def now(self) -> float:
@@ -315,7 +317,7 @@ class LiveJobRun:
     def _start_one(self, w: int, t: float) -> WorkerContainer:
         c = self.docker.containers.run(
             self.settings.image, entrypoint=WORKER_ENTRYPOINT, detach=True, init=True,
-            name=docker_name(self.prefix, "w", w), environment=self._worker_env(w),
+            name=docker_name(self.prefix, "w", w, next(self._incarnation)), environment=self._worker_env(w),
             labels={RUN_LABEL: self.prefix, INSTANCE_LABEL: worker_name(w)},
             nano_cpus=int(self.settings.cpus * 1e9), network_mode=self.live.network_mode)
         return WorkerContainer(w, c, find_usage_path(c.id), t)

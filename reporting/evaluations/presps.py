@@ -172,15 +172,20 @@ def load_reference(path: Path = REFERENCE) -> pd.DataFrame:
     return load(path)
 
 
+def system_of(config: str) -> str:
+    """The system a configuration runs: live runs are named <configuration>-live (testbed.experiment)."""
+    return str(config).removesuffix("-live")
+
+
 def _values(table: pd.DataFrame, pattern: str) -> Dict[Tuple[str, str], float]:
-    """(configuration, metric) -> mean of one pattern's rows (configuration: the config column, or
-    the approach in the paper's table)."""
+    """(system, metric) -> mean of one pattern's rows (system: the config column without a live
+    suffix, or the approach in the paper's table)."""
     from reporting.summary import configurations
 
     rows = table[table["pattern"] == pattern]
     if rows.empty:
         return {}
-    configs = configurations(rows)
+    configs = configurations(rows).map(system_of)
     return {(c, m): float(v) for c, m, v in zip(configs, rows["metric"], rows["mean"]) if not pd.isna(v)}
 
 
@@ -236,8 +241,8 @@ def table3(summary: pd.DataFrame, reference: pd.DataFrame, pattern: str):
 
     paper, rows = _values(reference, pattern), []
     measured = summary[summary["pattern"] == pattern]
-    stats = {(c, m): (mean, sd) for c, m, mean, sd in zip(measured["config"], measured["metric"], measured["mean"],
-                                                          measured["sd"])}
+    stats = {(system_of(c), m): (mean, sd) for c, m, mean, sd in zip(measured["config"], measured["metric"],
+                                                                  measured["mean"], measured["sd"])}
     for system in ("presps", "dabs"):
         rows.append([system, "paper"] + [f"{paper[(system, m)]:.{d}f}" if (system, m) in paper else "–"
                                          for _, m, d in TABLE3])

@@ -19,9 +19,13 @@ every cycle's last monitoring interval until td has passed):
 * lambda_G, the per-edge counts lambda_i^p and mu_p: sums over the intervals seen since the last
   decision, scaled to td (the ratios need no scaling);
 * q_i: the queue depth at the decision;
-* et_i: the service time per item, busy time / items processed in an interval (utilisation ×
-  interval × active instances / processed), averaged over the intervals that end within the first
-  `benchmark_s` (60 s) and then frozen; `et_mode=max_current` takes max(benchmark, the last window).
+* et_i: the service time per item, busy time / items processed in an interval (the busy fractions
+  of the instances observed in it, summed, × interval / processed; where the snapshot names no
+  instance of the operator, its mean utilisation × active instances), averaged over the intervals
+  that end within the first `benchmark_s` (60 s) and then frozen; `et_mode=max_current` takes
+  max(benchmark, the last window). The sum, not mean × active: live, an instance that wrote no
+  counts in an interval is not observed, and mean × active then counts the observed ones' busy
+  time once per active replica (the first interval of a 12-replica pool gave 6 × B's et).
 
 Plan (Alg. 1): k_i = r_i - active_i, carried out as one `SetActive` per operator whose count
 changes (mode `pool`: a pre-started pool of `pool` replicas per operator, switched without downtime)
@@ -160,13 +164,18 @@ class PrespsEstimator:
         for e, n in s.edge_items.items():
             self.edge_items[e] = self.edge_items.get(e, 0.0) + n
         active = active_counts(s)
+        busy = observed_busy(s)
         for o, v in s.operators.items():
             self.processed[o] = self.processed.get(o, 0.0) + v.processed
-            if v.processed > 0 and v.utilisation is not None and active[o] > 0:
+            if v.processed > 0 and o in busy:
+                et = busy[o] * s.monitoring_s / v.processed
+            elif v.processed > 0 and v.utilisation is not None and active[o] > 0:
                 et = v.utilisation * s.monitoring_s * active[o] / v.processed
-                self.et_current[o] = et
-                if s.t <= self.params.benchmark_s + EPS or not self.et_samples.get(o):
-                    self.et_samples.setdefault(o, []).append(et)
+            else:
+                continue
+            self.et_current[o] = et
+            if s.t <= self.params.benchmark_s + EPS or not self.et_samples.get(o):
+                self.et_samples.setdefault(o, []).append(et)
 
     def due(self, t: float) -> bool:
         return t - self.last_decision >= self.params.td_s - EPS and self.observed_s > 0
@@ -210,6 +219,20 @@ class PrespsEstimator:
         self.observed_s = self.input_items = 0.0
         self.edge_items, self.processed = {}, {}
         return out
+
+
+def observed_busy(s: Snapshot) -> Dict[str, float]:
+    """Per operator, the busy fractions of its instances observed in the last interval, summed;
+    empty if an observed instance is no longer among the snapshot's (its operator's sum would be
+    short: the caller then uses mean utilisation × active)."""
+    operator_of = {i.id: i.operator for i in s.instances}
+    busy: Dict[str, float] = {}
+    for instance, (_, utilisation) in s.instance_stats.items():
+        o = operator_of.get(instance)
+        if o is None:
+            return {}
+        busy[o] = busy.get(o, 0.0) + utilisation
+    return busy
 
 
 def active_counts(s: Snapshot) -> Dict[str, int]:

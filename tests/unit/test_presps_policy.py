@@ -144,6 +144,22 @@ def test_presps_caps_at_the_pool_and_freezes_et_after_the_benchmark():
     assert live.et("A") == pytest.approx(0.5)  # max(0.4, 1.0 x 5 x 1 / 10)
 
 
+def test_et_is_the_observed_busy_time_per_item():
+    import dataclasses
+
+    # the live first interval: 12 of A's pool on, only two wrote counts (0.4 busy each, 10 items in all)
+    s = steady(5.0, active_a=12, util_a=0.4)
+    s = dataclasses.replace(s, instance_stats={"A-0": (5, 0.4), "A-1": (5, 0.4), "B-0": (10, 0.2)})
+    est = PrespsEstimator(PrespsParams())
+    est.observe(s)
+    # (0.4 + 0.4) x 5 s / 10 items = 0.4 s; mean x active would give 0.4 x 5 x 12 / 10 = 2.4 s
+    assert est.et("A") == pytest.approx(0.4) and est.et("B") == pytest.approx(0.1)
+    # an observed instance the snapshot no longer lists: mean utilisation x active instead
+    gone = PrespsEstimator(PrespsParams())
+    gone.observe(dataclasses.replace(s, instance_stats={"A-0": (5, 0.4), "A-99": (5, 0.4)}))
+    assert gone.et("A") == pytest.approx(2.4)
+
+
 def test_queue_propagation_adds_the_upstream_backlog():
     est = PrespsEstimator(PrespsParams(queue_propagation=True))
     for t in range(5, 31, 5):

@@ -160,7 +160,7 @@ def _live_run(root: Path, config: str, latency_ms: float, purged: int) -> Path:
     and purge count)."""
     from testbed.eventlog import EventLog, Manifest, run_dir_for, write_manifest
 
-    run_dir = run_dir_for(root, "presps_spikes", config, 1)
+    run_dir = run_dir_for(root, "presps_spikes", f"{config}-live", 1)  # as testbed.experiment names live runs
     tables = hand_tables()
     tables["latency"] = tables["latency"].assign(latency_ms=latency_ms)
     tables["dropped"] = tables["dropped"].assign(items=[purged, 4])
@@ -172,7 +172,7 @@ def _live_run(root: Path, config: str, latency_ms: float, purged: int) -> Path:
         log.write(name, {c: frame[c].tolist() for c in frame.columns})
     cfg = {"topology": CHAIN, "runtime": {"monitoring_s": 5.0}, "duration_min": 10.0 / 60.0}
     write_manifest(run_dir, Manifest(
-        run_id=f"presps_spikes/{config}/1", experiment="presps_live", pattern="presps_spikes", config=config,
+        run_id=f"presps_spikes/{config}-live/1", experiment="presps_live", pattern="presps_spikes", config=f"{config}-live",
         policy=config, btu_minutes=60, rep=1, seed=1, seeds={"run": 1}, backend="docker", resolved_config=cfg,
         code_revision="test-revision", versions={}, status="complete", billing="rebill"))
     return run_dir
@@ -196,7 +196,7 @@ def test_the_live_evaluation_gets_the_presps_report(tmp_path: Path):
         # the hand tables' values at 5 s monitoring (test_presps_metrics_by_hand): the 1 s windows cannot be measured
         assert m["processed_ratio"] == pytest.approx(0.9) and m["throughput_degradation"] == pytest.approx(0.2)
         assert math.isnan(m["throughput_degradation_1s"]) and m["dropped_purge"] == purged
-        rows += [{"pattern": "presps_spikes", "approach": config, "config": config, "btu_minutes": pd.NA,
+        rows += [{"pattern": "presps_spikes", "approach": config, "config": f"{config}-live", "btu_minutes": pd.NA,
                   "metric": k, "mean": v, "sd": np.nan, "n": 1} for k, v in m.items()]
     summary = pd.DataFrame(rows)
     comparison, claims = compare_all(reports_for(["presps_live"]), summary)

@@ -281,3 +281,35 @@ def test_the_live_backend_accepts_the_emulated_network_on_rabbitmq_in_tuple_mode
     with pytest.raises(ConfigError) as err:
         compose_config("evaluation=odp", "backend=docker", "backend.emulation.mode=outage")
     assert err.value.key == "backend.emulation.mode"
+
+
+def test_the_runtime_turns_the_reports_into_host_traffic_and_unavailable_drops():
+    from testbed.live.netem import LiveNetwork
+    from testbed.monitoring import new_monitor_tables
+
+    class Stream:
+        """Redis' XREAD over a fixed list of entries, from an id on."""
+
+        def __init__(self, entries):
+            self.entries = entries
+
+        def xread(self, streams, count):
+            [(key, after)] = streams.items()
+            rest = [e for e in self.entries if int(e[0].split(b"-")[0]) > int(str(after).split("-")[0])][:count]
+            return [(key, rest)] if rest else []
+
+    def entry(i, **fields):
+        return (f"{i}-0".encode(), {k.encode(): str(v).encode() for k, v in fields.items()})
+
+    stream = Stream([entry(1, kind="hop", u="vm1", v="vm2", items=2, delay_ms=41.0),
+                     entry(2, kind="hop", u="vm1", v="vm2", items=1, delay_ms=22.0),
+                     entry(3, kind="lost", operator="B", items=3)])
+    network = LiveNetwork(EmulationConfig(enabled=True), WIRING, "amqp://unused", stream, seed=1)
+    tables = new_monitor_tables(samples=True)
+    network.record(tables, 15.0)
+    assert tables["host_traffic"] == {"t_s": [15.0], "source_host": ["vm1"], "target_host": ["vm2"], "items": [3],
+                                      "delay_ms": [21.0]}
+    assert tables["dropped"] == {"t_s": [15.0], "operator": ["B"], "reason": ["unavailable"], "items": [3]}
+    stream.entries.append(entry(4, kind="hop", u="vm2", v="vm1", items=1, delay_ms=25.0))
+    network.record(tables, 30.0)  # only what came since
+    assert tables["host_traffic"]["items"] == [3, 1] and tables["dropped"]["items"] == [3]

@@ -72,6 +72,11 @@ class Tick:
     t_s: float  # scheduled time since the run's start (k × tick)
     due_wall_ms: int  # epoch ms of the due time
     lateness_ms: float  # start of emission minus due time (>= 0)
+    trace_t_s: Optional[float] = None  # the pattern's time this tick reads: t_s unless a restart paused the trace
+
+    @property
+    def pattern_t_s(self) -> float:
+        return self.t_s if self.trace_t_s is None else self.trace_t_s
 
 
 @dataclass(frozen=True)

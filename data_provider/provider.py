@@ -96,7 +96,7 @@ class Provider:
 
     def messages_for(self, tick: Tick) -> tuple[int, Dict[str, int], List[OutMessage]]:
         """The tick's messages (and machines, items per source), without publishing them."""
-        n = int(self.pattern.machines_at(tick.t_s))
+        n = int(self.pattern.machines_at(tick.pattern_t_s))
         active = self._active(n)
         for machine in active:
             machine.step()

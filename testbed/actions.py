@@ -23,6 +23,10 @@ from testbed.model import (
     SetActive,
 )
 
+# a Restart's record says what became of the sources' arrivals during its downtime (Restart.source)
+SOURCE_WHAT = {"queue": "", "hold": ", arrivals held at the source", "drop": ", arrivals dropped at the source",
+               "pause": ", the sources' trace paused"}
+
 
 @dataclass(frozen=True)
 class ActionRecord:
@@ -63,6 +67,9 @@ class ActionTarget(Protocol):
     def restart(self, t: float, downtime_s: float, purge: bool, purge_entry: bool = True) -> Mapping[str, int]:
         """Stop the world for `downtime_s`; returns the items purged per operator (empty without purge;
         without purge_entry, the operators fed by a source keep what waits in those queues)."""
+
+    # optional: a backend that can act on its sources has
+    # source_downtime(t, until, mode): the sources' arrivals in [t, until) held, dropped or paused
 
 
 def dispatch(t: float, actions: Sequence[Action], target: ActionTarget, records: List[ActionRecord],
@@ -110,10 +117,10 @@ def dispatch(t: float, actions: Sequence[Action], target: ActionTarget, records:
             what = f"queues purged: {sum(purged.values())} item(s)" if a.purge else "queues kept"
             if a.purge and not a.purge_entry:
                 what += " (entry queues kept)"
-            hold = getattr(target, "hold_source", None) if a.hold_source or a.drop_source else None
-            if hold is not None:  # a backend that can (the simulator's sources, the live provider)
-                hold(t, t + a.downtime_s, drop=a.drop_source)
-                what += ", arrivals dropped at the source" if a.drop_source else ", arrivals held at the source"
+            gate = getattr(target, "source_downtime", None) if a.source != "queue" else None
+            if gate is not None:  # a backend that can (the simulator's sources, the live provider)
+                gate(t, t + a.downtime_s, a.source)
+                what += SOURCE_WHAT[a.source]
             record(a, reason=f"{a.reason} (downtime {a.downtime_s:g} s, {what})")
         else:  # pragma: no cover - the Action union is closed
             raise TypeError(f"unknown action {a!r}")

@@ -193,15 +193,30 @@ class Restart:
     reason: str
     kind: str = field(default="restart", init=False)
 
-    # arrivals during the downtime wait at the source and enter the topology when it is back (latency
-    # and timeout start then), as a spout that does not emit while it is down (live: the provider
-    # holds what it would publish until the restart's end)
-    hold_source: bool = False
-    # arrivals during the downtime are dropped instead: they never enter a queue (the simulator counts
-    # them as received and dropped, reason `source`, by the operators they were sent to)
-    drop_source: bool = False
+    # what becomes of the sources' arrivals during the downtime (one of SOURCE_MODES):
+    # `queue`: they enter the entry queues as usual, stamped with their emission time;
+    # `hold`: they wait at the source and enter the topology when it is back (latency and timeout
+    #   start then), as a spout that does not emit while it is down (live: the provider holds them);
+    # `drop`: they never enter a queue (the simulator counts them as received and dropped, reason
+    #   `source`, by the operators they were sent to; live: in the load table, never published);
+    # `pause`: the source's trace clock stops for the downtime, so the trace resumes where it
+    #   stopped (read at t minus the downtime so far): the same items, later; none accumulate or are
+    #   lost, and what would fall after the run's end is not emitted
+    source: str = "queue"
     # with purge: the entry queues too, where the sources' items wait for the operators they feed
     # (false keeps them: on the live broker they also buffer what the provider publishes)
     purge_entry: bool = True
+
+    def __post_init__(self) -> None:
+        check_source_mode("source", self.source)
+
+
+SOURCE_MODES = ("queue", "hold", "drop", "pause")  # Restart.source
+
+
+def check_source_mode(key: str, value: str) -> None:
+    if value not in SOURCE_MODES:
+        raise ValueError(f"{key}: must be one of {', '.join(SOURCE_MODES)}, got {value!r}")
+
 
 Action = Union[ScaleUp, ScaleDown, Migrate, LeaseHost, ProlongHost, ReleaseHost, SetActive, Restart]

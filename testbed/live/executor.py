@@ -126,12 +126,13 @@ class LiveExecutor:
             self.purged_total[o] = self.purged_total.get(o, 0) + n
         return purged
 
-    def hold_source(self, t: float, until: float, drop: bool = False) -> None:
+    def source_downtime(self, t: float, until: float, mode: str) -> None:
         """The provider publishes nothing until the downtime ends (`progress` opens the gate with the
-        replicas; the held ticks enter at the provider's next tick; with `drop` they never do)."""
+        replicas): with `hold` the held ticks enter at the provider's next tick, with `drop` they
+        never do, with `pause` the trace resumes where it stopped (data_provider/source_gate.py)."""
         if self.source_gate is None:
-            raise RuntimeError("holding the source needs the run's provider (no source gate configured)")
-        self.source_gate.close(drop)
+            raise RuntimeError("acting on the source needs the run's provider (no source gate configured)")
+        self.source_gate.close(mode)
 
     def take_purged(self) -> Dict[str, int]:
         """Items purged per operator since the previous call (the monitor records them as dropped)."""

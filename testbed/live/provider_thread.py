@@ -30,8 +30,8 @@ class ProviderThread:
         tick_s = cfg.topology.tick_ms / 1000.0
         self.provider = Provider(pattern, source_specs(self.cfg), self.transport, seed, cfg.topology.tick_ms,
                                  self.cfg.payloads, clock, self.cfg.max_machines, self.cfg.image_compress_level)
-        self.gate = SourceGate()  # closed by a restart with hold_source (testbed/live/executor.py)
-        self.gated = GatedEmit(self.provider.emit_tick, self.gate, self.provider.clock, self.provider.drop_tick)
+        self.gate = SourceGate()  # closed by a restart acting on the source (testbed/live/executor.py)
+        self.gated = GatedEmit(self.provider.emit_tick, self.gate, self.provider.clock, self.provider.drop_tick, tick_s)
         self.emitter = Emitter(tick_s, ticks_for(duration_s, tick_s), self.gated, self.provider.clock)
         self._thread = threading.Thread(target=self._run, name="provider", daemon=True)
         self.error: Optional[BaseException] = None

@@ -229,7 +229,7 @@ class LiveRun:
                 self.network.sync(executor.views(0.0)[1])
             provider = ProviderThread(cfg, self.pattern, self.wiring, self.seed, self.duration_s,
                                       wrap=self.network.sender if self.network is not None else None)
-            executor.source_gate = provider.gate  # a restart with hold_source holds the provider's items
+            executor.source_gate = provider.gate  # a restart acting on the source holds, drops or pauses the provider's items
             provider.start()
             self._t0 = self.wall()
             monitor = LiveMonitor.from_config(cfg, self.topology, self.wiring, time.time(), self.btu_s)
@@ -254,8 +254,9 @@ class LiveRun:
             details = {
                 "prefix": self.prefix, "provider_flushed": flushed, "transport": live.transport.value,
                 "provider_stats": provider.transport.stats.as_dict(), "accounting": accounting.as_dict(),
-                "provider_held_ticks": provider.gated.held_ticks,  # held by restarts with hold_source
-                "provider_dropped_items": provider.gated.dropped_items,  # dropped by restarts with drop_source
+                "provider_held_ticks": provider.gated.held_ticks,  # held by restarts with source=hold
+                "provider_dropped_items": provider.gated.dropped_items,  # dropped by restarts with source=drop
+                "provider_paused_ticks": provider.gated.paused_ticks,  # skipped by restarts with source=pause
                 "entry_kept": executor.entry_kept,  # per restart keeping them: items left in the entry queues
                 "instances": [dataclasses.asdict(r) for r in pool.records()],
                 "crashes": [dataclasses.asdict(c) for c in pool.crashed()],

@@ -10,11 +10,14 @@ estimator as PRESPS (testbed/policies/presps.py) and differs only in how a chang
   dropped (the event log's reason `purge`), then the new counts;
 * at most one restart per `min_restart_interval_s` (30 s): a change decided sooner is not carried
   out (the estimator's next decision sees the state again);
-* arrivals during the downtime wait at the source and enter the topology when it is back (their
-  latency and timeout start then, as behind a spout that does not emit while the topology is down;
-  live, the provider holds what it would publish); `hold_source=false` lets them wait in the entry
-  queue with their emission time (the live provider keeps publishing); `drop_source=true` (with
-  hold_source=false) drops them instead, the spec's alternative (dropped with reason `source`);
+* what becomes of the arrivals during the downtime is `source`: `hold` (the default) keeps them at
+  the source and lets them enter the topology when it is back (their latency and timeout start then,
+  as behind a spout that does not emit while the topology is down; live, the provider holds what it
+  would publish); `queue` lets them wait in the entry queue with their emission time (the live
+  provider keeps publishing); `drop` drops them, the spec's alternative (reason `source`); `pause`
+  stops the source's trace clock for the downtime, so the trace resumes where it stopped, later
+  (what the PRESPS authors' Storm spout does): nothing accumulates, nothing is lost, and the part of
+  the trace that would come after the run's end is not emitted;
 * `purge_entry=false` keeps the entry queues (those the sources feed) at a purge: the spec's choice
   for the live testbed, where the entry queue on the broker is also the source's buffer; the
   simulator's default purges every operator queue, the entry operator's included.
@@ -26,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
-from testbed.model import Action, Restart, Snapshot
+from testbed.model import Action, Restart, Snapshot, check_source_mode
 from testbed.placement.base import Placement
 from testbed.placement.first_fit import FirstFit
 from testbed.policies.presps import (EPS, PrespsEstimator, PrespsParams, active_counts, apply_targets, counts,
@@ -39,8 +42,7 @@ class DabsParams(PrespsParams):
     downtime_s: float = 10.0  # D_r: nothing is processed for this long after a restart
     purge: bool = True  # the restart drops everything queued
     min_restart_interval_s: float = 30.0  # at most one restart per this time
-    hold_source: bool = True  # arrivals during the downtime wait at the source (false: in the entry queue)
-    drop_source: bool = False  # arrivals during the downtime are dropped (the spec's flag; needs hold_source=false)
+    source: str = "hold"  # the arrivals during the downtime: hold, queue, drop or pause (testbed.model.Restart)
     purge_entry: bool = True  # the purge empties the entry queues too (false keeps them: the spec's live default)
 
     def validate(self) -> None:
@@ -49,9 +51,7 @@ class DabsParams(PrespsParams):
             raise ValueError(f"downtime_s: must be >= 0, got {self.downtime_s}")
         if self.min_restart_interval_s < 0:
             raise ValueError(f"min_restart_interval_s: must be >= 0, got {self.min_restart_interval_s}")
-        if self.drop_source and self.hold_source:
-            raise ValueError("drop_source: arrivals during the downtime are either held or dropped; "
-                             "set hold_source=false with drop_source=true")
+        check_source_mode("source", self.source)
 
 
 def restart_allowed(t: float, last_restart: Optional[float], min_interval_s: float) -> bool:
@@ -87,7 +87,7 @@ class DabsPolicy:
             return actions
         self.last_restart = snapshot.t
         what = ", ".join(f"{o} {current[o]}->{targets[o]}" for o in changes)
-        actions.append(Restart(p.downtime_s, p.purge, f"DABS-like restart: {what}", hold_source=p.hold_source,
-                               drop_source=p.drop_source, purge_entry=p.purge_entry))
+        actions.append(Restart(p.downtime_s, p.purge, f"DABS-like restart: {what}", source=p.source,
+                               purge_entry=p.purge_entry))
         reasons = {o: "DABS-like " + e.reason(p.td_s).removeprefix("PRESPS ") for o, e in est.items()}
         return actions + apply_targets(snapshot, targets, reasons, p.mode, self.placement)

@@ -53,6 +53,10 @@ class SourceTicks:
         return cls(times, machines, tuple((s.name, s.items_per_tick) for s in topology.sources),
                    tuple((s.name, d, s.items_per_tick) for s in topology.sources for d in s.downstream))
 
+    def emitted(self, times: Sequence[float], end: int) -> "SourceTicks":
+        """The ticks [0, end) as a network emitted them, at `times` (shifted by paused sources)."""
+        return SourceTicks(list(times[:end]), self.machines[:end], self.sources, self.edges)
+
     def items(self, first: int, end: int) -> int:
         """Items all sources emitted in ticks [first, end)."""
         return sum(n for _, n in self.sources) * sum(self.machines[first:end])
@@ -71,12 +75,28 @@ class SourceTicks:
         }
 
 
+@dataclass
+class SourcePause:
+    """The sources' trace clock, stopped during restarts' downtimes (Restart.source `pause`): the
+    trace is read at t minus the downtime so far, so every tick not yet emitted moves by the time
+    the clock newly stands still (overlapping downtimes stop it once)."""
+
+    until: float = -math.inf  # the end of the latest downtime
+
+    def stop(self, t: float, until: float) -> float:
+        """Stop the clock over [t, until); returns by how much the ticks not yet emitted move."""
+        shift = max(0.0, until - max(t, self.until))
+        self.until = max(self.until, until)
+        return shift
+
+
 class SteppedInPython:
     """The stepping loop of a network model in plain Python (the per-item reference model's; the
     cohort model runs the same loop compiled). The model provides `send` and `advance`."""
 
     def set_sources(self, clock: StepClock, ticks: SourceTicks) -> None:
         self.clock, self.ticks, self.ticks_emitted = clock, ticks, 0
+        self.tick_times = list(ticks.times)  # when each tick is emitted (paused sources move them)
 
     def set_capacity(self, slots: Dict[str, int], service_s: Dict[str, float],
                      instances: Dict[str, Sequence[str]]) -> None:
@@ -85,13 +105,13 @@ class SteppedInPython:
     def run(self, step: int, stop_after: float, next_event: float) -> int:
         """Emit and serve from `step` on; return the next step: after the first step ending at or
         after `stop_after`, before the first step starting at or after `next_event`, or at the end."""
-        clock, ticks = self.clock, self.ticks
+        clock, ticks, times = self.clock, self.ticks, self.tick_times
         while True:
             t0, t1 = clock.t0(step), clock.t1(step)
             k = self.ticks_emitted
-            while k < len(ticks.times) and ticks.times[k] < t1 - EPS:
+            while k < len(times) and times[k] < t1 - EPS:
                 for source, operator, per_machine in ticks.edges:
-                    self.send(source, operator, ticks.times[k], ticks.machines[k] * per_machine)
+                    self.send(source, operator, times[k], ticks.machines[k] * per_machine)
                 k += 1
             self.ticks_emitted = k
             self.advance(t0, t1, *self._capacity)

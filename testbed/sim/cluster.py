@@ -37,7 +37,7 @@ class SimCluster:
 
     def __init__(self, topology: Topology, infra: InfrastructureConfig, btu_s: float, price_per_btu: float,
                  rng: np.random.Generator, purge: Callable[..., Mapping[str, int]] = lambda t, keep=(): {},
-                 hold: Callable[..., None] = lambda until, drop=False: None):
+                 sources: Callable[[float, float, str], None] = lambda t, until, mode: None):
         self.topology = topology
         self.infra = infra
         self.btu_s = btu_s
@@ -54,7 +54,7 @@ class SimCluster:
         self._host_seq = 0
         self._instance_seq = 0
         self.purge = purge
-        self.hold = hold  # the sources' items wait until then (a restart with hold_source)
+        self.sources = sources  # the network's: a restart's downtime at the sources (Restart.source)
         self.paused = False  # a restart's downtime: nothing serves
 
     # -- time ------------------------------------------------------------------------------
@@ -150,9 +150,9 @@ class SimCluster:
         keep = () if purge_entry else {d for s in self.topology.sources for d in s.downstream}
         return dict(self.purge(t, keep))
 
-    def hold_source(self, t: float, until: float, drop: bool = False) -> None:
-        """Items the sources emit before `until` enter the topology at `until` (with `drop`: never)."""
-        self.hold(until, drop)
+    def source_downtime(self, t: float, until: float, mode: str) -> None:
+        """The sources' arrivals in [t, until) held, dropped or paused (`mode`, Restart.source)."""
+        self.sources(t, until, mode)
 
     def _uniform(self, bounds: Sequence[float]) -> float:
         return float(self.rng.uniform(bounds[0], bounds[1]))

@@ -51,8 +51,11 @@ class EmulatedNetwork(ExactNetwork):
 
     # -- items in ------------------------------------------------------------------------------
     def send(self, source: str, operator: str, t: float, count: int) -> None:
+        t_in = self._entry(source, operator, t, count)  # a restart's downtime at the sources (as exact.py)
+        if t_in is None:
+            return
         self.flows.send(source, operator, count)
-        self._dispatch(self.queues[operator], t, t, self.provider_host, count, source)
+        self._dispatch(self.queues[operator], t_in, t_in, self.provider_host, count, source)
 
     def _dispatch(self, q: _ExactQueue, send: float, origin: float, sender: str, count: int, key: str) -> None:
         """`count` items from the sender `key` (on host `sender`) to the operator's instances in turn."""

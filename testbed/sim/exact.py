@@ -7,7 +7,7 @@ import heapq
 from collections import deque
 from typing import Collection, Deque, Dict, List, Optional, Sequence, Tuple
 
-from testbed.sim.clock import SteppedInPython
+from testbed.sim.clock import SourcePause, SteppedInPython
 from testbed.sim.flows import SOURCE_DROP, FlowCounters
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
@@ -32,6 +32,7 @@ class ExactNetwork(SteppedInPython):
         self.timeout_s = topology.item_timeout_s  # 0: none
         self.hold_until = float("-inf")  # the sources' items emitted before this enter the topology then
         self.drop_until = float("-inf")  # the sources' items emitted before this are dropped
+        self.pause = SourcePause()  # the sources' trace clock (restarts that pause it)
         self.capacity_noise: Dict[str, Sequence[float]] = {}  # per operator, a factor per step
         self.recorder = recorder
         self.flows = FlowCounters(topology.operators, topology.edges)
@@ -45,22 +46,34 @@ class ExactNetwork(SteppedInPython):
     def set_capacity_noise(self, factors: Dict[str, Sequence[float]]) -> None:
         self.capacity_noise = dict(factors)
 
-    def hold_sources(self, until: float, drop: bool = False) -> None:
-        if drop:
+    def source_downtime(self, t: float, until: float, mode: str) -> None:
+        """A restart's downtime at the sources (Restart.source): items emitted before `until` enter
+        then (`hold`) or never (`drop`), or the ticks not yet emitted move by the pause (`pause`)."""
+        if mode == "drop":
             self.drop_until = max(self.drop_until, until)
-        else:
+        elif mode == "hold":
             self.hold_until = max(self.hold_until, until)
+        elif mode == "pause":
+            shift, k = self.pause.stop(t, until), self.ticks_emitted
+            self.tick_times[k:] = [x + shift for x in self.tick_times[k:]]
 
     def send(self, source: str, operator: str, t: float, count: int) -> None:
-        if t < self.drop_until:  # dropped at the door during a restart's downtime: received, never queued
+        t_in = self._entry(source, operator, t, count)
+        if t_in is None:
+            return
+        q = self.queues[operator]
+        q.items.extend([t_in] * count)
+        q.origins.extend([t_in] * count)
+        self.flows.send(source, operator, count)
+
+    def _entry(self, source: str, operator: str, t: float, count: int) -> Optional[float]:
+        """When items a source emits at t enter the topology; None: dropped at the door during a
+        restart's downtime (received, counted as dropped, never queued)."""
+        if t < self.drop_until:
             self.flows.send(source, operator, count)
             self.flows.drop(operator, SOURCE_DROP, count)
-            return
-        t = max(t, self.hold_until)  # held at the source during a restart's downtime
-        q = self.queues[operator]
-        q.items.extend([t] * count)
-        q.origins.extend([t] * count)
-        self.flows.send(source, operator, count)
+            return None
+        return max(t, self.hold_until)  # held at the source during a restart's downtime
 
     def purge(self, t: float, keep: Collection[str] = ()) -> Dict[str, int]:
         dropped = {}

@@ -34,7 +34,7 @@ from typing import Collection, Dict, List, Optional, Sequence
 import numpy as np
 from numba import njit
 
-from testbed.sim.clock import EPS, SourceTicks, StepClock
+from testbed.sim.clock import EPS, SourcePause, SourceTicks, StepClock
 from testbed.sim.flows import SOURCE_DROP, FlowArrays
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
@@ -74,6 +74,7 @@ class CohortNetwork:
         self.hop_s = hop_s
         self.timeout_s = topology.item_timeout_s  # 0: none (items older are dropped when taken)
         self.hold_until = -math.inf  # the sources' items emitted before this enter the topology then
+        self.pause = SourcePause()  # the sources' trace clock (restarts that pause it)
         self.capacity_noise = np.ones((len(topology.operators), 0))  # per operator and step (no column: none)
         self.recorder = recorder
         ops = topology.operators
@@ -209,14 +210,22 @@ class CohortNetwork:
             noise[self._index[o], :len(f)] = f
         self.capacity_noise = noise
 
-    def hold_sources(self, until: float, drop: bool = False) -> None:
-        """Items the sources emit before `until` enter the topology at `until` (a restart's downtime:
-        they wait at the source; their latency and timeout start when they enter); with `drop` they
-        never enter: the ticks not yet emitted are emptied and their items counted now as received
-        by and dropped at the operators they were sent to (the totals of every interval still close;
-        the 1 s rows of `edges` and `dropped` have them up to the downtime early)."""
-        if not drop:
+    def source_downtime(self, t: float, until: float, mode: str) -> None:
+        """A restart's downtime at the sources (Restart.source). `hold`: items the sources emit
+        before `until` enter the topology at `until` (they wait at the source; their latency and
+        timeout start when they enter). `pause`: the ticks not yet emitted move by the time the
+        sources' trace clock newly stands still (those moved past the run's end are never emitted).
+        `drop`: they never enter: the ticks not yet emitted before `until` are emptied and their
+        items counted now as received by and dropped at the operators they were sent to (the totals
+        of every interval still close; the 1 s rows of `edges` and `dropped` have them up to the
+        downtime early)."""
+        if mode == "hold":
             self.hold_until = max(self.hold_until, until)
+            return
+        if mode == "pause":
+            self.graph.tick_t[self.ticks_emitted:] += self.pause.stop(t, until)
+            return
+        if mode != "drop":
             return
         g, k, fl = self.graph, self.ticks_emitted, self.flows
         while k < len(g.tick_t) and g.tick_t[k] < until - EPS:
@@ -227,6 +236,11 @@ class CohortNetwork:
                 fl.drop(operator, SOURCE_DROP, n)
             g.tick_machines[k] = 0
             k += 1
+
+    @property
+    def tick_times(self) -> np.ndarray:
+        """When each tick is emitted (paused sources move them)."""
+        return self.graph.tick_t
 
     def depth(self, operator: str) -> int:
         return int(self.q.waiting[self._index[operator]])

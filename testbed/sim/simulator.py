@@ -51,7 +51,7 @@ class Simulation:
         self.cluster = SimCluster(
             self.topology, cfg.infrastructure, self.btu_s,
             price_per_btu(btu_minutes, cfg.billing.price_per_10_minutes), stream(seed, "cloud"),
-            purge=self.network.purge, hold=getattr(self.network, "hold_sources", lambda until: None),
+            purge=self.network.purge, sources=self.network.source_downtime,
         )
         self.observer = Observer(self.topology, SnapshotSettings.from_config(cfg, self.btu_s), cfg.runtime.history,
                                  cfg.runtime.monitoring_s)
@@ -196,7 +196,8 @@ class Simulation:
 
     def _finish_tables(self) -> Dict[str, Dict[str, list]]:
         rec = self.recorder
-        tables = {"load": self.ticks.load_table(), **self.tables}
+        net = self.network  # the ticks emitted, when (sources paused by restarts emit later and fewer)
+        tables = {"load": self.ticks.emitted(net.tick_times, net.ticks_emitted).load_table(), **self.tables}
         tables["samples"] = {"t_s": rec.t, "operator": rec.operator, "instance": rec.instance, "duration_ms": rec.duration_ms}
         flows = self.network.flows
         tables["latency"] = {"t_s": flows.latency_t, "operator": flows.latency_op, "latency_ms": flows.latency_ms}

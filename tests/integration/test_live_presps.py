@@ -5,7 +5,7 @@ of 4 replicas per operator (16 containers), td = 15 s, 5 s monitoring, a load st
 items/s after 60 s (B needs 3 replicas after it) and an item timeout of 6 s (so that the DABS
 restart's 10 s downtime makes items expire in the entry queue: the timeout path is exercised).
 DABS's restarts purge the queues of B, C and D but keep the entry queue, and hold the provider's
-items during the downtime (the evaluation's `purge_entry: false` and the default `hold_source`).
+items during the downtime (the evaluation's `purge_entry: false` and the default `source: hold`).
 
 Checked: PRESPS switches pool replicas off (to one per operator at its first call) and on again
 after the step, without a restart; DABS restarts with a real queue purge (counted as `purge` drops);
@@ -130,7 +130,7 @@ def test_dabs_restarts_with_a_real_queue_purge(runs):
 
 def test_dabs_restart_keeps_the_entry_queue_and_holds_the_provider(runs):
     """The spec's live restart: the entry queue (A's, fed by the provider) survives the purge, and
-    with hold_source (the default) the provider publishes nothing during the downtime; the held
+    with source=hold (the default) the provider publishes nothing during the downtime; the held
     items enter afterwards (the accounting above closes with them)."""
     run = runs["dabs"]
     manifest = read_manifest(run)

@@ -101,7 +101,7 @@ def test_the_restart_keeps_the_entry_queue_and_holds_the_source():
     executor = LiveExecutor(Pool(), {}, lambda o: {}, switchboard=board)  # type: ignore[arg-type]
     executor.source_gate = gate
     executor.scalings = {"A": 0, "B": 0}
-    executor.apply(100.0, [Restart(10.0, True, "rescale", hold_source=True, purge_entry=False)])
+    executor.apply(100.0, [Restart(10.0, True, "rescale", source="hold", purge_entry=False)])
     assert board.purges == [False] and executor.take_purged() == {"A": 0, "B": 3}
     assert executor.entry_kept == [{"A": 7}]
     assert not gate.is_open and not any(board.flags.values())  # every replica off, the provider held
@@ -121,7 +121,7 @@ def test_the_restart_keeps_the_entry_queue_and_holds_the_source():
 def test_holding_needs_the_provider():
     executor = LiveExecutor(Pool(), {}, lambda o: {}, switchboard=Switchboard())  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="source gate"):
-        executor.apply(0.0, [Restart(10.0, False, "x", hold_source=True)])
+        executor.apply(0.0, [Restart(10.0, False, "x", source="hold")])
 
 
 def test_a_gate_closed_with_drop_drops_the_ticks(tmp_path):
@@ -135,7 +135,7 @@ def test_a_gate_closed_with_drop_drops_the_ticks(tmp_path):
 
     def after(result: TickResult) -> None:
         if result.tick.k == 1:
-            gate.close(drop=True)  # ticks 2 and 3 are dropped
+            gate.close("drop")  # ticks 2 and 3 are dropped
         if result.tick.k == 3:
             gate.open()
 
@@ -148,6 +148,6 @@ def test_a_gate_closed_with_drop_drops_the_ticks(tmp_path):
     executor = LiveExecutor(Pool(), {}, lambda o: {}, switchboard=Switchboard())  # type: ignore[arg-type]
     executor.source_gate = gate
     executor.scalings = {"A": 0, "B": 0}
-    executor.apply(10.0, [Restart(5.0, True, "rescale", drop_source=True)])
-    assert not gate.is_open and gate.dropping
+    executor.apply(10.0, [Restart(5.0, True, "rescale", source="drop")])
+    assert not gate.is_open and gate.mode == "drop"
     assert "arrivals dropped at the source" in executor.records[-1].reason

@@ -202,7 +202,7 @@ def test_restart_holding_the_source_starts_latency_when_items_enter(hold):
     from tests.unit.test_platform_sim import run_chain
 
     def script(s: Snapshot) -> List:
-        return [Restart(45.0, True, "rescale", hold_source=hold)] if s.t == 90 else []
+        return [Restart(45.0, True, "rescale", source="hold" if hold else "queue")] if s.t == 90 else []
 
     tables, _ = run_chain(script, minutes=5)
     lat = tables["latency"]
@@ -231,7 +231,7 @@ def test_a_restart_can_drop_the_arrivals_of_its_downtime(exact):
     from tests.unit.test_platform_sim import CHAIN, Scripted
 
     def script(s: Snapshot) -> List:
-        return [Restart(45.0, True, "rescale", drop_source=True)] if s.t == 90 else []
+        return [Restart(45.0, True, "rescale", source="drop")] if s.t == 90 else []
 
     cfg = compose_config("policy=threshold", "reps=1", "profile=paper", "pattern=constant", "pattern.levels=[2]",
                          "duration_min=4", "runtime.reasoning_s=30", "runtime.monitoring_s=15",

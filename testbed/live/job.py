@@ -54,7 +54,8 @@ from testbed.live.engines import INSTANCE_LABEL, RUN_LABEL, EngineError, connect
 from testbed.live.job_compression import compress_rates
 from testbed.live.job_cpu import cpu_fraction, find_usage_path, read_usage_ns
 from testbed.live.job_flow import ItemSource, Router, connect as amqp_connect
-from testbed.live.job_routing import RING_WEIGHT, InflightGate, capacity, key_names, rebinding, worker_shares
+from testbed.live.job_routing import (RING_WEIGHT, InflightGate, capacity, inflight_limit, key_names, rebinding,
+                                      worker_shares)
 from testbed.live.run import run_prefix
 from testbed.model import ScaleDown, ScaleUp
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
@@ -197,7 +198,7 @@ class LiveJobRun:
             self.n = n0
             self.epoch = 1
             self.redis.set(self._key("control"), f"run:{self.epoch}")
-            gate = InflightGate(self.settings.inflight_items)
+            gate = InflightGate(inflight_limit(self.settings.inflight_s, self.settings.worker_rate, n0))
             router = Router(self.live.amqp_url, self.prefix, gate, self._processed_total)
             source = ItemSource(self.live.amqp_url, self.prefix, arrivals, self.keys, self.weights,
                                 stream(self.seed, "job/keys-drawn"))
@@ -541,7 +542,7 @@ class LiveJobRun:
             self.up_since = math.ceil(up)
         for w in range(old, target):
             self.ready_from[w] = up
-        router.resume(moved)
+        router.resume(moved, inflight_limit(self.settings.inflight_s, self.settings.worker_rate, target))
         downtime = up - t_start
         self.records.append(ActionRecord(now, "restart", JOB_OPERATOR, None, None, None,
                                          f"stop the world {old} -> {target} workers: downtime {downtime:.1f} s "

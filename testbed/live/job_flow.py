@@ -121,9 +121,9 @@ class Router:
         self._paused.set()
         return self._idle.wait(timeout_s)
 
-    def resume(self, queued: int) -> None:
+    def resume(self, queued: int, limit: int) -> None:
         """Forward again; the workers' queues hold `queued` items (moved there by the restart)."""
-        self.gate.restart(queued, self.processed_total())
+        self.gate.restart(queued, self.processed_total(), limit)
         self._idle.clear()
         self._paused.clear()
 

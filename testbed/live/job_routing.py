@@ -9,9 +9,14 @@ ring changes only where queues come or go (the keys of the other queues stay whe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 RING_WEIGHT = 20  # ring points per worker queue: with one point a queue's share varies far more
+
+
+def inflight_limit(seconds: float, worker_rate: float, n: int) -> int:
+    """The in-flight bound of n workers: `seconds` of their nominal rate (at least one item)."""
+    return max(1, int(round(seconds * worker_rate * n)))
 
 
 def rebinding(old_n: int, new_n: int) -> Tuple[List[int], List[int]]:
@@ -50,8 +55,10 @@ class InflightGate:
     forwarded: int = 0
     processed_at_start: int = 0
 
-    def restart(self, queued: int, processed_total: int) -> None:
+    def restart(self, queued: int, processed_total: int, limit: Optional[int] = None) -> None:
         self.base, self.forwarded, self.processed_at_start = queued, 0, processed_total
+        if limit is not None:
+            self.limit = limit
 
     def in_flight(self, processed_total: int) -> int:
         return max(0, self.base + self.forwarded - (processed_total - self.processed_at_start))

@@ -23,21 +23,24 @@ class LiveJobConfig:
     worker_rate: float = 150.0  # items/s one worker carries at its quota (measured 150-152 at 0.1 core, 0.6 ms)
     time_compression: float = 6.0  # f: every configured time is the paper's, divided by f
     prefetch: int = 2000  # unacknowledged items per worker: must hold a checkpoint's worth
-    inflight_items: int = 100  # items forwarded but not processed, at most (the job's network buffers)
+    # items forwarded but not processed, at most (the job's network buffers): this many seconds of the
+    # deployment's nominal rate (worker_rate x n); it must cover the feedback delay of the bound (the
+    # quota's 100 ms CFS period, the workers' 0.1 s count flush), else it caps the throughput
+    inflight_s: float = 0.5
     latency_every: int = 5  # every n-th item's latency is recorded
     start_timeout_s: float = 180.0  # a worker container must be consuming within this (loaded machine)
     stop_timeout_s: float = 60.0  # workers must answer a stop-the-world or the final checkpoint within this
 
     def validate(self, max_scaleout: int) -> Optional[Tuple[str, str]]:
         """(key, problem) of the first invalid value, None if all are fine."""
-        for key in ("cpus", "cpu_budget", "worker_rate", "start_timeout_s", "stop_timeout_s"):
+        for key in ("cpus", "cpu_budget", "worker_rate", "inflight_s", "start_timeout_s", "stop_timeout_s"):
             if not getattr(self, key) > 0:
                 return f"backend.live.job.{key}", f"must be > 0, got {getattr(self, key)}"
         if self.burn_ms < 0:
             return "backend.live.job.burn_ms", f"must be >= 0, got {self.burn_ms}"
         if self.time_compression < 1:
             return "backend.live.job.time_compression", f"must be >= 1, got {self.time_compression}"
-        for key in ("prefetch", "inflight_items", "latency_every"):
+        for key in ("prefetch", "latency_every"):
             if getattr(self, key) < 1:
                 return f"backend.live.job.{key}", f"must be >= 1, got {getattr(self, key)}"
         if self.cpus * max_scaleout > self.cpu_budget + 1e-9:

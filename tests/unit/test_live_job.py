@@ -15,7 +15,7 @@ from testbed.config import ConfigError
 from testbed.experiment import config_for, plan_runs
 from testbed.live.job_compression import compress_rates, scaled
 from testbed.live.job_cpu import cpu_fraction, find_usage_path, parse_usage_ns
-from testbed.live.job_routing import InflightGate, capacity, rebinding, worker_shares
+from testbed.live.job_routing import InflightGate, capacity, inflight_limit, rebinding, worker_shares
 from tests.conftest import compose_config
 
 LIVE_JOB = ("evaluation=daedalus", "backend=docker", "job.max_scaleout=15", "reps=1")
@@ -50,6 +50,10 @@ def test_inflight_gate_counts_forwarded_minus_processed_since_the_restart():
     assert gate.in_flight(45) == 55 and gate.room(45) == 45
     gate.forwarded += 60
     assert gate.room(45) == 0  # 115 in flight: the router waits
+    gate.restart(queued=0, processed_total=45, limit=300)  # a rescale to more workers raises the bound
+    assert gate.limit == 300 and gate.room(45) == 300
+    # 0.5 s of 12 workers at 74 items/s: 444 items; one worker at 150: 75
+    assert inflight_limit(0.5, 74.0, 12) == 444 and inflight_limit(0.5, 150.0, 1) == 75 and inflight_limit(0.001, 1, 1) == 1
 
 
 def test_cpu_fraction_of_the_quota():
@@ -120,8 +124,8 @@ def test_live_job_settings_are_validated_naming_the_key():
         compose_config(*LIVE_JOB, "backend.live.transport=kafka")
     with pytest.raises(ConfigError, match=r"backend\.live\.job\.time_compression"):
         compose_config(*LIVE_JOB, "backend.live.job.time_compression=0.5")
-    with pytest.raises(ConfigError, match=r"backend\.live\.job\.inflight_items"):
-        compose_config(*LIVE_JOB, "backend.live.job.inflight_items=0")
+    with pytest.raises(ConfigError, match=r"backend\.live\.job\.inflight_s"):
+        compose_config(*LIVE_JOB, "backend.live.job.inflight_s=0")
 
 
 def test_item_encoding_and_worker_settings():

@@ -143,7 +143,6 @@ def results(runs: pd.DataFrame) -> pd.DataFrame:
             rows.append({"pattern": pattern, "config": config, "metric": metric, "against": "",
                          "mean": float(vals.mean()) if len(vals) else math.nan,
                          "sd": float(vals.std(ddof=1)) if len(vals) > 1 else math.nan, "n": int(len(vals))})
-    out = pd.DataFrame(rows)
     means = runs.groupby(["pattern", "config"]).mean_workers.mean()
     for pattern in runs.pattern.unique():
         configs = [c for (p, c) in means.index if p == pattern]

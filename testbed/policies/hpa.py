@@ -7,7 +7,7 @@ pods are its instances and whose usage is their busy fraction (testbed/policies/
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import numpy as np

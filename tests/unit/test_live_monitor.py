@@ -14,7 +14,7 @@ from testbed.observation import InstanceObservation, Observation, OperatorObserv
 from testbed.live.rabbit_management import (
     ManagementClient, ManagementError, QueueStats, credentials_from_amqp_url, fold_depths, parse_queue_stats, redact,
 )
-from testbed.model import HostView, InstanceState, InstanceView, OperatorType
+from testbed.model import HostView, InstanceState, InstanceView
 from testbed.config import OperatorConfig, SourceConfig, TopologyConfig
 from testbed.monitoring import (
     DurationWindows, Observer, SnapshotSettings, counted, hosts_row, instance_counts, interval_means,

@@ -3,13 +3,12 @@ emulation (docs/papers/odp.md#odp-in-the-testbed). Expected values are worked ou
 from __future__ import annotations
 
 import itertools
-import math
 
 import pytest
 
 from testbed.config import ConfigError
 from testbed.emulation import AvailabilityMode, EmulationConfig, Emulator, NetworkModel
-from testbed.model import (HostView, InstanceState, InstanceView, LeaseHost, Migrate, OperatorType, OperatorView,
+from testbed.model import (HostView, InstanceState, InstanceView, LeaseHost, OperatorType, OperatorView,
                            ScaleUp, Snapshot)
 from testbed.placement.base import OdpPlacementConfig, PlacementConfig, make_placement
 from testbed.placement.records import placements_table

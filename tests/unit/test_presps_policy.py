@@ -4,7 +4,7 @@ rounding and the pool cap, the plan's activate/deactivate counts, the decision c
 DABS's restart and its rate limit."""
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Tuple
 
 import numpy as np
 import pytest

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional
 
 import numpy as np
 
 from testbed.policies.daedalus.anomaly import RunningStats, observed_recovery, recovery_end
-from testbed.policies.daedalus.capacity import CapacityModel, SkewRule, WelfordMode
-from testbed.policies.daedalus.decision import Decision, DecisionInputs, DecisionSettings, LagCheck, NEVER, plan
-from testbed.policies.daedalus.forecast import ForecastMode, Forecaster, RetrainCounter
-from testbed.policies.daedalus.recovery import RtSemantics, predict_recovery_time
+from testbed.policies.daedalus.capacity import CapacityModel
+from testbed.policies.daedalus.decision import Decision, DecisionInputs, DecisionSettings, NEVER, plan
+from testbed.policies.daedalus.forecast import Forecaster
+from testbed.policies.daedalus.recovery import predict_recovery_time
 
 EWMA_TICK_S = 5
 EWMA_ALPHA = 1.0 - math.exp(-5.0 / 60.0)

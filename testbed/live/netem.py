@@ -8,10 +8,17 @@ is wrapped: `pool`), lets the data provider send from `backend.emulation.provide
 folds the per-instance queues into the depths the monitor and the final accounting read
 (`depths`, `wiring`), and turns the senders' reports into `host_traffic` rows and `dropped` rows
 with reason `unavailable` (`record`).
+
+An instance that is gone (stopped by a scale-in or a migration, or crashed) may leave items in its
+queues: those handed back while it drained, and copies a sender published before it saw the new
+view. As in the simulator, they go to the operator's serving instances in turn, keeping their send
+time (they are already in flight: no new delay, no new loss draw), `rehome` checks each gone
+instance's queues for `REHOME_S` after it went (a sender's timers and view lag are well below that).
 """
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from operators import wiring as wiring_mod
@@ -25,6 +32,7 @@ from testbed.model import InstanceState, InstanceView
 log = logging.getLogger(__name__)
 
 PROVIDER = "provider"  # the data provider's name as a sender (its seeded draws)
+REHOME_S = 30.0  # how long a gone instance's queues are checked for items to hand on
 
 
 def serving_members(instances: Sequence[InstanceView]) -> Dict[str, Tuple[Tuple[str, str], ...]]:
@@ -88,6 +96,9 @@ class LiveNetwork:
         self._written: Optional[str] = None
         self._last_id = "0-0"
         self.malformed = 0
+        self.clock = time.monotonic
+        self._gone: Dict[str, float] = {}  # instance -> when it was first seen gone
+        self.rehomed: Dict[str, int] = {}  # per operator: items moved from gone instances' queues
 
     # -- instances and the view ------------------------------------------------------------
     def pool(self, pool: Any) -> _NetemPool:
@@ -101,9 +112,58 @@ class LiveNetwork:
         self._write()
 
     def sync(self, instances: Sequence[InstanceView]) -> None:
-        """The serving instances as of now (the executor's views): rewritten when they changed."""
+        """The serving instances as of now (the executor's views): rewritten when they changed; the
+        items left in the queues of instances that are gone handed on."""
         self.members = serving_members(instances)
         self._write()
+        present, now = {i.id for i in instances}, self.clock()
+        for instance in self.instances:
+            if instance not in present:
+                self._gone.setdefault(instance, now)
+        due = [i for i, since in self._gone.items() if now - since <= REHOME_S]
+        if due:
+            try:
+                self.rehome(due)
+            except Exception as exc:  # noqa: BLE001 - the broker is away: the next sync tries again
+                log.warning("could not hand on the items of instances that went: %r", exc)
+
+    def rehome(self, gone: Sequence[str]) -> Dict[str, int]:
+        """Move what the queues of ``gone`` instances hold to their operator's serving instances,
+        in turn, each message published (confirmed) before it is acknowledged; an operator without a
+        serving instance keeps them where they are for now. Returns the items moved per operator."""
+        import pika
+
+        moved: Dict[str, int] = {}
+        conn = pika.BlockingConnection(pika.URLParameters(self.amqp_url))
+        try:
+            channel = conn.channel()
+            channel.confirm_delivery()
+            turns: Dict[str, int] = {}
+            for instance in gone:
+                operator = self.instances[instance]
+                members = [m for m, _host in self.members.get(operator, ())]
+                if not members:
+                    continue
+                for edge in instance_edges(self.wiring, operator, instance):
+                    while True:
+                        method, props, body = channel.basic_get(edge.queue, auto_ack=False)
+                        if method is None:
+                            break
+                        turn = turns.get(operator, 0)
+                        turns[operator] = turn + 1
+                        target = instance_edges(self.wiring, operator, members[turn % len(members)])
+                        queue = next(e.queue for e in target if e.producer == edge.producer)
+                        channel.basic_publish(exchange="", routing_key=queue, body=body, properties=props,
+                                              mandatory=True)
+                        channel.basic_ack(method.delivery_tag)
+                        moved[operator] = moved.get(operator, 0) + 1
+        finally:
+            if conn.is_open:
+                conn.close()
+        for operator, n in moved.items():
+            self.rehomed[operator] = self.rehomed.get(operator, 0) + n
+            log.info("%d item(s) of %s handed on from the queues of instances that went", n, operator)
+        return moved
 
     def view(self) -> NetView:
         return network_view(self.model, self.members, [*self.hosts.values(), self.emulation.provider_host])

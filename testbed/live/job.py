@@ -418,7 +418,8 @@ class LiveJobRun:
                 waiting = 0
                 for w in range(self.top):
                     waiting += ch.queue_declare(worker_queue(self.prefix, w), passive=True).method.message_count
-                backlog = source.emitted - router.forwarded
+                forwarded = router.forwarded  # read first: forwarded <= emitted at any moment, so the backlog >= 0
+                backlog = source.emitted - forwarded
                 t_end = k + 1.0
                 s = self.series
                 # what the source published in second k (its plan while it is still catching up)

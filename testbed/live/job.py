@@ -48,7 +48,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from operators.keyed_job import dead_queue, entry_queue, key_exchange, redis_key, worker_name, worker_queue
-from testbed.actions import ActionRecord, actions_table
+from testbed.actions import ActionRecord
+from testbed.job_tables import job_tables
 from testbed.config import ExperimentConfig
 from testbed.live.engines import INSTANCE_LABEL, RUN_LABEL, EngineError, connect, docker_name, missing_images
 from testbed.live.job_compression import compress_rates
@@ -641,46 +642,9 @@ class LiveJobRun:
                 if lag[t] <= max(self.rescales["lag_before"][i], arrivals[t]):
                     self.rescales["recovered_s"][i] = t + 1 - t_s
                     break
-        step = max(1, int(round(self.cfg.runtime.monitoring_s)))
-        ends = list(range(step, D + 1, step))
-        tables: Dict[str, Dict[str, list]] = {
-            "load": {"t_s": [float(t + 1) for t in range(D)], "machines": [0] * D, "source": ["source"] * D,
-                     "items": arrivals.tolist(), "lateness_ms": [0.0] * D},
-        }
-        proc = {"t_s": [], "operator": [], "items": []}
-        queues = {"t_s": [], "operator": [], "depth": []}
-        inst = {"t_s": [], "operator": [], "instances": [], "starting": [], "hosts": []}
-        hosts = {"t_s": [], "leased": [], "ready": []}
-        edges = {"t_s": [], "source": [], "target": [], "items": []}
-        stats = {"t_s": [], "operator": [], "instance": [], "processed": [], "utilisation": []}
-        for e in ends:
-            sl, te = slice(e - step, e), float(e)
-            n, running = int(s.parallel[e - 1]), int(s.running[e - 1])
-            proc["t_s"].append(te), proc["operator"].append(JOB_OPERATOR), proc["items"].append(int(thr[sl].sum()))
-            queues["t_s"].append(te), queues["operator"].append(JOB_OPERATOR), queues["depth"].append(int(lag[e - 1]))
-            inst["t_s"].append(te), inst["operator"].append(JOB_OPERATOR)
-            inst["instances"].append(running), inst["starting"].append(n - running), inst["hosts"].append(n)
-            hosts["t_s"].append(te), hosts["leased"].append(n), hosts["ready"].append(running)
-            edges["t_s"].append(te), edges["source"].append("source"), edges["target"].append(JOB_OPERATOR)
-            edges["items"].append(int(arrivals[sl].sum()))
-            for w in range(n):
-                c = cpu[sl, w]
-                c = c[np.isfinite(c)]
-                stats["t_s"].append(te), stats["operator"].append(JOB_OPERATOR), stats["instance"].append(worker_name(w))
-                stats["processed"].append(int(thr[sl, w].sum()))
-                stats["utilisation"].append(float(c.mean()) if c.size else 0.0)
-        tables.update(processed=proc, queues=queues, instances=inst, hosts=hosts, edges=edges, instance_stats=stats)
         lat_t, lat_ms = self._latency(t0_wall)
-        tables["latency"] = {"t_s": lat_t, "operator": [JOB_OPERATOR] * len(lat_t), "latency_ms": lat_ms}
-        tables["actions"] = actions_table(self.records, self.policy.name)
-        tables["rescales"] = self.rescales
-        tables["samples"] = {"t_s": [], "operator": [], "instance": [], "duration_ms": []}
-        tables["leases"] = {k: [] for k in ("host", "start_s", "end_s", "btu_s", "paid_btus", "prolongations", "released")}
-        own = getattr(self.policy, "records", None)
-        if own is not None:
-            for name, cols in own().items():
-                tables[name] = cols
-        return tables
+        return job_tables(max(1, int(round(self.cfg.runtime.monitoring_s))), arrivals, thr, cpu, lag, s.parallel,
+                          s.running, lat_t, lat_ms, self.records, self.policy, self.rescales)
 
     def _cleanup(self) -> None:
         """Remove the run's containers, queues and Redis keys (also after an interrupt)."""

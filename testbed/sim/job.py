@@ -30,7 +30,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from testbed.actions import ActionRecord, actions_table
+from testbed.actions import ActionRecord
+from testbed.job_tables import job_tables
 from testbed.config import ExperimentConfig
 from testbed.model import ScaleDown, ScaleUp
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
@@ -174,7 +175,8 @@ class JobSimulation:
                     next_ckpt = down_until + j.checkpoint_s
                     ckpt_offset = P
                     pending_recovery = len(rescales["t_s"]) - 1
-        tables = self._tables(thr, cpu, lag, parallel, running, lat_t, lat_ms, records, rescales)
+        tables = job_tables(int(round(self.cfg.runtime.monitoring_s)), self.arrivals, thr, cpu, lag, parallel, running,
+                            lat_t, lat_ms, records, self.policy, rescales)
         details = {"job": {"mu": self.mu, "capacity": {str(p): self.capacity(p) for p in range(1, top + 1)},
                            "peak_rate": float(self.rates.max()), "latency_sample_every": N,
                            "items": float(self.cum[-1]), "unprocessed_at_end": float(self.cum[-1] - P)}}
@@ -208,47 +210,3 @@ class JobSimulation:
             cpu={k: cpu[sl, w].copy() for k, w in workers.items()}, uptime=uptime[sl].copy(),
             ready={k: ready_from.get(w, 0) <= t + 1 for k, w in workers.items()})
 
-    def _tables(self, thr, cpu, lag, parallel, running, lat_t, lat_ms, records, rescales) -> Dict[str, Dict[str, list]]:
-        D, step = self.duration, int(round(self.cfg.runtime.monitoring_s))
-        ends = list(range(step, D + 1, step))
-        tables: Dict[str, Dict[str, list]] = {
-            "load": {"t_s": [float(s + 1) for s in range(D)], "machines": [0] * D, "source": ["source"] * D,
-                     "items": self.arrivals.astype(np.int64).tolist(), "lateness_ms": [0.0] * D},
-        }
-        proc = {"t_s": [], "operator": [], "items": []}
-        queues = {"t_s": [], "operator": [], "depth": []}
-        inst = {"t_s": [], "operator": [], "instances": [], "starting": [], "hosts": []}
-        hosts = {"t_s": [], "leased": [], "ready": []}
-        edges = {"t_s": [], "source": [], "target": [], "items": []}
-        stats = {"t_s": [], "operator": [], "instance": [], "processed": [], "utilisation": []}
-        for e in ends:
-            sl = slice(e - step, e)
-            te = float(e)
-            proc["t_s"].append(te), proc["operator"].append(JOB_OPERATOR)
-            proc["items"].append(int(round(thr[sl].sum())))
-            queues["t_s"].append(te), queues["operator"].append(JOB_OPERATOR), queues["depth"].append(int(round(lag[e - 1])))
-            n = int(parallel[e - 1])
-            inst["t_s"].append(te), inst["operator"].append(JOB_OPERATOR)
-            inst["instances"].append(int(running[e - 1])), inst["starting"].append(n - int(running[e - 1]))
-            inst["hosts"].append(n)
-            hosts["t_s"].append(te), hosts["leased"].append(n), hosts["ready"].append(int(running[e - 1]))
-            edges["t_s"].append(te), edges["source"].append("source"), edges["target"].append(JOB_OPERATOR)
-            edges["items"].append(int(self.arrivals[sl].sum()))
-            for w in range(n):
-                c = cpu[sl, w]
-                c = c[np.isfinite(c)]
-                stats["t_s"].append(te), stats["operator"].append(JOB_OPERATOR), stats["instance"].append(f"w{w}")
-                stats["processed"].append(int(round(thr[sl, w].sum())))
-                stats["utilisation"].append(float(c.mean()) if c.size else 0.0)
-        tables.update(processed=proc, queues=queues, instances=inst, hosts=hosts, edges=edges, instance_stats=stats)
-        tables["latency"] = {"t_s": list(lat_t), "operator": [JOB_OPERATOR] * len(lat_t), "latency_ms": list(lat_ms)}
-        tables["actions"] = actions_table(records, self.policy.name)
-        tables["rescales"] = rescales
-        # the platform's report reads these; job mode has no per-operator duration samples and no VMs
-        tables["samples"] = {"t_s": [], "operator": [], "instance": [], "duration_ms": []}
-        tables["leases"] = {k: [] for k in ("host", "start_s", "end_s", "btu_s", "paid_btus", "prolongations", "released")}
-        own = getattr(self.policy, "records", None)
-        if own is not None:
-            for name, cols in own().items():
-                tables[name] = cols
-        return tables

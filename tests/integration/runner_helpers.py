@@ -91,3 +91,25 @@ def items(n: int, source: str = "S", start: int = 0) -> List[Envelope]:
     now = int(time.time() * 1000)
     return [Envelope(f"machine-01/{source}/{i}/0", "machine-01", "reading", now, now, {"n": i})
             for i in range(start, start + n)]
+
+
+def interrupt_experiment(args: List[str], cwd: Path, started: Callable[[], bool], settle_s: float,
+                         start_timeout_s: float = 180.0) -> tuple:
+    """Start `testbed experiment ARGS` in a process, wait until `started()` (its containers run),
+    let items flow for settle_s, send SIGINT as Ctrl-C does; (return code, output)."""
+    proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "experiment", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while not started():
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "the run's containers did not start"
+            time.sleep(0.5)
+        time.sleep(settle_s)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, output

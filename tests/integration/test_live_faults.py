@@ -12,10 +12,7 @@ Docker engine, and an interrupted run.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -30,6 +27,7 @@ from testbed.experiment import run_experiment
 from testbed.live.engines import EngineError
 
 from .conftest import ROOT, name_of, wait_for_rabbit
+from .runner_helpers import interrupt_experiment
 from .test_live_run import config
 
 pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]  # TESTBED_CPU_HOG=1: one core busy
@@ -141,22 +139,9 @@ def test_an_unreachable_engine_fails_before_anything_is_leased(tmp_path, rabbitm
 def test_ctrl_c_removes_the_run_containers_and_marks_the_run_incomplete(tmp_path, rabbitmq_url, redis_url,
                                                                          docker_url, operator_images):
     args = [a for a in SHORT if not a.startswith("duration_min")] + ["duration_min=5", f"out={tmp_path}"]
-    proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "experiment", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        deadline = time.monotonic() + 180
-        while len(run_containers("constant-threshold-live-1-")) < 9:
-            assert proc.poll() is None, proc.communicate()[0]
-            assert time.monotonic() < deadline, "the run's containers did not start"
-            time.sleep(0.5)
-        time.sleep(5)
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, output
+    returncode, output = interrupt_experiment(
+        args, ROOT, lambda: len(run_containers("constant-threshold-live-1-")) >= 9, settle_s=5)
+    assert returncode == 130, output
     assert run_containers("constant-threshold-live-1-") == []
     manifest = read_manifest(tmp_path / "constant" / "threshold-live" / "1")
     assert manifest.status == "incomplete"

@@ -16,10 +16,6 @@ the Daedalus report reads the run."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Dict
@@ -33,6 +29,7 @@ from reporting.daedalus import run_metrics
 from testbed.eventlog import read_manifest
 from testbed.experiment import run_experiment
 from tests.integration.conftest import ROOT
+from tests.integration.runner_helpers import interrupt_experiment
 from tests.integration.test_live_run import config, run_containers
 
 pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]
@@ -139,23 +136,9 @@ def test_ctrl_c_removes_the_workers_and_marks_the_run_incomplete(tmp_path, rabbi
                                                                  operator_images):
     args = [a for a in SCENARIO if not a.startswith(("duration_min", "evaluation.only"))]
     args += ["duration_min=60", "evaluation.only=[static-12]", f"out={tmp_path}"]
-    proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "experiment", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
     name = "wc_sine-static-12-live-1-"
-    try:
-        deadline = time.monotonic() + 180
-        while len(job_containers(name)) < 6:
-            assert proc.poll() is None, proc.communicate()[0]
-            assert time.monotonic() < deadline, "the workers did not start"
-            time.sleep(0.5)
-        time.sleep(10)  # items flow
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, output
+    returncode, output = interrupt_experiment(args, ROOT, lambda: len(job_containers(name)) >= 6, settle_s=10)
+    assert returncode == 130, output
     assert job_containers(name) == []
     manifest = read_manifest(tmp_path / "wc_sine" / "static-12-live" / "1")
     assert manifest.status == "incomplete"

@@ -46,7 +46,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# a live evaluation (backend docker) first installs and starts the broker, Redis and dockerd, and
+# builds the operator images (each step idempotent, quick when done already)
 experiment: $(STAMP)
+	@if [ "$(BACKEND)" = docker ] || [ "$$($(BIN)/testbed evaluations $(or $(EVAL),btu) backend)" = docker ]; then \
+	  bash infra/services.sh install >/dev/null && bash infra/services.sh start >/dev/null && \
+	  bash infra/docker.sh start >/dev/null && PROVIDER=0 bash infra/images.sh >/dev/null; fi
 	$(BIN)/testbed experiment $(OVERRIDES)
 	$(BIN)/testbed report $(or $(OUT),runs)/$(or $(WORKLOAD),$$($(BIN)/testbed evaluations $(or $(EVAL),btu) workload)) $(REPORT_ARGS)
 

@@ -35,16 +35,18 @@ def describe(cfg: ExperimentConfig) -> str:
     return "\n".join(lines)
 
 
-USAGE = "usage: testbed evaluations [NAME [workload]]  (workload: print only its default workload)"
+USAGE = ("usage: testbed evaluations [NAME [workload|backend]]  (workload: print only its default workload; "
+         "backend: only its backend, sim or docker)")
 
 
 def main(argv: List[str]) -> int:
     names = evaluation_names()
-    if len(argv) > 2 or (argv and argv[0] not in names) or (len(argv) == 2 and argv[1] != "workload"):
+    if len(argv) > 2 or (argv and argv[0] not in names) or (len(argv) == 2 and argv[1] not in ("workload", "backend")):
         print(f"{USAGE}\nevaluations: {', '.join(names)}", file=sys.stderr)
         return 2
     if len(argv) == 2:
-        print(load_evaluation(argv[0]).pattern.name)
+        cfg = load_evaluation(argv[0])
+        print(cfg.pattern.name if argv[1] == "workload" else cfg.backend.name.value)
         return 0
     for name in argv or names:
         print(describe(load_evaluation(name)))

@@ -73,3 +73,13 @@ def test_patterns_plot_writes_a_png(tmp_path):
 def test_unknown_command_shows_usage(tmp_path):
     proc = run_cli("frobnicate", cwd=tmp_path)
     assert proc.returncode == 2 and "testbed experiment" in proc.stderr
+
+
+def test_evaluations_tells_an_evaluations_backend_for_make_experiment(capsys):
+    from testbed.evaluations import main as evaluations_main
+
+    assert evaluations_main(["daedalus_live", "backend"]) == 0
+    assert evaluations_main(["btu", "backend"]) == 0
+    assert evaluations_main(["btu", "workload"]) == 0
+    assert capsys.readouterr().out.split() == ["docker", "sim", "stepwise"]
+    assert evaluations_main(["btu", "hosts"]) == 2

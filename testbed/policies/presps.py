@@ -134,9 +134,12 @@ class Estimate:
     def lam(self) -> float:
         return self.lam_input + self.lam_queue
 
+    def inputs(self, td_s: float) -> str:
+        return (f"theta={self.theta:.3f} lam_hat={self.lam:.0f} (input {self.lam_input:.0f} + backlog "
+                f"{self.lam_queue:.0f}) et={self.et_s * 1000:.3f} ms td={td_s:g} s")
+
     def reason(self, td_s: float) -> str:
-        return (f"PRESPS theta={self.theta:.3f} lam_hat={self.lam:.0f} (input {self.lam_input:.0f} + backlog "
-                f"{self.lam_queue:.0f}) et={self.et_s * 1000:.3f} ms td={td_s:g} s -> {self.target} replicas")
+        return f"PRESPS {self.inputs(td_s)} -> {self.target} replicas"
 
 
 @dataclass

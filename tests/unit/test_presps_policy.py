@@ -197,6 +197,36 @@ def test_dabs_restarts_on_a_change_at_most_once_per_30_s():
     assert out == []  # t = 40: A needs 60 x 0.4 / 30 = 0.8 -> 1, B 0.2 -> 1: as they are
 
 
+def test_dabs_utilisation_rule_keeps_the_activity_level_in_its_band():
+    from testbed.policies.dabs import utilisation_target
+    from testbed.policies.presps import Estimate
+
+    p = DabsParams(rule="utilisation")  # band [0.5, 0.9], target 0.7, pool 12
+    # 60 items x 0.4 s / 30 s = 0.8 replica-intervals of work: on 1 replica activity 0.8, in the band
+    assert utilisation_target(Estimate(1.0, 60, 0, 0.4, 1), 1, p)[0] == 1
+    # 180 items: 2.4 of work; on 1 replica 2.4 > 0.9 -> ceil(2.4 / 0.7) = ceil(3.43) = 4 (Eq. (1) says 3)
+    n, why = utilisation_target(Estimate(1.0, 60, 120, 0.4, 3), 1, p)
+    assert n == 4 and "activity 2.40 outside [0.5, 0.9]" in why
+    # on 3 replicas the same work is 0.8 each: kept at 3
+    assert utilisation_target(Estimate(1.0, 60, 120, 0.4, 3), 3, p)[0] == 3
+    # on 6 replicas 0.4 < 0.5: down to 4; far too much work: the pool's 12
+    assert utilisation_target(Estimate(1.0, 60, 120, 0.4, 3), 6, p)[0] == 4
+    assert utilisation_target(Estimate(1.0, 60, 10_000, 0.4, 12), 1, p)[0] == 12
+    # no et measured yet: nothing to size with, the count stays
+    assert utilisation_target(Estimate(1.0, 60, 0, 0.0, 1), 2, p)[0] == 2
+    with pytest.raises(ValueError, match="util_low, util_target, util_high"):
+        DabsParams(rule="utilisation", util_low=0.8, util_target=0.7).validate()
+    with pytest.raises(ValueError, match="rule"):
+        DabsParams(rule="thresholds").validate()
+    # in the policy: the restart carries the rule's counts and reasons
+    policy = DabsPolicy(DabsParams(rule="utilisation"))
+    for t in range(10, 31, 5):
+        out = policy.decide(steady(float(t), queue_a=120 if t == 30 else 0))
+    assert isinstance(out[0], Restart) and "A 1->4" in out[0].reason
+    assert [(a.operator, a.active) for a in out[1:]] == [("A", 4)]
+    assert "lam_hat=180" in out[1].reason and "ceil(2.40 / 0.7) = 4" in out[1].reason
+
+
 @pytest.mark.parametrize("hold", [False, True])
 def test_restart_holding_the_source_starts_latency_when_items_enter(hold):
     from tests.unit.test_platform_sim import run_chain

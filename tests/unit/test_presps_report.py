@@ -155,6 +155,30 @@ def test_claims_and_the_extension_point():
     assert set(paper["approach"]) == {"presps", "dabs"} and len(paper) == 8
 
 
+def test_claims_per_baseline_variant():
+    """Two DABS-like baselines: P1-P4 once for each, suffixed with its name, each against the
+    paper's one DABS-Storm row; Table 3 shows both measured rows under the paper's DABS."""
+    values = {"presps": (0.65, 0.09, 0.9999, 5100.0), "dabs": (0.64, 0.46, 0.74, 6200.0),
+              "dabs-util": (0.54, 0.40, 0.87, 3500.0)}
+    rows = [{"pattern": "presps_spikes", "approach": c, "config": c, "btu_minutes": pd.NA, "metric": m, "mean": v,
+             "sd": 0.0, "n": 3}
+            for c, vs in values.items()
+            for m, v in zip(("saved_resources", "throughput_degradation", "processed_ratio", "latency_ms"), vs)]
+    claims = check_claims(pd.DataFrame(rows), report_for("presps").reference())
+    assert claims["claim"].tolist() == ["P1 (dabs)", "P2 (dabs)", "P3 (dabs)", "P4 (dabs)",
+                                        "P1 (dabs-util)", "P2 (dabs-util)", "P3 (dabs-util)", "P4 (dabs-util)"]
+    # dabs: 0.65 > 0.64 saves more; 0.09 < 0.46; 0.9999 >= 0.99 and 0.74 below; 6200 ms is not lower
+    assert claims["measured"].tolist() == ["holds"] * 3 + ["does not hold"] + ["holds"] * 4
+    assert claims["paper"].tolist() == ["holds"] * 8
+    assert claims["text"].iloc[7] == "The baseline has the lower mean latency (dabs-util)"
+    from reporting.evaluations.presps import table3
+
+    t3 = table3(pd.DataFrame(rows), report_for("presps").reference(), "presps_spikes")
+    assert [r[:2] for r in t3.rows] == [["presps", "paper"], ["presps", "measured"], ["dabs", "paper"],
+                                        ["dabs", "measured"], ["dabs-util", "measured"]]
+    assert t3.rows[4][2].startswith("0.5400")
+
+
 def _live_run(root: Path, config: str, latency_ms: float, purged: int) -> Path:
     """A hand-built run of evaluation presps_live (the hand tables, with one configuration's latency
     and purge count)."""

@@ -371,7 +371,7 @@ def test_a_pool_replica_switched_off_hands_back_what_it_holds_and_consumes_again
 @pytest.mark.parametrize("parallel", [1, 2])
 def test_a_saturated_instance_is_busy_all_the_time(run, channel, redis, parallel):
     w = run.wiring(ONE_STAGE)
-    inp, out = w.edge("S", "A").queue, w.edge("A", "sink").queue
+    out = w.edge("A", "sink").queue
     n, work_ms, flush_s = 40 * parallel, 100, 0.5
     publish(channel, w.exchange("S"), items(n))  # a backlog: the instance never waits for input
     runner = run.start("A", ONE_STAGE, OPERATOR_IMPL="passthrough", WORK_MS=work_ms, PREFETCH=5, PARALLEL=parallel,

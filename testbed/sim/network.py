@@ -272,7 +272,7 @@ class CohortNetwork:
         if n:
             if len(self._instance_names) < len(self._names):
                 self._instance_names = np.array(self._names, dtype=object)
-            self.recorder.extend(smp.t[:n].tolist(), ops[smp.op[:n]].tolist(),
+            self.recorder.extend(smp.t[:n].tolist(), smp.op[:n],
                                  self._instance_names[smp.instance[:n]].tolist(), smp.duration_ms[:n].tolist())
         if m:
             fl = self.flows

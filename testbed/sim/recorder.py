@@ -36,10 +36,11 @@ class SampleRecorder:
         self._epoch = float(stream(seed, "clock-phase").uniform(0.0, 1.0))  # wall-clock phase of the start
         if self._geometric:
             self._gap = [int(self._gaps.next()) for _ in operators]
-        self._index = {o: k for k, o in enumerate(self.operators)}
+        self._names = np.array(self.operators, dtype=object)
         self._interval_start = 0  # first sample since the last monitoring read
         self.t: List[float] = []
         self.operator: List[str] = []
+        self._op: List[int] = []  # the operator's index (for interval_means)
         self.instance: List[str] = []
         self.duration_ms: List[float] = []
 
@@ -77,26 +78,27 @@ class SampleRecorder:
         self._rr[op] = k + 1
         self.t.append(finish)
         self.operator.append(self.operators[op])
+        self._op.append(op)
         self.instance.append(instances[k % len(instances)] if instances else "")
         self.duration_ms.append((finish - send) * 1000.0)
 
-    def extend(self, t: List[float], operator: List[str], instance: List[str], duration_ms: List[float]) -> None:
-        """Samples the compiled cohort model took and measured (see `arrays`)."""
+    def extend(self, t: List[float], op: np.ndarray, instance: List[str], duration_ms: List[float]) -> None:
+        """Samples the compiled cohort model took and measured (see `arrays`); `op`: operator indices."""
         self.t += t
-        self.operator += operator
+        self.operator += self._names[op].tolist()
+        self._op += op.tolist()
         self.instance += instance
         self.duration_ms += duration_ms
 
     def interval_means(self) -> List[float | None]:
         """Mean sampled duration per operator since the previous call (None: no sample); summed in
         the order the samples were taken."""
-        sums, counts = [0.0] * len(self.operators), [0] * len(self.operators)
-        index = self._index
         start, self._interval_start = self._interval_start, len(self.t)
-        for o, d in zip(self.operator[start:], self.duration_ms[start:]):
-            sums[index[o]] += d
-            counts[index[o]] += 1
-        return [s / n if n else None for s, n in zip(sums, counts)]
+        op, n = np.array(self._op[start:], dtype=np.int64), len(self.operators)
+        # bincount adds the weights one by one in order, as a loop over the samples would
+        sums = np.bincount(op, weights=np.array(self.duration_ms[start:], dtype=np.float64), minlength=n).tolist()
+        counts = np.bincount(op, minlength=n).tolist()
+        return [s / c if c else None for s, c in zip(sums, counts)]
 
     def arrays(self) -> "SamplingArrays":
         """Hands the sampling state over to the compiled cohort model, which samples by the same

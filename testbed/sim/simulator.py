@@ -166,17 +166,18 @@ class Simulation:
         near the end counts its whole service time)."""
         interval = self.cfg.runtime.monitoring_s
         served, busy_s, parse = flows.served, flows.busy_s, self._parse
-        served_by: Dict[str, List[str]] = {}
+        serving_ids = {o: [i.id for i in members] for o, members in serving.items()}  # in start order (the cluster's)
+        known = {i for ids in serving_ids.values() for i in ids}
+        gone_by: Dict[str, List[str]] = {}  # served in the interval, no longer serving (rarely any)
         for i in served:
-            served_by.setdefault(parse(i)[0], []).append(i)
+            if i not in known:
+                gone_by.setdefault(parse(i)[0], []).append(i)
         rows: List[InstanceObservation] = []
         for o in self.topology.operators:
-            ids = [i.id for i in serving[o]]  # in start order (the cluster's)
-            known = set(ids)
-            gone = [i for i in served_by.get(o, ()) if i not in known]
+            ids = serving_ids[o]
+            gone = gone_by.get(o)
             if gone:
-                ids += gone
-                ids.sort(key=lambda i: parse(i)[1])
+                ids = sorted(ids + gone, key=lambda i: parse(i)[1])
             per_slot = interval * self.services[o].parallel
             rows += [InstanceObservation(i, o, served.get(i, 0), min(1.0, busy_s.get(i, 0.0) / per_slot)) for i in ids]
         return tuple(rows)

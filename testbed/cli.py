@@ -37,6 +37,8 @@ def _experiment(cfg: DictConfig) -> None:
     _COMPOSED = True
     try:
         typed = validate(to_typed(cfg))
+        gc.freeze()  # never to be rescanned
+        gc.enable()
         runs = run_experiment(typed)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
@@ -67,6 +69,9 @@ _COMPOSED = False  # set once Hydra has composed the config: a later exit is the
 
 
 def experiment(argv: List[str]) -> int:
+    # Start-up (imports, the composed config) allocates what lives to the end: no collections until
+    # the runs begin (`_experiment` freezes it and turns the collector on)
+    gc.disable()
     import hydra
 
     from testbed.config import CONF_DIR, register

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -297,10 +297,13 @@ def _figure(inputs: SectionInputs, pattern: str, runs: Sequence[Any]) -> Optiona
     if not first:
         return None
     fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
-    for i, (config, run) in enumerate(sorted(first.items())):
+    # the input as the workload has it: from a run without restarts (a DABS-like run holding or
+    # pausing its sources emits the downtimes' input later)
+    input_from = _unrestarted(first.values())
+    for config, run in sorted(first.items()):
         s = _series(run)
         axes[0].step(s["replicas"].index, s["replicas"].to_numpy(), where="post", label=config)
-        if i == 0:
+        if run is input_from:
             axes[1].plot(s["input"].index, s["input"].to_numpy(), color="black", linewidth=1.0, label="input")
         axes[1].plot(s["output"].index, s["output"].to_numpy(), linewidth=1.0, label=f"{config} output")
     axes[0].set_ylabel("active replicas (all operators)")
@@ -318,14 +321,20 @@ def _figure(inputs: SectionInputs, pattern: str, runs: Sequence[Any]) -> Optiona
     return path
 
 
+def _unrestarted(runs: Iterable[Any]) -> Any:
+    """A run whose load table is the workload as generated: one of a policy that never restarts if
+    there is one (a DABS-like run holding or pausing its sources emits the downtimes' input later,
+    and with `pause` not the trace's tail)."""
+    return min(runs, key=lambda r: (r.manifest.policy == "dabs", r.config, r.rep))
+
+
 def _workload_table(runs: Sequence[Any]):
     from data_provider.presps_workload import REFERENCE_STATS, minute_rms_vs_reference, series_statistics
     from reporting.report_document import Table
 
-    # a run whose load table is the whole trace: a DABS-like run pausing its sources (source=pause)
-    # emits the trace later and not its tail
-    run = min(runs, key=lambda r: (r.manifest.policy == "dabs", r.config, r.rep))
     from testbed.eventlog import EventLog
+
+    run = _unrestarted(runs)
 
     load = EventLog(run.run_dir).read("load")
     tick_s = float(run.manifest.resolved_config["topology"]["tick_ms"]) / 1000.0

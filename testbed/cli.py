@@ -194,9 +194,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     # live containers removed, as in the foreground
     signal.signal(signal.SIGINT, signal.default_int_handler)
     # Nearly everything a command allocates lives to its end (modules, compiled code, the config,
-    # the run's tables), and Python's default thresholds (700, 10, 10) rescan that whole heap three
-    # times while a simulated run starts (0.13 s of its 2 s) for a few MB of cycles. Full collections
-    # ten times rarer keep the young generations as they were.
+    # the run's tables): full collections ten times rarer than with Python's default thresholds
+    # (700, 10, 10), which rescanned that heap three times in a simulated run (0.13 s of its 2 s)
+    # for a few MB of cycles; the young generations as they were
     gc.set_threshold(700, 10, 100)
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in COMMANDS:

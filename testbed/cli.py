@@ -29,7 +29,6 @@ USAGE = __doc__ or ""
 
 
 def _experiment(cfg: DictConfig) -> None:
-    from reporting.summary import SummaryError, format_summary, summarise
     from testbed.config import ConfigError, to_typed, validate
     from testbed.experiment import run_experiment
 
@@ -56,6 +55,8 @@ def _experiment(cfg: DictConfig) -> None:
             print(format_results(table))
             table.to_csv(root / "results.csv", index=False)
             return
+        from reporting.summary import SummaryError, format_summary, summarise  # only when a table is printed
+
         try:
             table = summarise(root)
         except SummaryError as exc:

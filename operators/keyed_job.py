@@ -38,7 +38,7 @@ def redis_key(prefix: str, name: str) -> str:
 
 
 def worker_name(worker: int) -> str:
-    """The worker's name in the event log (as in the simulator's job mode)."""
+    """The worker's name in the event log (instance_stats), live and simulated (testbed/job_tables.py)."""
     return f"w{worker}"
 
 

@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, Mapping, Sequence
 
 import numpy as np
 
+from operators.keyed_job import worker_name
 from testbed.actions import actions_table
 from testbed.policies.job_inputs import JOB_OPERATOR
 
@@ -41,7 +42,7 @@ def job_tables(step: int, arrivals: np.ndarray, thr: np.ndarray, cpu: np.ndarray
         for w in range(n):
             c = cpu[sl, w]
             c = c[np.isfinite(c)]
-            stats["t_s"].append(te), stats["operator"].append(JOB_OPERATOR), stats["instance"].append(f"w{w}")
+            stats["t_s"].append(te), stats["operator"].append(JOB_OPERATOR), stats["instance"].append(worker_name(w))
             stats["processed"].append(int(round(thr[sl, w].sum())))
             stats["utilisation"].append(float(c.mean()) if c.size else 0.0)
     tables: Dict[str, Dict[str, list]] = {

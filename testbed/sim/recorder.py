@@ -39,8 +39,7 @@ class SampleRecorder:
         self._names = np.array(self.operators, dtype=object)
         self._interval_start = 0  # first sample since the last monitoring read
         self.t: List[float] = []
-        self.operator: List[str] = []
-        self._op: List[int] = []  # the operator's index (for interval_means)
+        self._op: List[int] = []  # the operator's index; `operator` gives the names
         self.instance: List[str] = []
         self.duration_ms: List[float] = []
 
@@ -77,7 +76,6 @@ class SampleRecorder:
         k = self._rr[op]
         self._rr[op] = k + 1
         self.t.append(finish)
-        self.operator.append(self.operators[op])
         self._op.append(op)
         self.instance.append(instances[k % len(instances)] if instances else "")
         self.duration_ms.append((finish - send) * 1000.0)
@@ -85,10 +83,14 @@ class SampleRecorder:
     def extend(self, t: List[float], op: np.ndarray, instance: List[str], duration_ms: List[float]) -> None:
         """Samples the compiled cohort model took and measured (see `arrays`); `op`: operator indices."""
         self.t += t
-        self.operator += self._names[op].tolist()
         self._op += op.tolist()
         self.instance += instance
         self.duration_ms += duration_ms
+
+    @property
+    def operator(self) -> List[str]:
+        """Each sample's operator name (the samples table's column)."""
+        return self._names[np.asarray(self._op, dtype=np.int64)].tolist()
 
     def interval_means(self) -> List[float | None]:
         """Mean sampled duration per operator since the previous call (None: no sample); summed in

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -240,6 +241,36 @@ def _chromium() -> str:
     pytest.skip("needs Debian's chromium (/usr/bin/chromium; apt-get install -y chromium)")
 
 
+def _live_members(pgid: int) -> List[int]:
+    """Processes of a process group that have not exited (zombies left to an init that does not reap are over)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited while listed
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def _stop_process_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM the browser's whole group, SIGKILL what is left after the grace period, and wait for all of it."""
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            proc.poll()
+            if proc.returncode is not None and not _live_members(proc.pid):
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"chromium's processes {_live_members(proc.pid)} survived SIGKILL")
+
+
 class DevTools:
     """The smallest Chrome DevTools Protocol client the test needs: send a command, await its answer."""
 
@@ -278,11 +309,14 @@ def test_index_html_renders_in_headless_chromium(simulated) -> None:
     _, result = simulated
     index = result.out / "index.html"
     with tempfile.TemporaryDirectory() as profile:
+        # Its own process group: chromium's helpers (zygote, renderer, GPU) outlive the browser process
+        # for a moment and keep writing into the profile, so all of them are stopped before it is removed.
         proc = subprocess.Popen(
             [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-             "--remote-debugging-port=0", "--remote-allow-origins=*", "--window-size=1400,1000", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "--disable-component-update", "--disable-sync", "--disable-breakpad", "--no-first-run",
+             f"--user-data-dir={profile}", "--remote-debugging-port=0", "--remote-allow-origins=*",
+             "--window-size=1400,1000", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             port_file = Path(profile) / "DevToolsActivePort"
             deadline = time.monotonic() + 60
@@ -304,8 +338,7 @@ def test_index_html_renders_in_headless_chromium(simulated) -> None:
             page_state = json.loads(tools.call("Runtime.evaluate", expression=probe, returnByValue=True)["result"]["value"])
             shot = base64.b64decode(tools.call("Page.captureScreenshot", format="png")["data"])
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            _stop_process_group(proc)
     figures = list((result.out / "figures").glob("*.png"))
     assert len(page_state["images"]) == len(figures) == 5
     assert all(complete and w > 0 and h > 0 for complete, w, h in page_state["images"]), page_state["images"]

@@ -242,7 +242,7 @@ def _chromium() -> str:
 
 
 def _live_members(pgid: int) -> List[int]:
-    """Processes of a process group that have not exited (zombies left to an init that does not reap are over)."""
+    """Processes of a process group still running (zombies count as ended: this machine's init may never reap them)."""
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -256,7 +256,6 @@ def _live_members(pgid: int) -> List[int]:
 
 def _stop_process_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
     """SIGTERM the browser's whole group, SIGKILL what is left after the grace period, and wait for all of it."""
-
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)

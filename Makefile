@@ -47,7 +47,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # a live evaluation (backend docker) first installs and starts the broker, Redis and dockerd, and
-# builds the operator images (each step idempotent, quick when done already)
+# builds the operator images (each step idempotent, quick when done already). The scripts say on
+# stderr what they do, one line per step (nothing when it is done already); their status lines on
+# stdout are dropped here.
 experiment: $(STAMP)
 	@if [ "$(BACKEND)" = docker ] || [ "$$($(BIN)/testbed evaluations $(or $(EVAL),btu) backend)" = docker ]; then \
 	  bash infra/services.sh install >/dev/null && bash infra/services.sh start >/dev/null && \
@@ -103,12 +105,15 @@ else
 	bash infra/services.sh start
 endif
 
+# stops what the project started (pid files, see infra/services.sh and infra/docker.sh): RabbitMQ
+# with its epmd, Redis and dockerd; services that ran already are left running
 infra-down:
 ifeq ($(INFRA),compose)
 	bash infra/compose.sh down
 else
 	bash infra/services.sh stop
 endif
+	bash infra/docker.sh stop
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

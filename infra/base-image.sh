@@ -11,6 +11,7 @@ MIRROR=${MIRROR:-http://deb.debian.org/debian}
 if docker image inspect "$TAG" >/dev/null 2>&1; then
   echo "$TAG exists"; exit 0
 fi
+echo "base-image.sh: building the base image $TAG (debootstrap of Debian $SUITE: a few minutes)…" >&2
 command -v debootstrap >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
 
 root=$(mktemp -d /tmp/testbed-rootfs.XXXXXX)

@@ -32,6 +32,16 @@ fi
 case $BASE in testbed-base:*) bash infra/base-image.sh "$BASE" ;; esac
 echo "images.sh: base $BASE"
 
+# one line on stderr when an image is missing (a first build takes minutes); a rebuild of images
+# that exist comes from the build cache in seconds and says nothing there
+wanted=()
+[ "$PROVIDER" = 0 ] || wanted+=("testbed-provider:$TAG")
+[ "$JOB" = 0 ] || wanted+=("testbed-job:$TAG")
+for op in $OPERATORS; do wanted+=("testbed-${op,,}:$TAG"); done
+if ! docker image inspect "${wanted[@]}" >/dev/null 2>&1; then
+  echo "images.sh: building the operator images (first time: a few minutes)…" >&2
+fi
+
 built=()
 build() {  # name, docker build args...
   local name=$1; shift

@@ -4,8 +4,14 @@
 #
 #   bash infra/services.sh install   apt-get install what is missing; enable rabbitmq_management
 #   bash infra/services.sh start     start RabbitMQ and Redis in the background unless running; wait until ready
-#   bash infra/services.sh stop      stop both
+#   bash infra/services.sh stop      stop what `start` started (RabbitMQ with the epmd it brought up, Redis)
 #   bash infra/services.sh status    one line per service; exit 1 if one is down
+#
+# `start` records what it starts in pid files (SERVICES_RUN_DIR, default /tmp: testbed-rabbitmq.pid,
+# testbed-epmd.pid, testbed-redis.pid); `stop` stops only those: a broker, an epmd or a Redis that
+# ran already (a system service, another project's) is left alone. What the script does (installing,
+# starting, stopping) goes to stderr, one line per step and nothing when there is nothing to do; the
+# services' status goes to stdout.
 #
 # Idempotent and non-interactive. Works without systemd (daemons are started directly), as root or
 # through sudo. Endpoints: AMQP 127.0.0.1:5672 (guest/guest), management http://127.0.0.1:15672,
@@ -15,6 +21,13 @@ set -euo pipefail
 WAIT_S=${SERVICES_WAIT_S:-120}
 REDIS_PORT=${REDIS_PORT:-6379}
 REDIS_DIR=${REDIS_DIR:-/var/lib/redis}
+RUN_DIR=${SERVICES_RUN_DIR:-/tmp}
+RABBIT_PIDFILE=$RUN_DIR/testbed-rabbitmq.pid
+EPMD_PIDFILE=$RUN_DIR/testbed-epmd.pid
+REDIS_PIDFILE=$RUN_DIR/testbed-redis.pid
+REDIS_LOG=$REDIS_DIR/redis-testbed.log
+
+say() { echo "services.sh: $*" >&2; }
 
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo -n "$@"; else
@@ -36,7 +49,7 @@ install() {
   have tesseract || missing+=(tesseract-ocr)
   [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)  # production display font
   if [ ${#missing[@]} -gt 0 ]; then
-    echo "services.sh: installing ${missing[*]}"
+    say "installing ${missing[*]} (Debian packages; first time: a minute or two)…"
     # policy-rc.d may deny the packages' own start scripts: that is fine, `start` starts them.
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -54,6 +67,7 @@ enable_plugins() {
   local p
   for p in $PLUGINS; do
     grep -qs "$p" /etc/rabbitmq/enabled_plugins && continue
+    say "enabling the RabbitMQ plugin $p…"
     if rabbit_up; then as_root rabbitmq-plugins -q enable "$p" >/dev/null
     else as_root rabbitmq-plugins -q enable --offline "$p" >/dev/null; fi
   done
@@ -62,17 +76,22 @@ enable_plugins() {
 start_rabbit() {
   local deadline=$((SECONDS + WAIT_S))
   if ! rabbit_up; then
-    echo "services.sh: starting rabbitmq-server"
+    say "starting RabbitMQ…"
+    local had_epmd=0
+    pgrep -x epmd >/dev/null && had_epmd=1
     as_root rabbitmq-server -detached
     until rabbit_up; do
       if [ $SECONDS -ge $deadline ]; then echo "services.sh: rabbitmq did not start in ${WAIT_S}s" >&2; return 1; fi
       sleep 1
     done
     rabbit_ctl -q await_startup --timeout "$WAIT_S" >/dev/null   # the node boots its app
+    rabbit_pid >"$RABBIT_PIDFILE"
+    # the node brought up the Erlang port mapper: stopped with it by `stop`
+    if [ $had_epmd = 0 ]; then pgrep -nx epmd >"$EPMD_PIDFILE" || rm -f "$EPMD_PIDFILE"; fi
   fi
   # a node whose app was stopped (rabbitmqctl stop_app) stays up without the broker: start it
   if ! rabbit_app_up; then
-    echo "services.sh: starting the rabbitmq app"
+    say "starting the RabbitMQ app…"
     rabbit_ctl -q start_app >/dev/null 2>&1 || true
   fi
   rabbit_ctl -q await_startup --timeout "$WAIT_S" >/dev/null
@@ -80,10 +99,10 @@ start_rabbit() {
 
 start_redis() {
   if redis_up; then return 0; fi
-  echo "services.sh: starting redis-server"
+  say "starting Redis…"
   as_root mkdir -p "$REDIS_DIR"
   as_root redis-server --daemonize yes --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$REDIS_DIR" \
-    --save '' --appendonly no --logfile "$REDIS_DIR/redis-testbed.log" >/dev/null
+    --save '' --appendonly no --logfile "$REDIS_LOG" --pidfile "$REDIS_PIDFILE" >/dev/null
   local deadline=$((SECONDS + WAIT_S))
   until redis_up; do
     if [ $SECONDS -ge $deadline ]; then echo "services.sh: redis did not start in ${WAIT_S}s" >&2; return 1; fi
@@ -101,9 +120,61 @@ start() {
   status
 }
 
+# pid helpers: a process is ours while the pid in its file is alive under the expected name
+alive_as() { [ -n "${1:-}" ] && [ "$(cat "/proc/$1/comm" 2>/dev/null)" = "$2" ]; }
+pid_in() { [ -f "$1" ] && tr -dc 0-9 <"$1" || true; }
+rabbit_pid() { rabbit_ctl -q eval 'os:getpid().' 2>/dev/null | tr -dc 0-9; }
+redis_pid() { redis-cli -p "$REDIS_PORT" info server 2>/dev/null | sed -n 's/^process_id:\([0-9]*\).*/\1/p'; }
+# the Redis on REDIS_PORT is ours: its pid is the one in our pid file, or (started before the pid
+# file existed) it writes our log file
+redis_is_ours() {
+  local pid; pid=$(redis_pid)
+  [ -n "$pid" ] || return 1
+  [ "$(pid_in "$REDIS_PIDFILE")" = "$pid" ] && return 0
+  [ "$(redis-cli -p "$REDIS_PORT" config get logfile 2>/dev/null | sed -n 2p)" = "$REDIS_LOG" ]
+}
+wait_gone() {  # pid, name: wait until the process has exited
+  local deadline=$((SECONDS + WAIT_S))
+  while alive_as "$1" "$2"; do
+    if [ $SECONDS -ge $deadline ]; then say "$2 (pid $1) did not stop in ${WAIT_S}s"; return 1; fi
+    sleep 0.2
+  done
+}
+
 stop() {
-  if rabbit_up; then echo "services.sh: stopping rabbitmq"; rabbit_ctl -q stop >/dev/null || true; fi
-  if redis_up; then echo "services.sh: stopping redis"; redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true; fi
+  local pid epmd_pid
+  pid=$(pid_in "$RABBIT_PIDFILE")
+  if alive_as "$pid" beam.smp && [ "$(rabbit_pid)" = "$pid" ]; then
+    say "stopping RabbitMQ (pid $pid)…"
+    rabbit_ctl -q stop >/dev/null || true
+    wait_gone "$pid" beam.smp
+  elif rabbit_up; then
+    say "RabbitMQ was not started by infra/services.sh: left running (rabbitmqctl stop stops it)"
+  fi
+  rm -f "$RABBIT_PIDFILE"
+  epmd_pid=$(pid_in "$EPMD_PIDFILE")
+  if alive_as "$epmd_pid" epmd; then
+    # only once no Erlang node is registered with it any more
+    if epmd -names 2>/dev/null | grep -q '^name '; then
+      say "epmd (pid $epmd_pid) still serves other Erlang nodes: left running"
+    else
+      say "stopping epmd (pid $epmd_pid)…"
+      as_root kill "$epmd_pid" 2>/dev/null || true
+      wait_gone "$epmd_pid" epmd
+      rm -f "$EPMD_PIDFILE"
+    fi
+  else
+    rm -f "$EPMD_PIDFILE"
+  fi
+  if redis_is_ours; then
+    pid=$(redis_pid)
+    say "stopping Redis (pid $pid)…"
+    redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
+    wait_gone "$pid" redis-server
+  elif redis_up; then
+    say "the Redis on port $REDIS_PORT was not started by infra/services.sh: left running"
+  fi
+  if ! alive_as "$(pid_in "$REDIS_PIDFILE")" redis-server; then as_root rm -f "$REDIS_PIDFILE"; fi
 }
 
 status() {

@@ -16,7 +16,8 @@ import numpy as np
 POLICY_TIMES: Dict[str, Tuple[str, ...]] = {
     "daedalus": ("loop_s", "rt_target_s", "grace_s", "keep_s", "warmup_s", "horizon_s", "downtime_out_s",
                  "downtime_in_s", "fast_history_s", "fallback_horizon_s", "K", "post_rescale_pause_s"),
-    "hpa": ("sync_s", "metric_window_s", "up_window_s", "down_window_s", "policy_period_s"),
+    "hpa": ("sync_s", "metric_window_s", "up_window_s", "down_window_s", "policy_period_s", "up_percent_period_s",
+            "up_pods_period_s", "down_percent_period_s", "down_pods_period_s"),
 }
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from testbed.model import Action, InstanceState, ReleaseHost, Snapshot
 from testbed.placement.first_fit import FirstFit
 from testbed.policies.daedalus.controller import LoopWindow
-from testbed.policies.hpa_core import HpaState, PodMetric, sync
+from testbed.policies.hpa_core import HpaState, sync
 from testbed.policies.planning import Plan
 from testbed.policies.scaling import scale_to
 
@@ -114,7 +114,7 @@ def hpa_operator_actions(policy, snapshot: Snapshot) -> List[Action]:
         for inst in snapshot.instances_of(o):
             stats = snapshot.instance_stats.get(inst.id)
             ready = inst.state == InstanceState.running
-            pods.append(PodMetric(stats[1] / p.request_ratio if stats is not None else None, ready))
+            pods.append(p.pod(stats[1] if stats is not None else None, ready, inst.id, o))
         state = policy.states.setdefault(o, HpaState())
         raw, desired = sync(state, policy.behaviour, snapshot.t, view.n, pods, p.target_pct, p.tolerance)
         if desired != view.n:

@@ -33,7 +33,8 @@ from reporting.evaluations import SectionInputs, compare_all, report_for, report
 from reporting.report_config import ReportConfig, ReportConfigError, parse_overrides
 from reporting.report_document import build_document, config_order
 from reporting.report_metrics import ReportMetrics, report_metrics
-from reporting.run_catalog import REPORT_TABLES, ReportError, RunCatalog, load_catalog, run_folders
+from reporting.run_catalog import (REPORT_TABLES, ReportError, ReportInputError, RunCatalog, load_catalog,
+                                   run_folders)
 from reporting.spark_passes import collect_aggregates
 from reporting.spark_session import SessionStart, SparkStartError
 from reporting.spark_tables import RunTables
@@ -58,7 +59,7 @@ def _check_writable(out: Path) -> None:
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as exc:
-        raise ReportError(f"cannot write the report to {out}: {exc}") from exc
+        raise ReportInputError(f"cannot write the report to {out}: {exc}") from exc
 
 
 def _write_tables(out: Path, catalog: RunCatalog, metrics: ReportMetrics, comparison, claims) -> Dict[str, Path]:
@@ -190,37 +191,56 @@ def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalo
     return files
 
 
+# Exit statuses of `testbed report` (README.md, "Reports"): a report with damaged runs left out is
+# still written, but a script must be able to tell it from a report of every run.
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_DAMAGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """`testbed report RUNS_DIR [key=value ...]`; exit 1 on unreportable runs, 2 on a bad config."""
+    """`testbed report RUNS_DIR [key=value ...]`: exit 0, or 3 when damaged runs were left out of
+    the report; 2 on a bad argument (a key, no runs folder, no runs in it, an unwritable output
+    folder); 1 when nothing can be reported (no complete undamaged run, Spark does not start)."""
     args: List[str] = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help") or "=" in args[0]:
         print("usage: testbed report RUNS_DIR [out=DIR] [figures=false] [spark.master=local[*]] "
               "[spark.<key>=...] [spark.conf.<spark key>=...]", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     try:
         cfg = parse_overrides(args[1:])
     except ReportConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     try:
         result = run_report(args[0], cfg, say=lambda line: print(line, file=sys.stderr, flush=True))
+    except ReportInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except (ReportError, SparkStartError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the class archive's temporary file is gone
+        print("report interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    _print_result(result)
+    for bad in result.catalog.damaged:
+        print(f"damaged, left out of the report: {bad.run_dir}: {bad.reason}", file=sys.stderr)
+    return EXIT_DAMAGED if result.catalog.damaged else EXIT_OK
+
+
+def _print_result(result: ReportResult) -> None:
+    """What the report covers, the claims' verdicts, the timings and the files written."""
+    import pandas as pd
+
     catalog = result.catalog
     print(f"report of {len(catalog.complete)} complete run(s) below {catalog.root}")
     for run in catalog.incomplete:
         print(f"not complete ({run.manifest.status}), excluded from the means: {run.run_dir}")
-    claims = result.files["claims"]
-    import pandas as pd
-
-    for row in pd.read_csv(claims).itertuples():
+    for row in pd.read_csv(result.files["claims"]).itertuples():
         print(f"  {row.pattern:<14} {row.measured:<14} {row.text}")
     t = result.timings
     print(f"Spark start (run folders read meanwhile) {t['spark_start_s']:.1f} s, computation {t['compute_s']:.1f} s, "
           f"figures and documents {t['render_s']:.1f} s")
     print(f"wrote {result.files['html']} and {result.files['markdown']}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -178,6 +178,13 @@ def runs_table(catalog: RunCatalog) -> Table:
     return Table("Runs and their manifests", headers, rows)
 
 
+def damaged_table(catalog: RunCatalog) -> Table:
+    """Run folders the report could not read, and why: left out of every table and figure."""
+    root = str(catalog.root.resolve())
+    rows = [[bad.name, bad.run_dir.as_posix().removeprefix(root + "/"), bad.reason] for bad in catalog.damaged]
+    return Table("Damaged runs (left out of the report)", ["run", "folder", "reason"], rows)
+
+
 def build_document(catalog: RunCatalog, summary: pd.DataFrame, comparison: pd.DataFrame, claims: pd.DataFrame,
                    figures: Dict[str, Path], spark_master: str, table_files: Sequence[Path],
                    extra_sections: Sequence[Section] = (), skip_patterns: Sequence[str] = ()) -> Document:
@@ -192,7 +199,8 @@ def build_document(catalog: RunCatalog, summary: pd.DataFrame, comparison: pd.Da
         f"with Spark ({spark_master}).",
         f"{len(complete)} complete run(s) in {len(configs)} configuration(s) of {len({p for p, _ in configs})} "
         f"pattern(s); {len(incomplete)} incomplete run(s)"
-        + (" — reported below and excluded from every mean." if incomplete else "."),
+        + (" — reported below and excluded from every mean." if incomplete else ".")
+        + (f" {len(catalog.damaged)} damaged run folder(s) left out (see Runs)." if catalog.damaged else ""),
         "Code revision(s): " + ", ".join(revisions) + ".",
         # the numbers depend on the simulator's profile (paper values, calibrated unknowns, ...): say which
         "Evaluation(s) and profile(s): " + ", ".join(sorted(
@@ -232,6 +240,8 @@ def build_document(catalog: RunCatalog, summary: pd.DataFrame, comparison: pd.Da
                                     for r in sorted(incomplete, key=lambda r: (r.pattern, r.config, r.rep))]))
     else:
         run_blocks.insert(0, "No incomplete runs.")
+    if catalog.damaged:
+        run_blocks.insert(0, damaged_table(catalog))
     digests: Dict[str, dict] = {}
     for r in complete:
         digests.setdefault(r.config_digest, r.manifest.resolved_config)

@@ -4,7 +4,9 @@ manifest's resolved config the same way reporting.summary reads them. Every even
 report reads is checked against its schema with pyarrow (the files' footers only) before Spark
 reads it, so that a bad file fails with its name instead of deep inside a Spark job.
 
-Only complete runs enter the metrics; the others are listed with their status and error.
+Only complete runs enter the metrics; the others are listed with their status and error. A run
+folder that cannot be read (a corrupt manifest, a missing or unreadable table, a config value the
+metrics need) is *damaged*: it is left out with the reason, and the other runs are reported.
 """
 from __future__ import annotations
 
@@ -29,6 +31,11 @@ REPORT_TABLES = ("samples", "processed", "queues", "instances", "hosts", "load",
 
 class ReportError(ValueError):
     """Runs that cannot be reported; the message names the folder, file or config key."""
+
+
+class ReportInputError(ReportError):
+    """A bad argument (no such runs folder, no runs in it, an output folder that cannot be written):
+    the command's exit status 2, as for a bad key."""
 
 
 @dataclass(frozen=True)
@@ -81,10 +88,25 @@ class RunInfo:
 
 
 @dataclass(frozen=True)
+class DamagedRun:
+    """A run folder left out of the report, and why (the file or key at fault)."""
+
+    run_dir: Path
+    reason: str
+    manifest: Optional[Manifest] = None  # None when the manifest itself is unreadable
+
+    @property
+    def name(self) -> str:
+        m = self.manifest
+        return f"{m.pattern}/{m.config}/{m.rep}" if m is not None else self.run_dir.name
+
+
+@dataclass(frozen=True)
 class RunCatalog:
     root: Path
     complete: Tuple[RunInfo, ...]
     incomplete: Tuple[RunInfo, ...]  # status running or incomplete: reported, never averaged
+    damaged: Tuple[DamagedRun, ...] = ()  # unreadable: listed with the reason, never read further
 
     def table_paths(self, table: str) -> List[str]:
         return [str(run.run_dir / f"{table}.parquet") for run in self.complete]
@@ -101,6 +123,12 @@ class RunCatalog:
                 "started_at": m.started_at, "ended_at": m.ended_at or "", "error": m.error or "",
                 "run_dir": str(run.run_dir),
             })
+        for bad in self.damaged:
+            m = bad.manifest
+            row = {key: "" for key in rows[0]} if rows else {}
+            row.update({"pattern": m.pattern if m else "", "config": m.config if m else "", "rep": m.rep if m else "",
+                        "status": "damaged", "error": bad.reason, "run_dir": str(bad.run_dir)})
+            rows.append(row)
         return pd.DataFrame(rows)
 
 
@@ -131,37 +159,60 @@ def check_table(path: Path, table: str) -> None:
 
 
 def run_folders(runs_dir: PathLike) -> List[Path]:
-    """The run folders below runs_dir; ReportError when there is no such folder or no run in it."""
+    """The run folders below runs_dir; ReportInputError when there is no such folder or no run in it."""
     root = Path(runs_dir)
     if not root.exists():
-        raise ReportError(f"runs folder not found: {root}")
+        raise ReportInputError(f"runs folder not found: {root}")
     if not root.is_dir():
-        raise ReportError(f"runs folder is not a folder: {root}")
+        raise ReportInputError(f"runs folder is not a folder: {root}")
     dirs = find_runs(root)
     if not dirs:
-        raise ReportError(f"no runs (folders with manifest.json) below {root}")
+        raise ReportInputError(f"no runs (folders with manifest.json) below {root}")
     return dirs
 
 
-def load_catalog(runs_dir: PathLike, dirs: Optional[Sequence[Path]] = None) -> RunCatalog:
-    """All runs below runs_dir (dirs: run_folders(runs_dir), when already known). Raises ReportError
-    naming the folder or file when there is nothing to report: no such folder, no run folders, a
-    corrupt manifest, only incomplete runs, runs of several experiments, a configuration run twice
-    under the same (pattern, config, rep), a config value the metrics need, or an event-log table
-    that is missing, unreadable or not of its schema."""
-    root = Path(runs_dir)
+def _problem(run: RunInfo) -> Optional[str]:
+    """Why a complete run cannot be reported (a config value, a table), None if it can."""
+    try:
+        _check_config(run)
+        for table in REPORT_TABLES:
+            check_table(run.run_dir / f"{table}.parquet", table)
+    except ReportError as exc:
+        return str(exc)
+    return None
+
+
+def _read_runs(dirs: Sequence[Path]) -> Tuple[List[RunInfo], List[DamagedRun]]:
+    """Every run folder's manifest; folders whose manifest cannot be read are damaged."""
     runs: List[RunInfo] = []
-    for d in run_folders(root) if dirs is None else dirs:
+    damaged: List[DamagedRun] = []
+    for d in dirs:
         try:
-            manifest = read_manifest(d)
+            runs.append(RunInfo(-1, d.resolve(), read_manifest(d)))
         except EventLogError as exc:
-            raise ReportError(f"bad run folder in {root}: {exc}") from exc
-        runs.append(RunInfo(-1, d.resolve(), manifest))
-    complete_runs = [r for r in runs if r.manifest.status == "complete"]
+            damaged.append(DamagedRun(d.resolve(), str(exc)))
+    return runs, damaged
+
+
+def load_catalog(runs_dir: PathLike, dirs: Optional[Sequence[Path]] = None) -> RunCatalog:
+    """All runs below runs_dir (dirs: run_folders(runs_dir), when already known). A run folder with
+    a corrupt manifest, a config value the metrics need missing, or an event-log table that is
+    missing, unreadable or not of its schema is damaged: left out, with the reason, in
+    `catalog.damaged`. Raises ReportInputError when there is no such folder or no run folder, and
+    ReportError naming the folder or file when nothing can be reported: no complete undamaged run,
+    runs of several experiments, or a configuration run twice under the same (pattern, config, rep)."""
+    root = Path(runs_dir)
+    runs, damaged = _read_runs(run_folders(root) if dirs is None else dirs)
     incomplete = tuple(r for r in runs if r.manifest.status != "complete")
+    complete_runs = []
+    for run in (r for r in runs if r.manifest.status == "complete"):
+        problem = _problem(run)
+        if problem is None:
+            complete_runs.append(run)
+        else:
+            damaged.append(DamagedRun(run.run_dir, problem, run.manifest))
     if not complete_runs:
-        raise ReportError(f"no complete runs below {root}: {len(incomplete)} run(s), none complete "
-                          f"({', '.join(str(r.run_dir) for r in incomplete[:5])})")
+        raise ReportError(_nothing_to_report(root, incomplete, damaged))
     experiments = sorted({r.manifest.experiment for r in complete_runs})
     if len(experiments) > 1:
         raise ReportError(f"{root}: runs of several experiments {experiments}; report one experiment folder")
@@ -173,8 +224,11 @@ def load_catalog(runs_dir: PathLike, dirs: Optional[Sequence[Path]] = None) -> R
         seen[key] = r.run_dir
     ordered = sorted(complete_runs, key=lambda r: (r.pattern, r.config, r.rep))
     complete = tuple(RunInfo(i, r.run_dir, r.manifest) for i, r in enumerate(ordered))
-    for run in complete:
-        _check_config(run)
-        for table in REPORT_TABLES:
-            check_table(run.run_dir / f"{table}.parquet", table)
-    return RunCatalog(root, complete, incomplete)
+    return RunCatalog(root, complete, incomplete, tuple(sorted(damaged, key=lambda d: str(d.run_dir))))
+
+
+def _nothing_to_report(root: Path, incomplete: Sequence[RunInfo], damaged: Sequence[DamagedRun]) -> str:
+    """The one line saying why no run can be reported: how many are incomplete, which are damaged."""
+    first = damaged[0].reason if damaged else ", ".join(str(r.run_dir) for r in incomplete[:5])
+    return (f"no complete runs below {root}: {len(incomplete) + len(damaged)} run(s), none complete"
+            f"{f' ({len(damaged)} damaged)' if damaged else ''} ({first})")

@@ -326,10 +326,25 @@ def _range(key: str, values: List[float]) -> None:
         raise ConfigError(key, f"must be [low, high] with 0 <= low <= high, got {list(values)}")
 
 
+# Seeds feed numpy's SeedSequence (non-negative integers only) and are kept in manifests and the
+# report's tables, whose integer columns are 64-bit.
+MAX_SEED = 2**63 - 1
+
+
+def validate_seed(key: str, value: int) -> None:
+    """A seed is an integer in [0, MAX_SEED]; ConfigError naming `key` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ConfigError(key, f"must be an integer in [0, 2**63 - 1], got {value!r}")
+
+
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     """Semantic checks that types cannot express. Raises ConfigError naming the key."""
     from data_provider.patterns import PatternError, validate_pattern
 
+    validate_seed("seed", cfg.seed)
+    if not 0 <= cfg.seed + cfg.pattern.seed_offset <= MAX_SEED:  # a random walk's seed
+        raise ConfigError("pattern.seed_offset", f"seed + seed_offset must lie in [0, 2**63 - 1], "
+                                                 f"got {cfg.seed + cfg.pattern.seed_offset}")
     try:
         validate_pattern(cfg.pattern)
     except PatternError as exc:

@@ -66,17 +66,28 @@ class SweepOptions:
 # -- the grid ------------------------------------------------------------------------------------
 def expand(overrides: Sequence[str]) -> List[Tuple[str, ...]]:
     """The grid's points: the cartesian product of the sweep overrides' values, in Hydra's order
-    (as its basic sweeper expands `-m`), each point a tuple of plain overrides."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    (as its basic sweeper expands `-m`), each point a tuple of plain overrides. ConfigError naming
+    the key for an override Hydra cannot parse or a sweep without values (an empty grid)."""
+    return [tuple(p) for p in itertools.product(*(_choices(o) for o in overrides))]
 
-    choices: List[List[str]] = []
-    for o in OverridesParser.create().parse_overrides(list(overrides)):
-        if o.is_sweep_override():
-            key = o.get_key_element()
-            choices.append([f"{key}={v}" for v in o.sweep_string_iterator()])
-        else:
-            choices.append([o.input_line])
-    return [tuple(p) for p in itertools.product(*choices)]
+
+def _choices(override: str) -> List[str]:
+    """One override's values as plain overrides (one, or a sweep's several)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    key = override.partition("=")[0].lstrip("+~") or override
+    try:
+        parsed = OverridesParser.create().parse_overrides([override])[0]
+        if not parsed.is_sweep_override():
+            return [parsed.input_line]
+        values = [f"{parsed.get_key_element()}={v}" for v in parsed.sweep_string_iterator()]
+    except (HydraException, ValueError) as exc:  # Hydra's grammar errors, range(a, b, 0)
+        reason = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip() and "hydra.cc" not in line)
+        raise ConfigError(key, f"cannot parse {override!r}: {reason}") from None
+    if not values:
+        raise ConfigError(key, f"{override!r} gives no values: the grid would be empty")
+    return values
 
 
 def swept_keys(points: Sequence[Tuple[str, ...]]) -> List[str]:

@@ -50,6 +50,8 @@ class CalibrationConfig:
                 raise ConfigError(key, f"must be > 0, got {getattr(self, key)}")
         if self.startup_trials < 0:
             raise ConfigError("startup_trials", "must be >= 0")
+        if not 0 <= self.seed <= 2**32 - 1:  # optuna's sampler seeds numpy's legacy RandomState
+            raise ConfigError("seed", f"must be an integer in [0, 2**32 - 1], got {self.seed}")
         if not (Path(self.conf_dir) / "profile" / f"{self.base_profile}.yaml").is_file():
             raise ConfigError("base_profile", f"no profile {self.base_profile!r} in {self.conf_dir}/profile")
         if not self.name.isidentifier():

@@ -19,7 +19,7 @@ from typing import List, Optional, Sequence
 
 
 from reporting.paper_comparison import load_reference
-from testbed.config import CONF_DIR, ConfigError
+from testbed.config import CONF_DIR, ConfigError, validate_seed
 from testbed.fidelity.arguments import parse_arguments, parse_command
 from testbed.fidelity.evaluation import Setting, run_setting
 from testbed.fidelity.sensitivity import behaviour_variants, parameter_variants, sweep
@@ -47,6 +47,7 @@ class FidelityConfig:
         for key in ("reps", "sweep_reps", "duration_min"):
             if not getattr(self, key) > 0:
                 raise ConfigError(key, f"must be > 0, got {getattr(self, key)}")
+        validate_seed("seed", self.seed)
         for key in ("profile", "behaviour_profile", "plain_profile"):
             if not (CONF_DIR / "profile" / f"{getattr(self, key)}.yaml").is_file():
                 raise ConfigError(key, f"no profile {getattr(self, key)!r} in {CONF_DIR}/profile")

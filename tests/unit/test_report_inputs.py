@@ -60,9 +60,9 @@ def test_missing_empty_and_bad_runs_folders(tmp_path: Path, capsys: pytest.Captu
     (bad / "stepwise" / "threshold" / "1" / "manifest.json").write_text("{not json")
     with pytest.raises(ReportError, match=re.escape(str(bad / "stepwise" / "threshold" / "1" / "manifest.json"))):
         load_catalog(bad)
-    # the command: exit 1 and the folder named, before any Spark session starts
+    # the command: a bad argument, exit 2 and the folder named, before any Spark session starts
     for folder in (nowhere, empty):
-        assert report.main([str(folder)]) == 1
+        assert report.main([str(folder)]) == 2
         assert str(folder) in capsys.readouterr().err
 
 
@@ -107,7 +107,7 @@ def test_unwritable_output_fails_before_spark(tmp_path: Path, capsys: pytest.Cap
     blocked = tmp_path / "file"
     blocked.write_text("a file where the report folder would go")
     start = time.perf_counter()
-    assert report.main([str(tmp_path / "runs"), f"out={blocked / 'report'}"]) == 1
+    assert report.main([str(tmp_path / "runs"), f"out={blocked / 'report'}"]) == 2
     assert f"cannot write the report to {blocked / 'report'}" in capsys.readouterr().err
     assert time.perf_counter() - start < 5  # no JVM was started
 

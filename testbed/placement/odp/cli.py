@@ -53,8 +53,24 @@ def positive(text: str) -> float:
     return value
 
 
+def count(text: str) -> int:
+    """A number of things (threads, seeds): an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"must be >= 1, not {text}")
+    return value
+
+
+def solver_seed(text: str) -> int:
+    """The solvers' random seed: HiGHS takes [0, 2**31 - 1]."""
+    value = int(text)
+    if not 0 <= value <= 2**31 - 1:
+        raise ValueError(f"must be an integer in [0, 2**31 - 1], not {text}")
+    return value
+
+
 SOLVE_KEYS: Dict[str, Callable[[str], object]] = {
-    "solver": SolverName, "time_limit_s": positive, "threads": int, "seed": int, "mip_rel_gap": float,
+    "solver": SolverName, "time_limit_s": positive, "threads": count, "seed": solver_seed, "mip_rel_gap": float,
     "objective": ObjectiveForm, "rt_form": ResponseTimeForm, "log": as_bool,
 }
 

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional
 
 import pandas as pd
 
-from testbed.placement.odp.cli import as_bool, positive
+from testbed.placement.odp.cli import as_bool, count, positive, solver_seed
 from testbed.placement.odp.generator import table2_instance
 from testbed.placement.odp.indexed import index
 from testbed.placement.odp.metrics import bounds
@@ -37,8 +37,8 @@ def _grid(name: str) -> Grid:
 
 
 STUDY_KEYS: Dict[str, Callable[[str], object]] = {
-    "grid": _grid, "out": Path, "time_limit_s": positive, "trace_limit_s": positive, "seed": int,
-    "solver": SolverName, "threads": int, "resume": as_bool, "seeds": int, "sampling_seeds": int,
+    "grid": _grid, "out": Path, "time_limit_s": positive, "trace_limit_s": positive, "seed": solver_seed,
+    "solver": SolverName, "threads": count, "resume": as_bool, "seeds": count, "sampling_seeds": count,
 }
 
 

@@ -17,8 +17,10 @@ work (all tables of all runs) happens in Spark, in a few passes collected togeth
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +150,10 @@ def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=Non
         t4 = time.perf_counter()
         files = _render(runs_dir, out, cfg, catalog, metrics, data, workers, master, steps)
         timings["render_s"] = time.perf_counter() - t4
+    except BaseException:  # an interrupt among them: no half-written class archive stays behind
+        if start is not None:
+            start.abort()
+        raise
     finally:
         if workers is not None:
             workers.close()
@@ -196,6 +202,11 @@ def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalo
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_DAMAGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the report's clean-up runs instead of the process ending on the spot."""
+    raise KeyboardInterrupt
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """`testbed report RUNS_DIR [key=value ...]`: exit 0, or 3 when damaged runs were left out of
     the report; 2 on a bad argument (a key, no runs folder, no runs in it, an unwritable output
@@ -210,6 +221,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ReportConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    # (signal handlers belong to the main thread; called from another, SIGTERM stays as it is)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
     try:
         result = run_report(args[0], cfg, say=lambda line: print(line, file=sys.stderr, flush=True))
     except ReportInputError as exc:
@@ -218,9 +232,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ReportError, SparkStartError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the class archive's temporary file is gone
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: run_report has cancelled the class archive's dump
         print("report interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
     _print_result(result)
     for bad in result.catalog.damaged:
         print(f"damaged, left out of the report: {bad.run_dir}: {bad.reason}", file=sys.stderr)

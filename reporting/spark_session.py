@@ -83,7 +83,7 @@ class SessionStart:
     report reads manifests and table schemas. `session()` waits for it (raising SparkStartError
     if it failed); `stop()` stops it in the background (once it has started; first archiving
     its classes if cfg.class_archive asks for it and there is no archive yet), `join()` waits
-    until it is stopped."""
+    until it is stopped; `abort()` cancels the archive's dump (nothing of it stays) and stops."""
 
     def __init__(self, cfg: SparkConfig, input_bytes: int = 0):
         self._spark = None
@@ -121,3 +121,10 @@ class SessionStart:
     def join(self) -> None:
         if self._stopping is not None:
             self._stopping.join()
+
+    def abort(self) -> None:
+        """The report was interrupted: stop archiving (removing what the dump wrote) and stop the
+        session in the background."""
+        if self._archive is not None:
+            self._archive.cancel()
+        self.stop()

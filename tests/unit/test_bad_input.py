@@ -128,3 +128,89 @@ def test_event_log_files_follow_the_umask(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert mode == 0o666 & ~umask
+
+
+# ---- every entry point: one line naming the key or file, exit 2, no traceback, nothing written -------
+
+CONF = Path(__file__).resolve().parent / "bad_evaluations"
+
+
+@pytest.fixture
+def run_main(capsys, tmp_path, monkeypatch):
+    """`testbed ARGS` in this process (OUT = an unused folder below tmp_path): exit status and stderr."""
+    import gc
+
+    from testbed.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def run(*args: str):
+        try:
+            code = main([a.replace("OUT", str(tmp_path / "out")) for a in args])
+        except SystemExit as exc:
+            code = exc.code
+        finally:
+            gc.enable()  # `experiment` turns the collector off until its runs start
+        return code, capsys.readouterr().err
+
+    return run
+
+
+def assert_one_clear_line(code, err: str, key: str, tmp_path: Path) -> None:
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and key in err, err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, key", [
+    (("experiment", "seed=-1"), "seed"),
+    (("experiment", "seed=1.5"), "seed"),
+    (("experiment", "seed=abc"), "seed"),
+    (("experiment", f"seed={2**63}"), "seed"),  # beyond a 64-bit column (numpy would take it)
+    (("experiment", "pattern=random_walk", "pattern.seed_offset=-5"), "pattern.seed_offset"),
+    (("experiment", "evaluation=nosuch"), "evaluation/nosuch"),
+    (("experiment", "evaluation.only=[nosuch]"), "evaluation.only[0]"),
+    (("experiment", f"hydra.searchpath=[file://{CONF}]", "evaluation=bad_runtime"),
+     "evaluation.configurations[0].runtime.reasoning_s"),
+    (("experiment", f"hydra.searchpath=[file://{CONF}]", "evaluation=bad_runtime_key"),
+     "evaluation.configurations[0].runtime.nosuch"),
+    (("experiment", "evaluation=daedalus", "job.keys=0"), "job.keys"),
+    (("experiment", "evaluation=daedalus", "+job.nosuch=1"), "job.nosuch"),
+    (("experiment", "evaluation=daedalus", "job.downtime_out_s=[5]"), "job.downtime_out_s"),
+    (("experiment", "evaluation=odp", "backend.emulation.availability.vm2=1.5"), "backend.emulation.availability.vm2"),
+    (("experiment", "evaluation=odp", "backend.emulation.delay_mean_ms=[-1,5]"), "backend.emulation.delay_mean_ms"),
+    (("experiment", "evaluation=odp", "+backend.emulation.availability.host9=0.9"), "backend.emulation.availability.host9"),
+    (("experiment", "evaluation=odp", "placement.odp.w_r=2"), "placement.odp.w_r"),
+    (("experiment", "evaluation=odp", "placement.odp.solver=gurobi"), "placement.odp.solver"),
+    (("experiment", "evaluation=odp", "placement.odp.time_limit_s=-5"), "placement.odp.time_limit_s"),
+    (("sweep", "policy=btu", "pattern=stepwise,,"), "pattern"),
+    (("sweep", "policy=btu", "billing.btu_minutes=range(10"), "billing.btu_minutes"),
+    (("sweep", "policy=btu", "billing.btu_minutes=range(10,10)"), "billing.btu_minutes"),  # an empty grid
+    (("sweep", "policy=btu", "billing.btu_minutes=choice()"), "billing.btu_minutes"),
+    (("sweep", "policy=btu", "+foo=1,2"), "foo"),
+    (("sweep", "policy=btu", "seed=-1,2"), "seed"),
+    (("odp", "study", "seeds=0"), "seeds"),
+    (("odp", "study", "foo=1"), "foo"),
+    (("odp", "solve", "instance.json", "seed=-1"), "seed"),
+    (("odp", "solve", "instance.json", "solver=gurobi"), "solver"),
+    (("odp", "solve", "no-such-instance.json"), "no-such-instance.json"),
+    (("odp", "runs", "no-such-folder"), "no-such-folder"),
+    (("calibrate", "seed=-1"), "seed"),
+    (("calibrate", f"seed={2**32}"), "seed"),  # optuna's sampler takes 32 bits
+    (("fidelity", "seed=-1"), "seed"),
+    (("report", "no-such-folder"), "no-such-folder"),
+    (("report", "OUT", "spark.mastr=local"), "spark.mastr"),
+])
+def test_every_entry_point_gives_one_line_and_exit_2(args, key, run_main, tmp_path):
+    code, err = run_main(*args, "out=OUT", "reps=1", "duration_min=1") if args[0] in ("experiment", "sweep") \
+        else run_main(*args)
+    assert_one_clear_line(code, err, key, tmp_path)
+
+
+def test_report_of_an_empty_folder_is_a_bad_argument(run_main, tmp_path):
+    (tmp_path / "empty").mkdir()
+    code, err = run_main("report", str(tmp_path / "empty"))
+    assert_one_clear_line(code, err, str(tmp_path / "empty"), tmp_path)
+    assert list((tmp_path / "empty").iterdir()) == []

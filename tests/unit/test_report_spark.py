@@ -351,3 +351,38 @@ def test_index_html_renders_in_headless_chromium(simulated) -> None:
     histogram = image.histogram()
     non_white = sum(histogram[:250]) / sum(histogram)
     assert image.size[0] > 0 and len([c for c in histogram if c]) > 10 and non_white > 0.01  # not a blank page
+
+
+# ---- damaged run folders ----------------------------------------------------------------------------
+
+def test_damaged_runs_are_left_out_with_their_reason_and_exit_3(spark: Any, tmp_path: Path, monkeypatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """One unreadable run folder does not lose the report of the others: it is listed with its reason
+    (report, runs.csv, stderr) and the command exits 3."""
+    from reporting import report
+
+    root = tmp_path / "runs"
+    make_run(root, rep=1)
+    make_run(root, rep=2)
+    truncated = make_run(root, rep=3)
+    data = (truncated / "samples.parquet").read_bytes()
+    (truncated / "samples.parquet").write_bytes(data[:len(data) // 2])
+    missing = make_run(root, rep=4)
+    (missing / "leases.parquet").unlink()
+    corrupt = make_run(root, rep=5)
+    (corrupt / "manifest.json").write_text('{"run_id": "stepwise/threshold/5", "stat')
+    real_run_report = report.run_report
+    monkeypatch.setattr(report, "run_report", lambda runs_dir, cfg, say=None: real_run_report(runs_dir, cfg, spark, say))
+    assert report.main([str(root), "figures=false"]) == report.EXIT_DAMAGED
+    err = capsys.readouterr().err
+    for folder, reason in ((truncated, "samples.parquet"), (missing, "leases.parquet"), (corrupt, "manifest.json")):
+        assert f"damaged, left out of the report: {folder}: " in err and reason in err
+    assert "Traceback" not in err
+    runs_csv = pd.read_csv(root / "report" / "tables" / "runs.csv")
+    assert sorted(runs_csv.loc[runs_csv["status"] == "damaged", "run_dir"]) == sorted(
+        str(p) for p in (truncated, missing, corrupt))
+    assert sorted(runs_csv.loc[runs_csv["status"] == "complete", "rep"].astype(int)) == [1, 2]
+    markdown = (root / "report" / "report.md").read_text()
+    assert "Damaged runs (left out of the report)" in markdown and "3 damaged run folder(s) left out" in markdown
+    results = pd.read_csv(root / "report" / "tables" / "results.csv")
+    assert set(results["n"]) <= {0, 2}  # the two readable repetitions, nothing of the damaged ones

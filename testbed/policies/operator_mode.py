@@ -106,6 +106,8 @@ def daedalus_operator_actions(policy, snapshot: Snapshot) -> List[Action]:
 
 
 def hpa_operator_actions(policy, snapshot: Snapshot) -> List[Action]:
+    from testbed.policies.hpa import reason as hpa_reason
+
     p = policy.params
     plan, actions = Plan(snapshot), []
     placement = policy.placement or FirstFit()
@@ -118,6 +120,5 @@ def hpa_operator_actions(policy, snapshot: Snapshot) -> List[Action]:
         state = policy.states.setdefault(o, HpaState())
         raw, desired = sync(state, policy.behaviour, snapshot.t, view.n, pods, p.target_pct, p.tolerance)
         if desired != view.n:
-            actions += scale_to(plan, o, desired, placement,
-                                f"hpa-{p.target_pct}: recommendation {raw}, stabilised and rate-limited {desired}")
+            actions += scale_to(plan, o, desired, placement, hpa_reason(p, pods, raw, desired))
     return actions + _release_empty(plan)

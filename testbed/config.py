@@ -18,6 +18,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from data_provider.patterns import PatternConfig
+from data_provider.payloads import PayloadConfig, PayloadConfigError, validate_payloads
 from testbed.emulation import AvailabilityMode, EmulationConfig, validate_emulation
 from testbed.placement.base import PlacementConfig, placements
 from testbed.sim.job_config import JobConfig
@@ -190,6 +191,9 @@ class LiveConfig:
     keep_broker_state: bool = False  # keep the run's queues and Redis keys after it (debugging)
     report_operator: str = "O9"  # its PDF reports go to <run folder>/reports (engines on this machine)
     job: LiveJobConfig = field(default_factory=LiveJobConfig)  # job mode's keyed workers (testbed/live/job.py)
+    # what the provider's readings hold (defect and temperature incidents, production): live O2/O6
+    # warn once per new incident, so these rates decide how many items reach the sink
+    payloads: PayloadConfig = field(default_factory=PayloadConfig)
 
 
 @dataclass
@@ -591,6 +595,10 @@ def _validate_live(cfg: ExperimentConfig) -> None:
     _positive("backend.live.parallel", live.parallel)
     if live.stop_timeout_s < 0:
         raise ConfigError("backend.live.stop_timeout_s", "must be >= 0")
+    try:
+        validate_payloads(live.payloads, "backend.live.payloads")
+    except PayloadConfigError as exc:
+        raise ConfigError(exc.key, str(exc)[len(exc.key) + 2:]) from None
     for o, ms in live.work_ms.items():
         if o not in cfg.topology.operators:
             raise ConfigError(f"backend.live.work_ms.{o}", "unknown operator")

@@ -81,8 +81,12 @@ class ContainerSpec:
     def run(self, client: DockerClient):
         """Create and start the container (detached); returns the SDK's Container."""
         return client.containers.run(
-            # init: a signal-forwarding PID 1, so that a process without a handler still stops on SIGTERM
-            self.image, detach=True, init=True, name=self.name, environment=dict(self.environment),
+            # no init process: the image's own process is PID 1, and the kernel drops a signal sent to a
+            # namespace's PID 1 that has no handler for it. A stop during start-up is then neither fatal
+            # nor lost (the pool repeats its SIGTERM until the handler is there). With a forwarding init,
+            # the SIGTERM reached the entrypoint's shell before its `trap '' TERM` ran on a loaded machine
+            # and ended the instance with 143.
+            self.image, detach=True, init=False, name=self.name, environment=dict(self.environment),
             labels=dict(self.labels),
             cpu_shares=self.cpu_shares, mem_reservation=f"{self.memory_mb}m", network_mode=self.network_mode,
             cgroup_parent=self.cgroup_parent or None, volumes={k: dict(v) for k, v in self.volumes.items()} or None,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Dict, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from operators.wiring import Wiring
 from testbed.config import ExperimentConfig, LiveConfig, TransportName
@@ -181,6 +181,17 @@ class LiveMonitor:
             raise RuntimeError("snapshot before the first observe(): no depths yet (pass depths=)")
         return self.observer.snapshot(t, hosts, instances, scalings, depths)
 
+    def read_remaining_samples(self) -> Tuple[Sample, ...]:
+        """The duration samples written since the last reading, read to the end of the stream: what
+        the instances finished while draining after the run's last interval (their counts are in the
+        final accounting; their samples, and the end-to-end latencies among them, belong in the log)."""
+        samples: List[Sample] = []
+        while True:
+            batch = self.metrics.read()
+            samples.extend(batch.samples)
+            if batch.entries < self.metrics.max_entries:
+                return tuple(samples)
+
     def slowest_s(self, operator: str) -> float:
         return self.slowest_ms.get(operator, 0.0) / 1000.0
 
@@ -206,12 +217,17 @@ def record_reading(tables: Tables, reading: MonitorReading, operators: Sequence[
     at most one instance per migration in progress)."""
     leased, ready = hosts_row(hosts)
     append_observation(tables, reading.observation, instance_counts(operators, instances), leased, ready)
-    s = reading.samples
-    append_samples(tables, [x.t_s for x in s], [x.operator for x in s], [x.instance for x in s],
-                   [x.duration_ms for x in s])
-    if "latency" in tables:  # end-to-end latency: the sampled items that finished at a sink
+    record_samples(tables, reading.samples, sinks)
+
+
+def record_samples(tables: Tables, samples: Sequence[Sample], sinks: Sequence[str] = ()) -> None:
+    """Append duration samples to `samples`, and the end-to-end latency of those that finished at a
+    sink to `latency` (where the tables have one)."""
+    append_samples(tables, [x.t_s for x in samples], [x.operator for x in samples], [x.instance for x in samples],
+                   [x.duration_ms for x in samples])
+    if "latency" in tables:
         latency = tables["latency"]
-        for x in s:
+        for x in samples:
             if x.operator in sinks and x.latency_ms is not None:
                 latency["t_s"].append(x.t_s)
                 latency["operator"].append(x.operator)

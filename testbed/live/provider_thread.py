@@ -23,6 +23,7 @@ class ProviderThread:
             pattern=cfg.pattern, topology=cfg.topology, transport=TransportName(live.transport.value),
             seed=seed, run_id=wiring.prefix, prefix=wiring.prefix, amqp_url=live.amqp_url,
             kafka_bootstrap=live.kafka_bootstrap, kafka_partitions=live.kafka_partitions, declare=True,
+            payloads=live.payloads,
         )
         self.transport = make_transport(self.cfg, wiring)
         if wrap is not None:  # e.g. the emulated network's sender (testbed/live/netem.py)

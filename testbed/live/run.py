@@ -29,7 +29,7 @@ from operators.transports import create_topics, declare_wiring
 from operators.wiring import Wiring, kafka_topics, wiring_for
 from testbed.config import ExperimentConfig, LiveConfig, TransportName
 from testbed.live.executor import LiveExecutor
-from testbed.live.monitor import LiveMonitor, depth_source, record_reading
+from testbed.live.monitor import LiveMonitor, depth_source, record_reading, record_samples
 from testbed.live.netem import LiveNetwork, new_traffic_table
 from testbed.live.provider_thread import ProviderThread
 from testbed.live.rabbit_management import ManagementError, RunDepths
@@ -245,6 +245,9 @@ class LiveRun:
                            self._inactive(executor, end)) is not None:
                 self._record(monitor, tables, executor.views(end), end)
             accounting = self._drain_and_account(pool, monitor, provider, executor.purged_total)
+            drained = self._guard(end, monitor.read_remaining_samples)  # items finished while draining
+            if drained:
+                record_samples(tables, drained, self.topology.sinks)
             if self.network is not None:  # what the senders reported while draining
                 self._guard(end, self.network.record, tables, end)
             tables["load"] = provider.load_table()

@@ -14,7 +14,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Dict, Iterator, List
 
 import pytest
 
@@ -185,22 +185,23 @@ def operator_images(docker_url) -> Dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def cpu_hog() -> Iterator[subprocess.Popen]:
-    """With TESTBED_CPU_HOG=1 (CI sets it: .ci/run), one core kept busy for a whole test module
-    (started and stopped here): the live testbed's guarantees (nothing lost, nothing counted twice,
-    clean shutdown) must hold on a loaded machine, as a user's usually is."""
-    if os.environ.get("TESTBED_CPU_HOG") != "1":
-        yield None
-        return
+def cpu_hog() -> Iterator[List[subprocess.Popen]]:
+    """With TESTBED_CPU_HOG=N (CI sets 1: .ci/run), N processes each keeping a core busy for a whole
+    test module (started and stopped here): the live testbed's guarantees (nothing lost, nothing
+    counted twice, clean shutdown) must hold on a loaded machine, as a user's usually is. N=2 on a
+    two-core machine is busier than CI, for hunting races."""
     import sys
 
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    raw = os.environ.get("TESTBED_CPU_HOG", "0") or "0"
+    if not raw.isdigit():
+        raise pytest.UsageError(f"TESTBED_CPU_HOG={raw!r}: expected a number of busy processes (0, 1, 2, ...)")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(int(raw))]
     try:
-        yield hog
+        yield hogs
     finally:
-        hog.kill()
-        hog.wait()
-
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 def name_of(container) -> str:

@@ -49,6 +49,7 @@ def test_a_bad_value_is_named_before_anything_runs(override, key, tmp_path):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "escape").exists()
 
 
+@pytest.mark.slow
 def test_the_command_gives_one_line_and_exit_status_2(tmp_path):
     (tmp_path / "afile").write_text("")
     cases = [("+policies.btu.foo=1", "policies.btu.foo"), (f"out={tmp_path / 'afile'}", "out"),
@@ -75,6 +76,7 @@ def test_out_must_be_a_writable_folder(tmp_path):
             run_experiment(compose_config("reps=1", "duration_min=5", f"out={locked}"))
 
 
+@pytest.mark.slow
 def test_a_folder_with_runs_of_other_settings_is_refused_unless_mixed(tmp_path):
     out = tmp_path / "runs"
     run_experiment(compose_config("policy=btu", "reps=1", "duration_min=5", f"out={out}", "summary=false"))
@@ -87,6 +89,7 @@ def test_a_folder_with_runs_of_other_settings_is_refused_unless_mixed(tmp_path):
     run_experiment(compose_config("policy=btu", "reps=1", "duration_min=6", f"out={out}", "mix=true"))
 
 
+@pytest.mark.slow
 def test_a_second_experiment_into_a_locked_folder_fails_at_once(tmp_path):
     out = tmp_path / "runs"
     first = subprocess.Popen([sys.executable, "-m", "testbed.cli", "experiment", f"out={out}", "reps=3",
@@ -182,6 +185,10 @@ def assert_one_clear_line(code, err: str, key: str, tmp_path: Path) -> None:
     (("experiment", "evaluation=odp", "backend.emulation.availability.vm2=1.5"), "backend.emulation.availability.vm2"),
     (("experiment", "evaluation=odp", "backend.emulation.delay_mean_ms=[-1,5]"), "backend.emulation.delay_mean_ms"),
     (("experiment", "evaluation=odp", "+backend.emulation.availability.host9=0.9"), "backend.emulation.availability.host9"),
+    (("experiment", "backend=docker", "backend.live.payloads.availability.share_defect=1.5"),
+     "backend.live.payloads.availability.share_defect"),
+    (("experiment", "backend=docker", "backend.live.payloads.temperature.mean_excursion_ticks=0"),
+     "backend.live.payloads.temperature.mean_excursion_ticks"),
     (("experiment", "evaluation=odp", "placement.odp.w_r=2"), "placement.odp.w_r"),
     (("experiment", "evaluation=odp", "placement.odp.solver=gurobi"), "placement.odp.solver"),
     (("experiment", "evaluation=odp", "placement.odp.time_limit_s=-5"), "placement.odp.time_limit_s"),

@@ -233,3 +233,30 @@ def test_recorded_readings_fit_the_event_log_schema(tmp_path):
     assert log.read("dropped")[["operator", "reason", "items"]].values.tolist() == [["O1", "purge", 2]] * 2
     assert log.read("instance_stats")["utilisation"].tolist() == [0.5, 0.5]
     assert math.isclose(log.read("samples")["duration_ms"].sum(), 30.0)
+
+
+def test_samples_finished_while_draining_are_read_to_the_end_and_recorded(wiring):
+    """After the last interval the instances drain: what they finish then is read in as many reads as
+    the stream needs, and a sink's samples still reach the latency table."""
+    from testbed.live.metrics_reader import MetricsBatch
+    from testbed.live.monitor import LiveMonitor, record_samples
+
+    class Reader:  # the stream holds 5 entries; each read returns at most max_entries of them
+        max_entries = 2
+
+        def __init__(self):
+            self.left = [Sample(float(k), "O8" if k % 2 else "O3", f"i{k}", 1.0, 100.0 * k) for k in range(5)]
+
+        def read(self):
+            taken, self.left = self.left[:self.max_entries], self.left[self.max_entries:]
+            return MetricsBatch(tuple(taken), {}, {}, len(taken), 0, "0-0")
+
+    topology = Topology.from_config(compose_config().topology)
+    monitor = LiveMonitor(topology, wiring, depth_source=None, metrics=Reader(),
+                          settings=SnapshotSettings.from_config(compose_config(), 600.0), history=4)
+    drained = monitor.read_remaining_samples()
+    assert [s.t_s for s in drained] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    tables = new_monitor_tables(samples=True)
+    record_samples(tables, drained, sinks=("O8",))
+    assert tables["samples"]["t_s"] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert tables["latency"] == {"t_s": [1.0, 3.0], "operator": ["O8", "O8"], "latency_ms": [100.0, 300.0]}

@@ -22,6 +22,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@__import__("pytest").mark.slow  # a testbed subprocess (make test-unit leaves it out)
 def test_experiment_runs_the_matrix_and_prints_the_summary(tmp_path):
     out = tmp_path / "runs"
     proc = run_cli("experiment", "pattern=two_level", "policies.btu.scaling_threshold=100", "reps=1",
@@ -37,6 +38,7 @@ def test_experiment_runs_the_matrix_and_prints_the_summary(tmp_path):
     assert sorted(threshold_costs.btu_minutes) == [10, 30, 60]  # one run re-billed under each BTU
 
 
+@__import__("pytest").mark.slow  # a testbed subprocess (make test-unit leaves it out)
 def test_multirun_sweeps_one_policy(tmp_path):
     out = tmp_path / "runs"
     proc = run_cli("experiment", "-m", "policy=btu", "billing.btu_minutes=10,30", "reps=1",
@@ -45,6 +47,7 @@ def test_multirun_sweeps_one_policy(tmp_path):
     assert sorted(p.name for p in (out / "stepwise").iterdir()) == ["btu-10", "btu-30"]
 
 
+@__import__("pytest").mark.slow  # a testbed subprocess (make test-unit leaves it out)
 def test_terminated_experiment_marks_running_runs_incomplete(tmp_path):
     out = tmp_path / "runs"
     proc = subprocess.Popen(
@@ -64,6 +67,7 @@ def test_terminated_experiment_marks_running_runs_incomplete(tmp_path):
     assert len(statuses) < 12  # queued runs never started
 
 
+@__import__("pytest").mark.slow  # a testbed subprocess (make test-unit leaves it out)
 def test_patterns_plot_writes_a_png(tmp_path):
     proc = run_cli("patterns", "plot", str(tmp_path / "patterns.png"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

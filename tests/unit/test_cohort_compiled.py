@@ -4,6 +4,7 @@ with the model before compilation is tests/regression's."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from data_provider.patterns import CyclePattern
 from testbed.config import Measurement, OperatorConfig, Sampling, ServiceConfig, SourceConfig, TopologyConfig
@@ -49,6 +50,7 @@ def record(net: CohortNetwork):
             flows.busy_s, net.flows.latency_t, net.flows.latency_ms, [net.depth(o) for o in TOPOLOGY.operators])
 
 
+@pytest.mark.slow
 def test_compiled_stepping_equals_the_python_loop():
     """The compiled loop (ticks emitted inside, stopping at events) and the Python loop of the
     per-item model driving the same network step by step give identical samples and counts."""

@@ -50,6 +50,7 @@ def realtime_pct(durations: np.ndarray, operators: np.ndarray) -> float:
     return float((durations <= slo).mean() * 100)
 
 
+@pytest.mark.slow
 def test_deterministic_service_gives_the_same_schedule():
     """Without service variability the closed form reproduces the per-item FIFO schedule of the
     first operator exactly (same items, same start times); downstream only the spread differs."""

@@ -135,6 +135,7 @@ def test_retrain_counter_code_repeats_every_loop():
     assert c.observe(0.09) is False and c.count == 0
 
 
+@pytest.mark.slow
 def test_forecaster_first_loop_falls_back_then_uses_arima():
     f = Forecaster(mode=ForecastMode.fast, horizon=30, fallback_horizon=20, history_s=200)
     ramp = 1000.0 + 10.0 * np.arange(200)

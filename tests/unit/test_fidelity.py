@@ -104,6 +104,7 @@ def _tiny(tmp_path: Path, tag: str):
     return conf, calibrate(cfg)
 
 
+@pytest.mark.slow
 def test_calibration_is_reproducible_and_its_profile_loads(tmp_path):
     conf_a, a = _tiny(tmp_path, "a")
     conf_b, b = _tiny(tmp_path, "b")
@@ -133,6 +134,7 @@ def test_committed_calibrated_profile_composes():
     assert isinstance(cfg.runtime.measurement, Measurement)
 
 
+@pytest.mark.slow
 def test_behaviour_variants_toggle_each_visp_switch():
     variants = {v.name: v for v in behaviour_variants("visp2017", "stepwise")}
     assert set(variants) == {"thresholds", "trigger", "policies.btu.release_window_min_s", "policies.btu.prolong_after_lease_s",

@@ -25,6 +25,7 @@ def test_the_99_percent_hosts_are_the_nearest_to_the_provider():
     assert em.provider_host == "vm1" and cfg.placement.pins == {"consumer": "vm1"}
 
 
+@pytest.mark.slow
 def test_section_71_odp_a_against_odp_r(tmp_path):
     run_experiment(compose_config("evaluation=odp", "reps=1", "duration_min=5", f"out={tmp_path}", "summary=false",
                                   "workers=1"))
@@ -45,6 +46,7 @@ def test_section_71_odp_a_against_odp_r(tmp_path):
     assert table.loc["odp-a", "R_ratio_to_odp_r"] > 1.0 and math.isclose(table.loc["odp-r", "paper_A"], 0.99 ** 8)
 
 
+@pytest.mark.slow
 def test_section_72_tstorm_against_odp_t(tmp_path):
     run_experiment(compose_config("evaluation=odp_heuristics", "reps=1", "duration_min=10", f"out={tmp_path}",
                                   "summary=false", "workers=1"))

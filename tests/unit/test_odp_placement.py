@@ -206,6 +206,7 @@ def _mean_latency(tmp_path, *extra):
     return latency.min(), latency.max(), EventLog(run).read("placements")
 
 
+@pytest.mark.slow
 def test_emulated_delays_add_to_the_latency(tmp_path):
     # every hop between hosts 20 ms exactly; 6 stages x (5 ms broker hop + 5 ms service) = 60 ms
     # without hops, nothing queues at 10 items/s. Consumer pinned to vm2 (provider on vm1): all 11

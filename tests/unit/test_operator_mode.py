@@ -2,6 +2,8 @@
 topology through the platform's snapshot, in the simulator."""
 from __future__ import annotations
 
+import pytest
+
 from testbed.experiment import build_pattern, config_for, plan_runs, policy_for
 from testbed.sim.simulator import Simulation
 
@@ -25,6 +27,7 @@ def test_hpa_scales_operators_by_their_instances_busy_fraction():
     assert set(policy.states) == set(result.tables["instances"]["operator"])  # one HPA per operator type
 
 
+@pytest.mark.slow
 def test_daedalus_keeps_one_controller_per_operator_and_books_its_forecasts():
     policy, result = _run("daedalus", 12)
     assert set(policy.controllers) == set(result.tables["instances"]["operator"])

@@ -167,6 +167,7 @@ def test_yaml_files_load_and_build() -> None:
     assert rw1.series(np.arange(120) * 60.0).tolist() == csv_column("random_walk_1")[:120]
 
 
+@pytest.mark.slow
 def test_plot_patterns_writes_png(tmp_path: Path) -> None:
     import matplotlib.image
 

@@ -107,6 +107,7 @@ def test_durations():
     assert parse_duration("500ms") == 0.5 and parse_duration("60") == 60
 
 
+@pytest.mark.slow
 def test_cli_rejects_a_misspelt_key_and_shows_the_config(tmp_path):
     def cli(*args):
         env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}

@@ -26,6 +26,7 @@ def test_the_grid_is_the_cartesian_product_in_hydra_order():
     assert expand(["reps=1"]) == [("reps=1",)]
 
 
+@pytest.mark.slow
 def test_run_folders_are_named_by_what_the_run_computes(tmp_path):
     out, runs = plan_sweep([*SMALL, "billing.btu_minutes=10,60", f"out={tmp_path / 'a'}"])
     assert out == (tmp_path / "a").resolve()

@@ -50,7 +50,6 @@ def test_a_bad_value_is_named_before_anything_runs(override, key, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_the_command_gives_one_line_and_exit_status_2(tmp_path):
     (tmp_path / "afile").write_text("")
     cases = [("+policies.btu.foo=1", "policies.btu.foo"), (f"out={tmp_path / 'afile'}", "out"),
@@ -78,7 +77,6 @@ def test_out_must_be_a_writable_folder(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_a_folder_with_runs_of_other_settings_is_refused_unless_mixed(tmp_path):
     out = tmp_path / "runs"
     run_experiment(compose_config("policy=btu", "reps=1", "duration_min=5", f"out={out}", "summary=false"))
@@ -91,7 +89,6 @@ def test_a_folder_with_runs_of_other_settings_is_refused_unless_mixed(tmp_path):
     run_experiment(compose_config("policy=btu", "reps=1", "duration_min=6", f"out={out}", "mix=true"))
 
 
-@pytest.mark.slow
 @pytest.mark.slow
 def test_a_second_experiment_into_a_locked_folder_fails_at_once(tmp_path):
     out = tmp_path / "runs"

@@ -97,6 +97,7 @@ def test_an_aborted_session_cancels_its_dump(fake_jcmd: Path, tmp_path: Path, mo
     assert stopped.is_set() and cache_files(tmp_path) == ["testbed"]
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_dump_leaves_nothing(fake_jcmd: Path, tmp_path: Path) -> None:
     """The report's SIGTERM handler turns the signal into KeyboardInterrupt; the dump's clean-up runs."""
     script = f"""

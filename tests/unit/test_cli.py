@@ -79,6 +79,7 @@ def test_unknown_command_shows_usage(tmp_path):
     assert proc.returncode == 2 and "testbed experiment" in proc.stderr
 
 
+@__import__("pytest").mark.slow  # a testbed subprocess (make test-unit leaves it out)
 def test_evaluations_tells_an_evaluations_backend_for_make_experiment(capsys):
     from testbed.evaluations import main as evaluations_main
 

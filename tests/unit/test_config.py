@@ -119,6 +119,7 @@ def test_semantic_errors_name_the_key(override, key):
     assert key in str(err.value)
 
 
+@pytest.mark.slow
 def test_cli_rejects_bad_config_before_anything_runs(tmp_path):
     out = tmp_path / "runs"
     proc = subprocess.run(

@@ -13,6 +13,7 @@ EVALUATIONS = sorted(p.stem for p in (CONF_DIR / "evaluation").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("evaluation", EVALUATIONS)
+@pytest.mark.slow
 def test_to_plain_equals_omegaconf_conversion(evaluation):
     cfg = compose_config(f"evaluation={evaluation}")
     for c in [cfg, *(config_for(cfg, s) for s in plan_runs(cfg) if s.rep == 1)]:

@@ -268,6 +268,7 @@ def test_ewma1m_workload_is_the_brokers_one_minute_rate():
     assert EWMA_ALPHA == pytest.approx(1 - math.exp(-5 / 60))
 
 
+@pytest.mark.slow
 def test_controller_drops_warm_up_samples_and_rescales_when_capacity_is_known():
     from testbed.policies.daedalus.controller import LoopWindow
     from testbed.policies.daedalus.policy import DaedalusParams

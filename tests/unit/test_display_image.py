@@ -45,6 +45,7 @@ def test_the_eight_lines_are_key_colon_value():
 
 
 @needs_tesseract
+@pytest.mark.slow
 def test_ocr_returns_every_field():
     recs = records(3) + [
         ProductionRecord("machine-64", "cnc milling", "hall 8 line 8", 0, 0, 0, PLANNED_DOWNTIME, 1_999_999_999_999),

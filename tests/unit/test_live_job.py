@@ -115,6 +115,7 @@ def test_the_paper_times_compressed_by_6_for_a_live_job_run():
     assert config_for(one, plan_runs(one)[0]).policies["daedalus"].loop_s == 60
 
 
+@pytest.mark.slow
 def test_live_job_settings_are_validated_naming_the_key():
     with pytest.raises(ConfigError, match=r"backend\.live\.job\.cpus: .*1\.6 exceeds"):
         compose_config("evaluation=daedalus", "backend=docker", "job.max_scaleout=16")

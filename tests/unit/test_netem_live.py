@@ -272,6 +272,7 @@ def test_the_runner_reads_its_host_and_seed_and_needs_rabbitmq():
         config_from_env({**env, "EMULATION_SEED": "x"})
 
 
+@pytest.mark.slow
 def test_the_live_backend_accepts_the_emulated_network_on_rabbitmq_in_tuple_mode():
     cfg = compose_config("evaluation=odp", "backend=docker")
     assert cfg.backend.emulation.enabled

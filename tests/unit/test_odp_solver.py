@@ -184,6 +184,7 @@ def test_the_solve_command_prints_the_result_as_json(tmp_path):
     assert out["utility"] == pytest.approx(enumerate_optimum(inst).metrics.utility, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_the_solve_command_rejects_a_malformed_instance_in_one_line(tmp_path):
     data = instance_to_dict(table2_instance(Table2(3, 2, Topology.SEQUENTIAL)))
     data["nodes"][1]["A"] = 1.5

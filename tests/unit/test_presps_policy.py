@@ -254,6 +254,7 @@ def test_restart_holding_the_source_starts_latency_when_items_enter(hold):
 
 
 @pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.slow
 def test_a_restart_can_drop_the_arrivals_of_its_downtime(exact):
     from testbed.experiment import build_pattern, config_for, plan_runs
     from testbed.sim.simulator import Simulation
@@ -310,6 +311,7 @@ def test_a_restart_keeps_the_entry_queue_only_when_asked(purge_entry):
         assert received[o] == done[o] + purged.get(o, 0) + queued[o]
 
 
+@pytest.mark.slow
 def test_capacity_noise_varies_each_step_around_the_mean():
     import dataclasses
 

@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The versions CI tested (pip freeze of the tested venv, the project itself left out): `make setup`
+# installs exactly these; `make constraints` refreshes the file. CONSTRAINTS= installs unpinned.
+CONSTRAINTS ?= constraints.txt
 
 # EVAL: an evaluation (testbed evaluations lists them; default btu); WORKLOAD (or PATTERN): one of its
 # workloads, default the evaluation's first.
@@ -36,15 +39,29 @@ OVERRIDES := $(if $(EVAL),evaluation=$(EVAL)) \
 	$(if $(SCALE),load_scale=$(SCALE)) \
 	$(ARGS)
 
-.PHONY: setup experiment report test test-unit bench patterns clean infra-up infra-down images
+.PHONY: setup constraints experiment report test test-unit bench patterns clean infra-up infra-down images
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e '.[test]'
 	touch $(STAMP)
+
+# Refresh constraints.txt: resolve pyproject.toml's ranges afresh (newest allowed versions) in a
+# scratch venv and freeze it; `make setup` then reinstalls .venv from the new file, and `make test`
+# checks it before the file is committed.
+constraints:
+	@set -e; tmp=$$(mktemp -d /tmp/testbed-constraints.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
+	  echo "resolving pyproject.toml afresh in a scratch venv ($$tmp; a few minutes)…"; \
+	  $(PYTHON) -m venv "$$tmp"; \
+	  "$$tmp/bin/pip" install --quiet --upgrade pip; \
+	  "$$tmp/bin/pip" install --quiet -e '.[test]'; \
+	  { echo "# The versions make setup installs (pip install -c): pip freeze of a venv with .[test] installed."; \
+	    echo "# Refresh: make constraints (the newest versions pyproject.toml allows), then make test; commit."; \
+	    "$$tmp/bin/pip" freeze --exclude-editable; } > $(or $(CONSTRAINTS),constraints.txt); \
+	  echo "wrote $(or $(CONSTRAINTS),constraints.txt); make setup reinstalls $(VENV) from it"
 
 # a live evaluation (backend docker) first installs and starts the broker, Redis and dockerd, and
 # builds the operator images (each step idempotent, quick when done already). The scripts say on
@@ -70,8 +87,10 @@ test: $(STAMP)
 	bash infra/docker.sh start >/dev/null
 	$(BIN)/pytest -q
 
+# the quick part (about a minute): no services, no simulations of whole runs, no subprocesses, no JVM
+# or browser (markers integration, live, slow; pyproject.toml); `make test` runs everything
 test-unit: $(STAMP)
-	$(BIN)/pytest -q -m "not integration and not live"
+	$(BIN)/pytest -q -m "not integration and not live and not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from testbed.eventlog import read_manifest
 
@@ -22,7 +23,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-@__import__("pytest").mark.slow  # a testbed subprocess (make test-unit leaves it out)
+@pytest.mark.slow  # a testbed subprocess (make test-unit leaves it out)
 def test_experiment_runs_the_matrix_and_prints_the_summary(tmp_path):
     out = tmp_path / "runs"
     proc = run_cli("experiment", "pattern=two_level", "policies.btu.scaling_threshold=100", "reps=1",
@@ -38,7 +39,7 @@ def test_experiment_runs_the_matrix_and_prints_the_summary(tmp_path):
     assert sorted(threshold_costs.btu_minutes) == [10, 30, 60]  # one run re-billed under each BTU
 
 
-@__import__("pytest").mark.slow  # a testbed subprocess (make test-unit leaves it out)
+@pytest.mark.slow  # a testbed subprocess (make test-unit leaves it out)
 def test_multirun_sweeps_one_policy(tmp_path):
     out = tmp_path / "runs"
     proc = run_cli("experiment", "-m", "policy=btu", "billing.btu_minutes=10,30", "reps=1",
@@ -47,7 +48,7 @@ def test_multirun_sweeps_one_policy(tmp_path):
     assert sorted(p.name for p in (out / "stepwise").iterdir()) == ["btu-10", "btu-30"]
 
 
-@__import__("pytest").mark.slow  # a testbed subprocess (make test-unit leaves it out)
+@pytest.mark.slow  # a testbed subprocess (make test-unit leaves it out)
 def test_terminated_experiment_marks_running_runs_incomplete(tmp_path):
     out = tmp_path / "runs"
     proc = subprocess.Popen(
@@ -67,7 +68,7 @@ def test_terminated_experiment_marks_running_runs_incomplete(tmp_path):
     assert len(statuses) < 12  # queued runs never started
 
 
-@__import__("pytest").mark.slow  # a testbed subprocess (make test-unit leaves it out)
+@pytest.mark.slow  # a testbed subprocess (make test-unit leaves it out)
 def test_patterns_plot_writes_a_png(tmp_path):
     proc = run_cli("patterns", "plot", str(tmp_path / "patterns.png"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -79,7 +80,7 @@ def test_unknown_command_shows_usage(tmp_path):
     assert proc.returncode == 2 and "testbed experiment" in proc.stderr
 
 
-@__import__("pytest").mark.slow  # a testbed subprocess (make test-unit leaves it out)
+@pytest.mark.slow  # a testbed subprocess (make test-unit leaves it out)
 def test_evaluations_tells_an_evaluations_backend_for_make_experiment(capsys):
     from testbed.evaluations import main as evaluations_main
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -26,11 +25,6 @@ LARGE_INPUT_JIT = ("-XX:Tier4InvocationThreshold=50000", "-XX:Tier4CompileThresh
 
 class SparkStartError(RuntimeError):
     """Spark could not start (no Java, bad master URL, ...); the message says what to check."""
-
-
-# pyspark 4.3 warns about pandas >= 3 at session start and on every toPandas; the report only
-# moves small aggregates through pandas (via Arrow), which works, so the warning is only noise.
-warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 
 def is_local(master: str) -> bool:

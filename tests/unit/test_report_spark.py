@@ -34,15 +34,7 @@ from testbed.experiment import run_experiment
 from tests.conftest import compose_config
 from tests.unit.report_fixtures import BASELINE_LEASES, SLO, make_run
 
-# pyspark 4.3 warns about pandas >= 3 (and uses a deprecated pandas keyword) on every conversion of
-# the small aggregates it hands to pandas; the conversions are right, the warnings only noise.
-pytestmark = [
-    pytest.mark.slow, pytest.mark.spark,  # a Spark JVM for the module (make test-unit leaves it out)
-    pytest.mark.filterwarnings(
-        "ignore:PySpark does not yet fully support pandas:FutureWarning",
-        "ignore:The copy keyword is deprecated",
-    ),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.spark]  # a Spark JVM for the module (make test-unit leaves it out)
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:

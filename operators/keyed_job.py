@@ -10,7 +10,8 @@ Redis (all under ``<prefix>:job:``): ``control`` (``run:<epoch>``, ``stop:<epoch
 hash ``phase`` (worker -> its answer, e.g. ``stopped:3``), hash ``processed`` (worker -> items
 processed, replays included), hash ``committed`` (worker -> items whose processing a checkpoint
 committed), hash ``state`` (key -> committed count: the job's keyed state), list ``latency``
-(``<done ms>,<latency ms>`` of every N-th item, committed with its checkpoint).
+(``<done ms>,<latency ms>`` of every N-th item, committed with its checkpoint), hash ``lastcommit``
+(worker -> the comma-separated ids its last checkpoint committed).
 """
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ acknowledged, so a stop-the-world (control ``stop:<epoch>``) closes the channel 
 redelivers every item processed since the last checkpoint: the checkpoint replay of a Flink job.
 The pending state is dropped with it (the job restarts from its checkpoint), so the keyed state in
 Redis counts every item exactly once. ``final:<epoch>`` commits and stops (the end of a run).
+The checkpoint also records the ids it committed (hash ``lastcommit``): a worker killed between its
+commit and its ack leaves them in the queues, committed, and the runtime's recovery drops them.
 
 Environment: RUN_PREFIX and WORKER (required), AMQP_URL, REDIS_URL, BURN_MS (1.0), PREFETCH (2000:
 must hold a checkpoint's items, which stay unacknowledged until it), CHECKPOINT_S (5), LATENCY_EVERY
@@ -92,7 +94,7 @@ class KeyedWorker:
         self.name = worker_name(cfg.worker)
         self.queue = worker_queue(cfg.prefix, cfg.worker)
         self.keys = {k: redis_key(cfg.prefix, k) for k in ("control", "phase", "processed", "committed", "state",
-                                                          "latency")}
+                                                          "latency", "lastcommit")}
         self.channel = None
         self.consumer = None
         self.epoch: Optional[str] = None  # the epoch it consumes in
@@ -101,6 +103,7 @@ class KeyedWorker:
         self.pending: Counter = Counter()
         self.pending_n = 0
         self.pending_latency: List[str] = []
+        self.pending_ids: List[int] = []
         self.last_tag = 0
         self.stopping = False
 
@@ -166,6 +169,7 @@ class KeyedWorker:
         self.pending.clear()  # back to the checkpoint: the state since is lost, its items come again
         self.pending_n = 0
         self.pending_latency.clear()
+        self.pending_ids.clear()
         self.flush()
         self.report(f"stopped:{epoch}")
 
@@ -179,6 +183,7 @@ class KeyedWorker:
         burn(self.cfg.burn_ms / 1000.0)
         self.pending[item.key] += 1
         self.pending_n += 1
+        self.pending_ids.append(item.id)
         self.processed += 1
         self.last_tag = tag
         if item.id % self.cfg.latency_every == 0:
@@ -194,12 +199,16 @@ class KeyedWorker:
             pipe.hincrby(self.keys["committed"], self.name, self.pending_n)
             if self.pending_latency:
                 pipe.rpush(self.keys["latency"], *self.pending_latency)
+            # the ids of this checkpoint: if the worker dies before its ack reaches the broker, they come
+            # back to the queues committed already; the runtime's recovery drops them (testbed/live/job.py)
+            pipe.hset(self.keys["lastcommit"], self.name, ",".join(map(str, self.pending_ids)))
             pipe.execute()
         if self.last_tag and self.channel is not None:
             self.channel.basic_ack(self.last_tag, multiple=True)
         self.pending.clear()
         self.pending_n = 0
         self.pending_latency.clear()
+        self.pending_ids.clear()
         self.last_tag = 0
 
     def flush(self) -> None:

@@ -27,8 +27,19 @@ job, scaled down to one machine, driven by the same controllers as the job simul
   queued (entry, worker queues) + dead-lettered; processed - committed = items processed again
   (the replays); the keyed state's total = committed.
 
-Whatever ends the run, `finally` removes its containers, queues and Redis keys; the caller marks
-the manifest incomplete on an exception.
+* **Faults** (docs/papers/daedalus.md#faults-during-a-live-job-run): a worker container that exits
+  (killed, crashed) is replaced and the job restarts from its checkpoints at the same parallelism
+  (`_recover`: a stop-the-world without a drawn downtime; what it processed since its checkpoint is
+  replayed; ids its last checkpoint committed but did not acknowledge are dropped from the queues),
+  at most `backend.live.job.max_recoveries` times. A lost RabbitMQ connection (a broker restart takes
+  the job's transient queues and their items with it) and a Redis that restarted, lost the run's keys
+  or stayed away for `REDIS_OUTAGE_S` end the run with `LiveJobError`: one line naming the service and
+  the time. A worker that exits during a restart ends it too. Every wait has a bound (start and stop
+  timeouts, `STALL_S` without a measurement, `BROKER_WAIT_S`, `CLEANUP_WAIT_S`).
+
+Whatever ends the run, `finally` removes its containers, queues and Redis keys (waiting, bounded,
+for a broker or Redis that is coming back); the caller marks the manifest incomplete with the
+`LiveJobError`'s one-line reason.
 """
 from __future__ import annotations
 
@@ -43,7 +54,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -55,8 +66,9 @@ from testbed.live.engines import INSTANCE_LABEL, RUN_LABEL, EngineError, connect
 from testbed.live.job_compression import compress_rates
 from testbed.live.job_cpu import cpu_fraction, find_usage_path, read_usage_ns
 from testbed.live.job_flow import ItemSource, Router, connect as amqp_connect
-from testbed.live.job_routing import (RING_WEIGHT, InflightGate, capacity, inflight_limit, key_names, rebinding,
-                                      worker_shares)
+from testbed.live.job_routing import (RING_WEIGHT, InflightGate, Outage, capacity, committed_id, inflight_limit,
+                                      key_names, last_log_line, one_line, parse_ids, rebinding, redis_loss,
+                                      retry_until, worker_shares)
 from testbed.live.run import run_prefix
 from testbed.model import ScaleDown, ScaleUp
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
@@ -120,6 +132,11 @@ class Series:
 
 class LiveJobRun:
     SAMPLE_S = 1.0
+    REDIS_OUTAGE_S = 10.0  # Redis unreachable for longer: the run ends (its counts and checkpoints are there)
+    BROKER_WAIT_S = 30.0  # after a lost broker connection: how long to wait for the broker to say what it lost
+    STALL_S = 30.0  # no measurement for this long (outside a restart): the run ends
+    DEAD_CHECK_S = 1.0  # how often the engine is asked for exited workers
+    CLEANUP_WAIT_S = 60.0  # the clean-up waits this long for a broker or Redis that is coming back
 
     def __init__(self, cfg: ExperimentConfig, policy, pattern, seed: int, run_id: str, run_dir: Optional[Path] = None):
         self.cfg = cfg
@@ -160,12 +177,19 @@ class LiveJobRun:
         self._rolled_back = 0  # processed - committed at the last stop-the-world
         self._incarnation = itertools.count()  # container names stay unique while a removed one goes
         self.arrivals_plan: np.ndarray = np.zeros(0, dtype=int)
+        self.fault: Optional[str] = None  # why the run cannot go on, found by the sampler (one line)
+        self.recoveries: List[dict] = []  # workers that exited and were replaced
+        self.redis_run_id = ""
+        self._state_written = False
+        self._source: Optional[ItemSource] = None
+        self._router: Optional[Router] = None
 
     def now(self) -> float:
         return 0.0 if self._t0 is None else time.monotonic() - self._t0
 
     # -- the run -----------------------------------------------------------------------------------
     def run(self) -> RunResult:
+        import pika.exceptions
         import redis
 
         engine_url = self.live.engines[0].url
@@ -174,12 +198,11 @@ class LiveJobRun:
         if missing:
             raise EngineError(engine_url, f"image {missing[0]} missing: build it with `bash infra/images.sh` "
                                           f"(or `make images`)")
-        self.redis = redis.Redis.from_url(self.live.redis_url)
-        source: Optional[ItemSource] = None
-        router: Optional[Router] = None
+        self.redis = self._redis_client()
         sampler: Optional[threading.Thread] = None
         self._stop_sampling = threading.Event()
         try:
+            self.redis_run_id = self._redis_id(self.redis)
             self._declare()
             owners = self._probe()
             shares = {n: worker_shares(owners[n], dict(zip(self.keys, self.weights)), n) for n in owners}
@@ -193,6 +216,7 @@ class LiveJobRun:
             start = getattr(self.policy, "initial_parallelism", lambda m: None)(self.top)
             n0 = int(start or self.job.initial_parallelism)
             self.redis.set(self._key("control"), "stop:0")
+            self._state_written = True  # from here on the control key is always there
             self._start_workers(range(n0), 0.0)
             self._wait_phase(range(n0), "idle:", self.settings.start_timeout_s, "start")
             self._bind(*rebinding(0, n0))
@@ -200,9 +224,9 @@ class LiveJobRun:
             self.epoch = 1
             self.redis.set(self._key("control"), f"run:{self.epoch}")
             gate = InflightGate(inflight_limit(self.settings.inflight_s, self.settings.worker_rate, n0))
-            router = Router(self.live.amqp_url, self.prefix, gate, self._processed_total)
-            source = ItemSource(self.live.amqp_url, self.prefix, arrivals, self.keys, self.weights,
-                                stream(self.seed, "job/keys-drawn"))
+            router = self._router = Router(self.live.amqp_url, self.prefix, gate, self._processed_total)
+            source = self._source = ItemSource(self.live.amqp_url, self.prefix, arrivals, self.keys, self.weights,
+                                               stream(self.seed, "job/keys-drawn"))
             self._t0 = time.monotonic()
             router.start()
             source.start(self._t0)
@@ -212,29 +236,42 @@ class LiveJobRun:
             source.stop()
             end = self.now()
             if not router.pause(self.settings.stop_timeout_s):
-                raise LiveJobError("the router did not pause at the end of the run")
+                self._check_faults()
+                raise LiveJobError(f"the router did not pause at the end of the run (t={self.now():.0f} s)")
             self._stop_sampling.set()
-            sampler.join()
+            sampler.join(self.STALL_S)
+            self._check_faults()
             accounting = self._final(source, router)
             self.series.arrivals = [source.per_second[k] if k < len(source.per_second) else 0
                                     for k in range(len(self.series))]  # what was published, for the tables
             tables = self._tables(source.t0_wall or time.time())
+            lost = self._redis_lost()  # the tables read Redis too (latencies): still the run's state?
+            if lost:
+                raise LiveJobError(lost)
             details = {"job": {"mu": self.settings.worker_rate, "capacity": {str(n): c for n, c in self.capacity.items()},
                                "shares": {str(n): s for n, s in shares.items()}, "peak_rate": target_peak,
                                "items": accounting.emitted, "unprocessed_at_end": accounting.queued_entry
                                + accounting.queued_workers, "measured_worker_rate": self._measured_rate(),
                                "live": True},
                        "prefix": self.prefix, "accounting": accounting.as_dict(), "instances": self.instance_log,
-                       "time_compression": self.settings.time_compression}
+                       "recoveries": self.recoveries, "time_compression": self.settings.time_compression}
             run_details = getattr(self.policy, "run_details", None)
             if run_details is not None:
                 details["controller"] = run_details()
             print(f"live job {self.run_id}: {end:.0f} s, {len(self.rescales['t_s'])} rescale(s), "
-                  f"accounting {accounting.as_dict()}", file=sys.stderr, flush=True)
+                  f"{len(self.recoveries)} worker(s) replaced, accounting {accounting.as_dict()}",
+                  file=sys.stderr, flush=True)
             return RunResult(tables, float(len(self.series)), details)
+        except (redis.RedisError, pika.exceptions.AMQPError, LiveJobError) as exc:
+            # the reason goes to the manifest: one line naming what failed and when
+            reason = exc if isinstance(exc, LiveJobError) else LiveJobError(self._reason(exc, "the runtime"))
+            print(f"live job {self.run_id} [prefix {self.prefix}]: incomplete: {reason}", file=sys.stderr, flush=True)
+            if reason is exc:
+                raise
+            raise reason from exc
         finally:
             self._stop_sampling.set()
-            for part in (source, router):
+            for part in (self._source, self._router):
                 if part is not None:
                     try:
                         part.stop()
@@ -243,6 +280,151 @@ class LiveJobRun:
             if sampler is not None:
                 sampler.join(5.0)
             self._cleanup()
+
+    # -- faults ----------------------------------------------------------------------------------------
+    def _redis_client(self):
+        """Runtime clients: a command fails within seconds while Redis is away (bounded retries)."""
+        import redis
+        from redis.backoff import ExponentialBackoff
+        from redis.retry import Retry
+
+        return redis.Redis.from_url(self.live.redis_url, socket_timeout=5, socket_connect_timeout=3,
+                                    retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), 3))
+
+    @staticmethod
+    def _redis_id(client) -> str:
+        return str(client.info("server").get("run_id", ""))
+
+    def _redis_lost(self, client=None) -> Optional[str]:
+        """Why the run's state in Redis cannot be trusted any more (it restarted, its keys are gone);
+        None while it can, or while Redis does not answer (an outage is timed elsewhere)."""
+        import redis
+
+        if not self._state_written:
+            return None
+        client = client or self.redis
+        try:
+            now_id = self._redis_id(client)
+            present = bool(client.exists(self._key("control")))
+        except redis.RedisError:
+            return None
+        return redis_loss(self.now(), self.redis_run_id, now_id, present)
+
+    def _broker_lost(self, exc: BaseException, t: float) -> str:
+        """The reason of a lost broker connection: wait (bounded) for the broker and say what it lost."""
+        import pika.exceptions
+
+        what = one_line(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, 120)
+        try:
+            conn = retry_until(lambda: amqp_connect(self.live.amqp_url), self.BROKER_WAIT_S, time.monotonic,
+                               time.sleep, (pika.exceptions.AMQPError, OSError), 1.0)
+        except (pika.exceptions.AMQPError, OSError):
+            return (f"RabbitMQ unreachable since t={t:.0f} s ({what}) and not back within {self.BROKER_WAIT_S:.0f} s: "
+                    f"the job's queues are on it; the run cannot go on")
+        try:
+            try:
+                conn.channel().queue_declare(entry_queue(self.prefix), passive=True)
+                gone = False
+            except pika.exceptions.ChannelClosedByBroker:
+                gone = True
+        finally:
+            if conn.is_open:
+                conn.close()
+        if not gone:
+            return (f"RabbitMQ closed the run's connections at t={t:.0f} s ({what}); the job mode does not "
+                    f"reconnect, the run cannot go on")
+        emitted = self._source.emitted if self._source is not None else 0
+        try:
+            uncommitted = f" with the {max(0, emitted - self._committed_total())} item(s) not yet committed"
+        except Exception:  # Redis is what failed too
+            uncommitted = ""
+        return (f"RabbitMQ restarted at t={t:.0f} s ({what}): the job's queues are transient and went with "
+                f"it{uncommitted}; the run cannot go on")
+
+    def _reason(self, exc: BaseException, who: str) -> str:
+        """One line for the manifest: what failed (Redis' state first: losing it explains the rest)."""
+        import pika.exceptions
+        import redis
+
+        t = self.now()
+        lost = self._redis_lost()
+        if lost:
+            return lost
+        if isinstance(exc, redis.RedisError):
+            return f"Redis unreachable at t={t:.0f} s ({one_line(str(exc), 120)}): {who} could not go on"
+        if isinstance(exc, pika.exceptions.AMQPError):
+            return self._broker_lost(exc, t)
+        return f"{who} failed at t={t:.0f} s: {one_line(f'{type(exc).__name__}: {exc}')}"
+
+    def _check_faults(self) -> None:
+        """Raise the reason the run cannot go on, if there is one (sampler, source, router)."""
+        if self.fault:
+            raise LiveJobError(self.fault)
+        for part, who in ((self._source, "the source"), (self._router, "the router")):
+            if part is not None and part.error is not None:
+                raise LiveJobError(self._reason(part.error, who)) from part.error
+        if self.sampler_error is not None:
+            raise LiveJobError(self._reason(self.sampler_error, "the measurements")) from self.sampler_error
+
+    def _diagnose_worker_exit(self) -> None:
+        """A worker exited: a broker or Redis failure explains it before the worker does."""
+        self._check_faults()
+        lost = self._redis_lost()
+        if lost:
+            raise LiveJobError(lost)
+        import pika.exceptions
+
+        try:
+            amqp_connect(self.live.amqp_url).close()
+        except (pika.exceptions.AMQPError, OSError) as exc:
+            raise LiveJobError(self._broker_lost(exc, self.now())) from exc
+
+    def _exited(self) -> List[Tuple[int, WorkerContainer, int]]:
+        """(index, worker, exit code) of the run's current workers whose container has exited."""
+        with self._lock:
+            by_id = {wc.container.id: (w, wc) for w, wc in self.workers.items()}
+        out = []
+        for c in self.docker.containers.list(all=True, filters={"label": f"{RUN_LABEL}={self.prefix}",
+                                                                "status": ["exited", "dead"]}):
+            if c.id in by_id:
+                w, wc = by_id[c.id]
+                out.append((w, wc, int(c.attrs.get("State", {}).get("ExitCode", -1))))
+        return sorted(out, key=lambda e: e[0])
+
+    def _exit_message(self, w: int, wc: WorkerContainer, code: int) -> str:
+        try:
+            said = last_log_line(wc.container.logs(tail=5).decode(errors="replace"))
+        except Exception:
+            said = ""
+        how = " (SIGKILL)" if code == 137 else ""
+        return (f"worker {worker_name(w)} (container {wc.container.name}) exited with code {code}{how}"
+                + (f", last log line: {said}" if said and code != 137 else ""))
+
+    def _recover(self, exited: List[Tuple[int, WorkerContainer, int]], router: Router) -> None:
+        """Workers exited (killed, crashed): replace them and restart the job from its checkpoints at
+        the same parallelism, as a Flink job restarts after a TaskManager failure; or, past the
+        budget, end the run naming the worker."""
+        self._diagnose_worker_exit()
+        t = self.now()
+        first = exited[0]
+        if len(self.recoveries) + len(exited) > self.settings.max_recoveries:
+            raise LiveJobError(f"{self._exit_message(*first)} at t={t:.0f} s, with {len(self.recoveries)} worker(s) "
+                               f"replaced already (backend.live.job.max_recoveries = {self.settings.max_recoveries})")
+        messages = [self._exit_message(*e) for e in exited]
+        for (w, wc, code), msg in zip(exited, messages):
+            print(f"live job {self.run_id}: {msg} at t={t:.0f} s: replacing it, the job restarts from its checkpoints",
+                  file=sys.stderr, flush=True)
+        info = self._restart(float(len(self.series)), self.n, [], router, replace=[e[0] for e in exited])
+        for (w, wc, code), msg in zip(exited, messages):
+            self.records.append(ActionRecord(float(len(self.series)), "replace", JOB_OPERATOR, worker_name(w), None,
+                                             None, f"{msg} at t={t:.0f} s: replaced, the job restarted from its "
+                                                   f"checkpoints with {self.n} workers (downtime "
+                                                   f"{info['downtime_s']:.1f} s, {info['replayed']} item(s) "
+                                                   f"processed since the checkpoints replayed)"))
+            self.recoveries.append({"t_s": t, "worker": worker_name(w), "container": wc.container.name,
+                                    "exit_code": code, "downtime_s": info["downtime_s"],
+                                    "replayed": info["replayed"], "moved": info["moved"],
+                                    "duplicates_dropped": info["duplicates_dropped"]})
 
     # -- broker set-up -------------------------------------------------------------------------------
     def _key(self, name: str) -> str:
@@ -362,16 +544,19 @@ class LiveJobRun:
             got = [(r or b"").decode() for r in raw]
             if all(g == phase for g in got):
                 return
-            for w in indices:
-                wc = self.workers.get(w)
-                if wc is not None:
-                    wc.container.reload()
-                    if wc.container.status == "exited":
-                        tail = wc.container.logs(tail=20).decode(errors="replace")
-                        raise LiveJobError(f"worker {worker_name(w)} exited during {what}:\n{tail}")
+            self._check_faults()
+            wanted = set(indices)
+            exited = [e for e in self._exited() if e[0] in wanted]
+            if exited:
+                self._diagnose_worker_exit()
+                raise LiveJobError(f"{self._exit_message(*exited[0])} during {what} at t={self.now():.0f} s")
             if time.monotonic() > deadline:
+                lost = self._redis_lost()  # a restarted Redis forgot the phases: that is the reason
+                if lost:
+                    raise LiveJobError(lost)
                 late = [n for n, g in zip(names, got) if g != phase]
-                raise LiveJobError(f"workers {late} did not report {phase!r} within {timeout_s:.0f} s ({what})")
+                raise LiveJobError(f"workers {late} did not report {phase!r} within {timeout_s:.0f} s ({what}, "
+                                   f"t={self.now():.0f} s)")
             time.sleep(0.1)
 
     def _processed_total(self) -> int:
@@ -379,15 +564,20 @@ class LiveJobRun:
 
     # -- measurements --------------------------------------------------------------------------------
     def _sample_loop(self, source: ItemSource, router: Router) -> None:
-        try:
-            import redis
+        """One row of measurements per second. Redis away for a moment: the row is taken when it is
+        back (the seconds catch up); away for longer than REDIS_OUTAGE_S, restarted or emptied: the
+        run's fault. A lost broker connection is the run's fault at once."""
+        import pika.exceptions
+        import redis
 
-            client = redis.Redis.from_url(self.live.redis_url)
+        try:
+            client = self._redis_client()
             conn = amqp_connect(self.live.amqp_url)
             ch = conn.channel()
             last_proc: Dict[str, int] = {}
-            last_use: Dict[int, int] = {}
+            last_use: Dict[int, Tuple[str, int]] = {}  # worker -> (its container, CPU time): a replaced one starts over
             last_t = time.monotonic()
+            outage = Outage(self.REDIS_OUTAGE_S)
             k = 0
             while not self._stop_sampling.is_set():
                 due = self._t0 + (k + 1) * self.SAMPLE_S
@@ -395,23 +585,37 @@ class LiveJobRun:
                     conn.process_data_events(time_limit=min(0.05, max(0.0, due - time.monotonic())))
                 if self._stop_sampling.is_set():
                     break
+                try:
+                    proc = {key.decode(): int(v) for key, v in client.hgetall(redis_key(self.prefix, "processed")).items()}
+                    lost = self._redis_lost(client)
+                except redis.RedisError as exc:
+                    if outage.failed(self.now()):
+                        self.fault = (f"Redis unreachable since t={outage.since:.0f} s ({one_line(str(exc), 120)}): "
+                                      f"the run's counts and checkpoints are there; the run cannot go on")
+                        break
+                    time.sleep(0.2)
+                    continue
+                outage.ok()
+                if lost:
+                    self.fault = lost
+                    break
                 now = time.monotonic()
                 dt = now - last_t
                 last_t = now
                 with self._lock:
                     workers = dict(self.workers)
                     n, down = self.n, self.down
-                proc = {key.decode(): int(v) for key, v in client.hgetall(redis_key(self.prefix, "processed")).items()}
                 thr = np.zeros(self.top)
                 cpu = np.full(self.top, np.nan)
                 for w, wc in workers.items():
                     name = worker_name(w)
                     thr[w] = max(0, proc.get(name, 0) - last_proc.get(name, 0))
                     use = self._usage(wc)
-                    if use is not None and w in last_use:
-                        cpu[w] = min(1.5, cpu_fraction(last_use[w], use, dt, self.settings.cpus))
+                    prev = last_use.get(w)
+                    if use is not None and prev is not None and prev[0] == wc.container.id:
+                        cpu[w] = min(1.5, cpu_fraction(prev[1], use, dt, self.settings.cpus))
                     if use is not None:
-                        last_use[w] = use
+                        last_use[w] = (wc.container.id, use)
                 for w in list(last_use):
                     if w not in workers:
                         del last_use[w]
@@ -432,8 +636,11 @@ class LiveJobRun:
                 s.parallel.append(n)
                 s.running.append(0 if down else n)
                 k += 1
-            conn.close()
+            if conn.is_open:
+                conn.close()
             client.close()
+        except pika.exceptions.AMQPError as exc:
+            self.fault = self._reason(exc, "the measurements")
         except BaseException as exc:
             self.sampler_error = exc
 
@@ -461,15 +668,25 @@ class LiveJobRun:
         interval = getattr(self.policy, "interval_s", None)
         next_decision = float(interval) if interval else math.inf
         next_progress = 60.0
+        next_check = 0.0
+        rows, rows_at = -1, time.monotonic()
         while True:
-            for part in (source, router):
-                if part.error is not None:
-                    raise LiveJobError(f"the {type(part).__name__} failed: {part.error!r}") from part.error
-            if self.sampler_error is not None:
-                raise LiveJobError(f"measurements failed: {self.sampler_error!r}") from self.sampler_error
+            self._check_faults()
             done = len(self.series)
             if done >= self.duration:
                 return
+            if done != rows:
+                rows, rows_at = done, time.monotonic()
+            elif time.monotonic() - rows_at > self.STALL_S:
+                raise LiveJobError(f"the measurements stalled at t={self.now():.0f} s (no sample for "
+                                   f"{self.STALL_S:.0f} s)")
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + self.DEAD_CHECK_S
+                exited = self._exited()
+                if exited:
+                    self._recover(exited, router)
+                    rows, rows_at = len(self.series), time.monotonic()
+                    continue
             if done >= next_progress:
                 next_progress += 60.0
                 print(f"live job {self.run_id}: {done}/{self.duration} s, {self.n} worker(s), lag "
@@ -484,6 +701,7 @@ class LiveJobRun:
                 if target != self.n:
                     self._rescale(float(done), target, actions, router)
                     next_decision = max(next_decision, len(self.series) + 0.0)
+                    rows, rows_at = len(self.series), time.monotonic()
                 continue
             time.sleep(0.05)
 
@@ -503,49 +721,16 @@ class LiveJobRun:
             ready={k: self.ready_from.get(w, 0.0) <= t + 1 for k, w in workers.items()})
 
     def _rescale(self, now: float, target: int, actions, router: Router) -> None:
-        """Stop the world, rebind, move the queued items, change the workers, wait out the downtime, go."""
+        """The controller's rescale: a restart from the checkpoints with `target` workers."""
         old = self.n
         for a in actions:
             inst = a.instance if isinstance(a, ScaleDown) else None
             self.records.append(ActionRecord(now, a.kind, JOB_OPERATOR, inst, None, None, a.reason))
         lo, hi = self.job.downtime_out_s if target > old else self.job.downtime_in_s
         drawn = float(self.rng_down.uniform(lo, hi))
-        t_start = self.now()
         lag_before = self.series.lag[-1] if self.series.lag else 0.0
-        if not router.pause(self.settings.stop_timeout_s):
-            raise LiveJobError(f"the router did not pause for the rescale at {now:.0f} s")
-        with self._lock:
-            self.down = True
-        stop_epoch = self.epoch
-        self.redis.set(self._key("control"), f"stop:{stop_epoch}")
-        self._wait_phase(range(old), f"stopped:{stop_epoch}", self.settings.stop_timeout_s, "the stop-the-world")
-        # processing since the workers' last checkpoints is rolled back: it is replayed after the restart
-        rolled_back = self._processed_total() - self._committed_total()
-        replayed, self._rolled_back = rolled_back - self._rolled_back, rolled_back
-        self._bind(*rebinding(old, target))
-        moved = self._move(old)
-        self._remove_workers(range(target, old), self.now())
-        self._start_workers(range(old, target), self.now())
-        if target > old:
-            self._wait_phase(range(old, target), "idle:", self.settings.start_timeout_s, "the rescale's start")
-        with self._lock:
-            self.n = target
-        for w in range(old, target):
-            self.ready_from[w] = math.inf
-        rest = t_start + drawn - self.now()
-        if rest > 0:
-            time.sleep(rest)
-        self.epoch += 1
-        self.redis.set(self._key("control"), f"run:{self.epoch}")
-        self._wait_phase(range(target), f"running:{self.epoch}", self.settings.start_timeout_s, "the restart")
-        up = self.now()
-        with self._lock:
-            self.down = False
-            self.up_since = math.ceil(up)
-        for w in range(old, target):
-            self.ready_from[w] = up
-        router.resume(moved, inflight_limit(self.settings.inflight_s, self.settings.worker_rate, target))
-        downtime = up - t_start
+        info = self._restart(now, target, router, drawn_s=drawn)
+        downtime, replayed, moved = info["downtime_s"], info["replayed"], info["moved"]
         self.records.append(ActionRecord(now, "restart", JOB_OPERATOR, None, None, None,
                                          f"stop the world {old} -> {target} workers: downtime {downtime:.1f} s "
                                          f"(drawn {drawn:.1f} s), {replayed} item(s) processed since the "
@@ -558,16 +743,70 @@ class LiveJobRun:
         print(f"live job {self.run_id}: rescale {old} -> {target} at {now:.0f} s, downtime {downtime:.1f} s, "
               f"{moved} item(s) re-routed", file=sys.stderr, flush=True)
 
+    def _restart(self, now: float, target: int, router: Router, drawn_s: float = 0.0,
+                 replace: Sequence[int] = ()) -> dict:
+        """Stop the world, rebind, move the queued items, change the workers, wait out the downtime, go.
+        `replace`: workers whose containers exited (a recovery): their containers go and new ones
+        start under the same names; the others stop at their checkpoints as in a rescale."""
+        old = self.n
+        replace = sorted(set(replace))
+        t_start = self.now()
+        if not router.pause(self.settings.stop_timeout_s):
+            self._check_faults()
+            raise LiveJobError(f"the router did not pause for the restart at t={now:.0f} s")
+        with self._lock:
+            self.down = True
+        self._remove_workers(replace, self.now())
+        stop_epoch = self.epoch
+        self.redis.set(self._key("control"), f"stop:{stop_epoch}")
+        self._wait_phase([w for w in range(old) if w not in replace], f"stopped:{stop_epoch}",
+                         self.settings.stop_timeout_s, "the stop-the-world")
+        # processing since the workers' last checkpoints is rolled back: it is replayed after the restart
+        rolled_back = self._processed_total() - self._committed_total()
+        replayed, self._rolled_back = rolled_back - self._rolled_back, rolled_back
+        self._bind(*rebinding(old, target))
+        # a replaced worker may have died between its last commit and its ack: those items are back in
+        # the queues, committed already; they go (the others are redelivered and processed again)
+        drop: frozenset = frozenset()
+        if replace:
+            for raw in self.redis.hmget(self._key("lastcommit"), [worker_name(w) for w in replace]):
+                drop |= parse_ids(raw)
+        moved, dropped = self._move(old, drop)
+        self._remove_workers(range(target, old), self.now())
+        starting = sorted(set(range(old, target)) | set(replace))
+        self._start_workers(starting, self.now())
+        if starting:
+            self._wait_phase(starting, "idle:", self.settings.start_timeout_s, "the restart's start")
+        with self._lock:
+            self.n = target
+        for w in starting:
+            self.ready_from[w] = math.inf
+        rest = t_start + drawn_s - self.now()
+        if rest > 0:
+            time.sleep(rest)
+        self.epoch += 1
+        self.redis.set(self._key("control"), f"run:{self.epoch}")
+        self._wait_phase(range(target), f"running:{self.epoch}", self.settings.start_timeout_s, "the restart")
+        up = self.now()
+        with self._lock:
+            self.down = False
+            self.up_since = math.ceil(up)
+        for w in starting:
+            self.ready_from[w] = up
+        router.resume(moved, inflight_limit(self.settings.inflight_s, self.settings.worker_rate, target))
+        return {"downtime_s": up - t_start, "replayed": int(replayed), "moved": moved, "duplicates_dropped": dropped}
+
     def _committed_total(self) -> int:
         return sum(int(v) for v in self.redis.hvals(self._key("committed")))
 
-    def _move(self, old: int) -> int:
+    def _move(self, old: int, drop: frozenset = frozenset()) -> Tuple[int, int]:
         """Every item in the queues of workers 0..old-1 through the exchange again, under the new
-        binding (a queue that stays bound gets some back: only its items from before are taken)."""
+        binding (a queue that stays bound gets some back: only its items from before are taken);
+        items whose id is in `drop` (committed already) are removed instead. (moved, dropped)."""
         import pika
 
         conn = amqp_connect(self.live.amqp_url)
-        moved = 0
+        moved = dropped = 0
         try:
             ch = conn.channel()
             ch.confirm_delivery()
@@ -579,12 +818,16 @@ class LiveJobRun:
                     method, _p, body = ch.basic_get(q, auto_ack=False)
                     if method is None:
                         break
+                    if drop and committed_id(body) in drop:
+                        ch.basic_ack(method.delivery_tag)
+                        dropped += 1
+                        continue
                     ch.basic_publish(key_exchange(self.prefix), method.routing_key, body, props, mandatory=True)
                     ch.basic_ack(method.delivery_tag)
                     moved += 1
         finally:
             conn.close()
-        return moved
+        return moved, dropped
 
     # -- the end -------------------------------------------------------------------------------------
     def _final(self, source: ItemSource, router: Router) -> JobAccounting:
@@ -610,6 +853,9 @@ class LiveJobRun:
             entry, workers, dead = now
         finally:
             conn.close()
+        lost = self._redis_lost()  # the counts below would be wrong totals, not the run's
+        if lost:
+            raise LiveJobError(lost)
         committed = self._committed_total()
         processed = self._processed_total()
         state = sum(int(v) for v in self.redis.hvals(self._key("state")))
@@ -647,29 +893,61 @@ class LiveJobRun:
                           s.running, lat_t, lat_ms, self.records, self.policy, self.rescales)
 
     def _cleanup(self) -> None:
-        """Remove the run's containers, queues and Redis keys (also after an interrupt)."""
-        try:
-            for c in self.docker.containers.list(all=True, filters={"label": f"{RUN_LABEL}={self.prefix}"}):
+        """Remove the run's containers, queues and Redis keys (also after an interrupt or a fault: a
+        broker or Redis that is coming back is waited for, at most CLEANUP_WAIT_S each)."""
+        import pika.exceptions
+        import redis
+
+        def containers():
+            left = self.docker.containers.list(all=True, filters={"label": f"{RUN_LABEL}={self.prefix}"})
+            for c in left:
                 try:
                     c.remove(force=True)
                 except Exception as exc:
-                    log.warning("removing %s: %s", c.name, exc)
+                    if "No such container" not in str(exc) and "already in progress" not in str(exc):
+                        raise
+            if self.docker.containers.list(all=True, filters={"label": f"{RUN_LABEL}={self.prefix}"}):
+                raise RuntimeError("containers of the run are still there")
+
+        try:
+            retry_until(containers, 30.0, time.monotonic, time.sleep, (Exception,), 1.0)
         except Exception as exc:
-            log.warning("listing the containers of %s: %s", self.prefix, exc)
+            log.warning("removing the containers of %s: %s", self.prefix, exc)
         if self.live.keep_broker_state:
             return
-        try:
+
+        def queue_delete(ch, name):
+            ch.queue_delete(name)
+
+        def exchange_delete(ch, name):
+            ch.exchange_delete(name)
+
+        def broker():
             conn = amqp_connect(self.live.amqp_url)
             try:
-                ch = conn.channel()
-                for q in [entry_queue(self.prefix), dead_queue(self.prefix),
-                          *(worker_queue(self.prefix, w) for w in range(self.top))]:
-                    ch.queue_delete(q)
-                ch.exchange_delete(key_exchange(self.prefix))
+                deletes = [(queue_delete, q) for q in [entry_queue(self.prefix), dead_queue(self.prefix),
+                                                        *(worker_queue(self.prefix, w) for w in range(self.top))]]
+                for delete, name in [*deletes, (exchange_delete, key_exchange(self.prefix))]:
+                    try:
+                        delete(conn.channel(), name)
+                    except pika.exceptions.ChannelClosedByBroker:
+                        pass  # gone already (a broker restart takes transient queues with it)
             finally:
-                conn.close()
-            keys = list(self.redis.scan_iter(f"{self.prefix}:*", count=1000))
-            if keys:
-                self.redis.delete(*keys)
-        except Exception as exc:  # cleanup must not hide the run's own outcome
-            log.warning("could not remove the broker/Redis state of %s: %s", self.prefix, exc)
+                if conn.is_open:
+                    conn.close()
+
+        def keys():
+            client = self._redis_client()
+            try:
+                found = list(client.scan_iter(f"{self.prefix}:*", count=1000))
+                if found:
+                    client.delete(*found)
+            finally:
+                client.close()
+
+        for what, fn, errors in (("broker", broker, (pika.exceptions.AMQPError, OSError)),
+                                 ("Redis", keys, (redis.RedisError, OSError))):
+            try:  # cleanup must not hide the run's own outcome
+                retry_until(fn, self.CLEANUP_WAIT_S, time.monotonic, time.sleep, errors, 1.0)
+            except Exception as exc:
+                log.warning("could not remove the %s state of %s: %s", what, self.prefix, exc)

@@ -73,3 +73,77 @@ def key_names(keys: int) -> List[str]:
 
 def weights_by_key(weights: Sequence[float]) -> Dict[str, float]:
     return dict(zip(key_names(len(weights)), (float(w) for w in weights)))
+
+
+# -- faults (docs/papers/daedalus.md#faults-during-a-live-job-run) ------------------------------------
+def one_line(text: str, limit: int = 240) -> str:
+    """`text` on one line (a manifest's reason): whitespace runs collapsed, cut at `limit` characters."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def last_log_line(logs: str) -> str:
+    """The last non-empty line of a container's log (what a worker said last), on one line."""
+    lines = [ln for ln in logs.splitlines() if ln.strip()]
+    return one_line(lines[-1]) if lines else ""
+
+
+def redis_loss(t: float, run_id_before: str, run_id_now: str, state_present: bool) -> Optional[str]:
+    """Why the run's Redis state cannot be trusted any more, None while it can. A restarted Redis
+    (another run_id) kept the run's keys only if it persists them, and even then maybe not the
+    last writes; the testbed's Redis (infra/services.sh: --save '' --appendonly no) keeps nothing."""
+    if run_id_now != run_id_before:
+        if state_present:
+            return (f"Redis lost the run's state at t={t:.0f} s: it restarted (the run's keys came back from its "
+                    f"persistence, but not necessarily the last checkpoints and counts)")
+        return (f"Redis lost the run's state at t={t:.0f} s: it restarted without the run's keyed state, counts "
+                f"and checkpoints (the testbed's Redis keeps nothing on disk)")
+    if not state_present:
+        return f"Redis lost the run's state at t={t:.0f} s: the run's keys are gone (flushed or evicted)"
+    return None
+
+
+@dataclass
+class Outage:
+    """How long a service has been failing; `exceeded` once it failed for longer than `limit_s`."""
+
+    limit_s: float
+    since: Optional[float] = None
+
+    def failed(self, t: float) -> bool:
+        if self.since is None:
+            self.since = t
+        return self.exceeded(t)
+
+    def exceeded(self, t: float) -> bool:
+        return self.since is not None and t - self.since > self.limit_s
+
+    def ok(self) -> None:
+        self.since = None
+
+
+def retry_until(fn, deadline_s: float, clock, sleep, errors=(Exception,), pause_s: float = 0.5):
+    """fn() until it returns without one of `errors` or `deadline_s` (of `clock`) has passed; the last
+    error is raised then. At least one attempt."""
+    end = clock() + deadline_s
+    while True:
+        try:
+            return fn()
+        except errors:
+            if clock() + pause_s > end:
+                raise
+            sleep(pause_s)
+
+
+def parse_ids(raw) -> frozenset:
+    """The item ids a worker's last checkpoint committed (hash ``lastcommit``: "3,17,42"; None: none)."""
+    if not raw:
+        return frozenset()
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return frozenset(int(i) for i in text.split(",") if i)
+
+
+def committed_id(body: bytes) -> int:
+    """An item body's id (-1 if it is not an item: never in a checkpoint)."""
+    head = body.split(b",", 1)[0]
+    return int(head) if head.isdigit() else -1

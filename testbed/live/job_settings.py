@@ -30,6 +30,9 @@ class LiveJobConfig:
     latency_every: int = 5  # every n-th item's latency is recorded
     start_timeout_s: float = 180.0  # a worker container must be consuming within this (loaded machine)
     stop_timeout_s: float = 60.0  # workers must answer a stop-the-world or the final checkpoint within this
+    # a worker container that exits during the run is replaced and the job restarts from its checkpoints
+    # (testbed/live/job.py); after this many replacements the next exit ends the run incomplete
+    max_recoveries: int = 3
 
     def validate(self, max_scaleout: int) -> Optional[Tuple[str, str]]:
         """(key, problem) of the first invalid value, None if all are fine."""
@@ -43,6 +46,8 @@ class LiveJobConfig:
         for key in ("prefetch", "latency_every"):
             if getattr(self, key) < 1:
                 return f"backend.live.job.{key}", f"must be >= 1, got {getattr(self, key)}"
+        if self.max_recoveries < 0:
+            return "backend.live.job.max_recoveries", f"must be >= 0, got {self.max_recoveries}"
         if self.cpus * max_scaleout > self.cpu_budget + 1e-9:
             return ("backend.live.job.cpus", f"{self.cpus:g} cores x job.max_scaleout {max_scaleout} = "
                     f"{self.cpus * max_scaleout:g} exceeds backend.live.job.cpu_budget ({self.cpu_budget:g})")

@@ -15,7 +15,9 @@ from testbed.config import ConfigError
 from testbed.experiment import config_for, plan_runs
 from testbed.live.job_compression import compress_rates, scaled
 from testbed.live.job_cpu import cpu_fraction, find_usage_path, parse_usage_ns
-from testbed.live.job_routing import InflightGate, capacity, inflight_limit, rebinding, worker_shares
+from testbed.live.job_routing import (InflightGate, Outage, capacity, committed_id, inflight_limit, last_log_line,
+                                      one_line, parse_ids, rebinding, redis_loss, retry_until, worker_shares)
+from testbed.live.job_settings import LiveJobConfig
 from tests.conftest import compose_config
 
 LIVE_JOB = ("evaluation=daedalus", "backend=docker", "job.max_scaleout=15", "reps=1")
@@ -141,3 +143,166 @@ def test_item_encoding_and_worker_settings():
         WorkerConfig.from_env({"RUN_PREFIX": "r"})
     with pytest.raises(SystemExit, match="CHECKPOINT_S"):
         WorkerConfig.from_env({"RUN_PREFIX": "r", "WORKER": "0", "CHECKPOINT_S": "0"})
+
+
+def test_fault_reasons_are_one_line():
+    assert one_line("a\n  b\tc\n") == "a b c"
+    assert one_line("x" * 300, limit=10) == "x" * 9 + "…"
+    logs = "INFO start\nTraceback (most recent call last):\n  File x\nConnectionError: gone\n\n"
+    assert last_log_line(logs) == "ConnectionError: gone" and last_log_line("") == ""
+
+
+def test_redis_loss_names_a_restart_and_missing_keys():
+    assert redis_loss(12.4, "a", "a", True) is None
+    lost = redis_loss(12.4, "a", "b", False)
+    assert lost.startswith("Redis lost the run's state at t=12 s: it restarted") and "\n" not in lost
+    assert "persistence" in redis_loss(3.0, "a", "b", True)  # restarted with the keys: the last writes may be gone
+    assert "keys are gone" in redis_loss(7.0, "a", "a", False)  # flushed under a running Redis
+
+
+def test_outage_is_timed_from_its_first_failure():
+    o = Outage(10.0)
+    assert not o.failed(5.0) and o.since == 5.0
+    assert not o.failed(15.0) and o.failed(15.1)
+    o.ok()
+    assert o.since is None and not o.exceeded(100.0) and not o.failed(100.0)
+
+
+def test_retry_until_a_deadline_on_a_fake_clock():
+    clock = {"t": 0.0}
+    calls = []
+
+    def sleep(s):
+        clock["t"] += s
+
+    def flaky():
+        calls.append(clock["t"])
+        if len(calls) < 3:
+            raise ConnectionError("down")
+        return "up"
+
+    assert retry_until(flaky, 5.0, lambda: clock["t"], sleep, (ConnectionError,), 1.0) == "up"
+    assert calls == [0.0, 1.0, 2.0]
+    calls.clear()
+    clock["t"] = 0.0
+
+    def down():
+        calls.append(clock["t"])
+        raise ConnectionError("down")
+
+    with pytest.raises(ConnectionError):
+        retry_until(down, 2.5, lambda: clock["t"], sleep, (ConnectionError,), 1.0)
+    assert calls == [0.0, 1.0, 2.0]  # the next attempt would be past the deadline
+    with pytest.raises(ValueError):  # other errors are not retried
+        retry_until(lambda: int("x"), 5.0, lambda: clock["t"], sleep, (ConnectionError,), 1.0)
+
+
+def test_max_recoveries_is_validated():
+    assert LiveJobConfig().max_recoveries == 3 and LiveJobConfig(max_recoveries=0).validate(6) is None
+    assert LiveJobConfig(max_recoveries=-1).validate(6)[0] == "backend.live.job.max_recoveries"
+
+
+def test_the_ids_of_a_last_checkpoint():
+    assert parse_ids(b"3,17,42") == {3, 17, 42} and parse_ids(None) == frozenset() and parse_ids(b"") == frozenset()
+    assert committed_id(Item(42, "k7", 1).encode()) == 42 and committed_id(b"garbage") == -1
+
+
+class FakePipe:
+    def __init__(self, log):
+        self.log = log
+
+    def __getattr__(self, name):
+        return lambda *a, **k: self.log.append((name, *a))
+
+    def execute(self):
+        self.log.append(("execute",))
+
+
+class FakeRedis:
+    def __init__(self):
+        self.log = []
+
+    def pipeline(self, transaction=True):
+        return FakePipe(self.log)
+
+    def hincrby(self, *a):
+        self.log.append(("hincrby", *a))
+
+
+class FakeChannel:
+    def __init__(self):
+        self.acks = []
+
+    def basic_ack(self, tag, multiple=False):
+        self.acks.append((tag, multiple))
+
+
+def test_a_checkpoint_records_the_ids_it_commits_in_its_transaction():
+    from operators.keyed_worker import KeyedWorker
+
+    r = FakeRedis()
+    w = KeyedWorker(WorkerConfig(prefix="p", worker=1, burn_ms=0.0, latency_every=1000), r, None)
+    w.channel = FakeChannel()
+    for tag, item in enumerate([Item(5, "k1", 0), Item(9, "k2", 0), Item(11, "k1", 0)], start=1):
+        w.handle(tag, item.encode())
+    w.commit()
+    names = [e[0] for e in r.log]
+    assert names.index("hset") < names.index("execute")  # in the checkpoint's transaction
+    assert ("hset", "p:job:lastcommit", "w1", "5,9,11") in r.log
+    assert w.channel.acks == [(3, True)] and w.pending_ids == []  # acknowledged after the commit
+
+
+class FakeContainer:
+    def __init__(self, cid, name, exit_code=0, logs=b""):
+        self.id, self.name, self._logs = cid, name, logs
+        self.attrs = {"State": {"ExitCode": exit_code}}
+
+    def logs(self, tail=5):
+        return self._logs
+
+
+class FakeContainers:
+    def __init__(self, exited):
+        self.exited, self.filters = exited, None
+
+    def list(self, all=False, filters=None):
+        self.filters = filters
+        return self.exited
+
+
+def job_run_with(workers, exited, max_recoveries=3):
+    """A LiveJobRun with only what the fault logic reads (no engine, broker or Redis)."""
+    import threading
+    from types import SimpleNamespace
+
+    from testbed.live.job import LiveJobRun, WorkerContainer
+
+    run = LiveJobRun.__new__(LiveJobRun)
+    run.prefix, run._lock, run.recoveries, run._t0 = "p", threading.Lock(), [], None
+    run.workers = {w: WorkerContainer(w, c, None, 0.0) for w, c in workers.items()}
+    run.docker = SimpleNamespace(containers=FakeContainers(exited))
+    run.settings = LiveJobConfig(max_recoveries=max_recoveries)
+    run._diagnose_worker_exit = lambda: None  # the broker and Redis are fine
+    return run
+
+
+def test_only_the_runs_current_workers_count_as_exited():
+    w0, w2 = FakeContainer("a", "p-w-0-0"), FakeContainer("c", "p-w-2-2", 137)
+    gone = FakeContainer("x", "p-w-1-1", 137)  # removed by a rescale: not a current worker
+    run = job_run_with({0: w0, 2: w2}, [gone, w2])
+    assert [(w, code) for w, _wc, code in run._exited()] == [(2, 137)]
+    assert run.docker.containers.filters == {"label": "testbed.run=p", "status": ["exited", "dead"]}
+
+
+def test_a_worker_exit_past_the_budget_ends_the_run_naming_it():
+    from testbed.live.job import LiveJobError
+
+    w1 = FakeContainer("b", "p-w-1-1", 1, b"INFO x\nTraceback (most recent call last):\n  File y\nValueError: boom\n")
+    run = job_run_with({1: w1}, [w1], max_recoveries=0)
+    with pytest.raises(LiveJobError) as err:
+        run._recover(run._exited(), router=None)
+    msg = str(err.value)
+    assert msg.startswith("worker w1 (container p-w-1-1) exited with code 1, last log line: ValueError: boom at t=0 s")
+    assert "max_recoveries = 0" in msg and "\n" not in msg
+    killed = FakeContainer("b", "p-w-1-1", 137)
+    assert job_run_with({1: killed}, [])._exit_message(1, run.workers[1], 137).endswith("code 137 (SIGKILL)")

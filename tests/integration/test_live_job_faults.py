@@ -1,0 +1,206 @@
+"""Faults during a live job-mode run (testbed/live/job.py; docs/papers/daedalus.md#faults-during-a-live-job-run):
+one short static-12 run (6 workers, no rescale, the scenario of tests/integration/test_live_job.py)
+per fault, the fault injected from a thread while the run goes on.
+
+* **A worker killed with SIGKILL** (about 20 s in): the run replaces it and restarts the job from
+  its checkpoints at the same parallelism (a `replace` action naming the worker and its exit code
+  137); the run completes and the accounting identities of test_live_job.check_run hold (what the
+  killed worker processed since its checkpoint is counted as replayed, not twice).
+* **A RabbitMQ restart** (`rabbitmqctl stop_app; start_app`): the job's queues are transient, so the
+  items in them are gone with the broker's restart; the run ends at once, incomplete, with one line
+  naming RabbitMQ and the time.
+* **A Redis restart** (as infra/services.sh runs it: `--save '' --appendonly no`, nothing on disk):
+  the keyed state, the counts and the checkpoints are gone; the run ends incomplete with "Redis
+  lost the run's state at t=...", never with wrong totals.
+
+In every case no container of the run is left, and its queues, exchange and Redis keys are gone.
+The broker and Redis are always restored in a `finally`."""
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable, List, Optional
+
+import docker
+import pytest
+import redis
+
+from testbed.eventlog import read_manifest
+from testbed.experiment import run_experiment
+from testbed.live.job import LiveJobError
+
+from .conftest import name_of, redis_reachable, wait_for_rabbit
+from .test_live_job import SCENARIO, check_run, table
+from .test_live_run import config
+
+pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]
+
+STATIC = [a for a in SCENARIO if not a.startswith("evaluation.only")] + ["evaluation.only=[static-12]"]
+NAME = "wc_sine-static-12-live-1-"  # the run's container names start with this
+FAULT_AT_S = 20.0  # seconds after the run's six workers are up
+
+
+def workers_of(name_prefix: str, running_only: bool = True) -> List:
+    client = docker.from_env()
+    try:
+        listed = client.containers.list(all=not running_only, sparse=True, filters={"label": "testbed.run"})
+        return [c for c in listed if name_of(c).startswith(name_prefix)]
+    finally:
+        client.close()
+
+
+class Fault(threading.Thread):
+    """Waits until the run's 6 workers run, then `FAULT_AT_S`, then injects the fault; `restore`
+    runs in any case (also when the wait failed) so that the shared services come back."""
+
+    def __init__(self, inject: Callable[[], object], restore: Callable[[], None] = lambda: None):
+        super().__init__(daemon=True)
+        self.inject, self.restore = inject, restore
+        self.result: object = None
+        self.injected_at: Optional[float] = None
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        try:
+            deadline = time.monotonic() + 240
+            while len(workers_of(NAME)) < 6:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the run's six workers did not start")
+                time.sleep(0.5)
+            time.sleep(FAULT_AT_S)
+            self.injected_at = time.monotonic()
+            self.result = self.inject()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+        finally:
+            try:
+                self.restore()
+            except BaseException as exc:
+                self.error = self.error or exc
+
+
+def run_with(fault: Fault, out: Path):
+    """(run folder, the exception the run raised or None)."""
+    fault.start()
+    raised = None
+    try:
+        run_experiment(config(*STATIC, f"out={out}"))
+    except LiveJobError as exc:
+        raised = exc
+    finally:
+        fault.join(timeout=300)
+    assert fault.error is None, repr(fault.error)
+    return out / "wc_sine" / "static-12-live" / "1", raised
+
+
+def assert_cleaned_up(rabbitmq_url: str, redis_url: str) -> None:
+    """No container, queue, exchange or Redis key of the run is left (names start with NAME)."""
+    assert workers_of(NAME, running_only=False) == []
+    client = redis.Redis.from_url(redis_url)
+    try:
+        left = [k.decode() for k in client.scan_iter(f"{NAME}*", count=1000)]
+    finally:
+        client.close()
+    assert left == [], left
+    wait_for_rabbit(rabbitmq_url)
+    for what in ("list_queues", "list_exchanges"):
+        listed = subprocess.run(["rabbitmqctl", "-q", what, "name"], check=True, capture_output=True, text=True,
+                                timeout=120).stdout.split()
+        assert [n for n in listed if n.startswith(NAME)] == [], what
+
+
+def test_a_killed_worker_is_replaced_and_the_job_restarts_from_its_checkpoints(tmp_path, rabbitmq_url, redis_url,
+                                                                             docker_url, operator_images):
+    def kill():
+        victim = sorted(workers_of(NAME), key=name_of)[2]
+        victim.kill()  # SIGKILL
+        return name_of(victim)
+
+    fault = Fault(kill)
+    run, raised = run_with(fault, tmp_path)
+    assert raised is None, raised
+    details = check_run(run, redis_url)  # complete; emitted = committed + queued + dead; state = committed
+    [rec] = details["recoveries"]
+    assert rec["container"] == fault.result and rec["exit_code"] == 137, rec
+    actions = table(run, "actions")
+    replaced = actions[actions.action == "replace"]
+    assert len(replaced) == 1 and replaced.instance.iloc[0] == rec["worker"], actions.to_string()
+    assert "137" in replaced.reason.iloc[0] and "checkpoint" in replaced.reason.iloc[0]
+    assert len(table(run, "rescales")) == 0  # a recovery is not the controller's rescale
+    assert details["accounting"]["replayed"] >= rec["replayed"] >= 0
+    assert_cleaned_up(rabbitmq_url, redis_url)
+
+
+def rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=180)
+
+
+def test_a_rabbitmq_restart_ends_the_run_incomplete_with_its_reason(tmp_path, rabbitmq_url, redis_url, docker_url,
+                                                                   operator_images):
+    stopped = []
+
+    def restart():
+        rabbitmqctl("stop_app")
+        stopped.append(True)
+        time.sleep(3)
+        rabbitmqctl("start_app")
+        rabbitmqctl("await_startup")
+
+    def restore():
+        if stopped:  # never leave the shared broker stopped
+            subprocess.run(["rabbitmqctl", "-q", "start_app"], capture_output=True, timeout=180)
+        wait_for_rabbit(rabbitmq_url)
+
+    fault = Fault(restart, restore)
+    t0 = time.monotonic()
+    run, raised = run_with(fault, tmp_path)
+    m = read_manifest(run)
+    assert m.status == "incomplete" and raised is not None
+    reason = m.error
+    assert "\n" not in reason and "Traceback" not in reason, reason
+    assert "RabbitMQ" in reason and "t=" in reason, reason
+    assert time.monotonic() - fault.injected_at < 90  # it ends soon after the fault, not at its duration's end
+    assert time.monotonic() - t0 < 200
+    assert_cleaned_up(rabbitmq_url, redis_url)
+
+
+def restart_redis(url: str) -> None:
+    """Shut Redis down without saving and start it again with the settings it ran with (those of
+    infra/services.sh: no RDB, no AOF), as a crash and a restart by the script would."""
+    client = redis.Redis.from_url(url)
+    conf = {k: client.config_get(k)[k] for k in ("port", "bind", "dir", "logfile", "pidfile", "save", "appendonly")}
+    try:
+        client.shutdown(nosave=True)
+    except redis.exceptions.ConnectionError:
+        pass  # it closed the connection on its way out
+    client.close()
+    deadline = time.monotonic() + 30
+    while redis_reachable(url):
+        if time.monotonic() > deadline:
+            raise TimeoutError("Redis did not stop")
+        time.sleep(0.1)
+    subprocess.run(["redis-server", "--daemonize", "yes", "--port", conf["port"], "--bind", conf["bind"],
+                    "--dir", conf["dir"], "--save", conf["save"], "--appendonly", conf["appendonly"],
+                    "--logfile", conf["logfile"], "--pidfile", conf["pidfile"]], check=True, timeout=60)
+
+
+def test_a_redis_restart_ends_the_run_incomplete_naming_the_lost_state(tmp_path, rabbitmq_url, redis_url, docker_url,
+                                                                      operator_images):
+    def restore():
+        deadline = time.monotonic() + 10
+        while not redis_reachable(redis_url) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not redis_reachable(redis_url):
+            subprocess.run(["bash", "infra/services.sh", "start"], capture_output=True, timeout=300)
+
+    fault = Fault(lambda: restart_redis(redis_url), restore)
+    run, raised = run_with(fault, tmp_path)
+    m = read_manifest(run)
+    assert m.status == "incomplete" and raised is not None
+    reason = m.error
+    assert "\n" not in reason and "Traceback" not in reason, reason
+    assert "Redis lost the run's state at t=" in reason, reason
+    assert time.monotonic() - fault.injected_at < 90
+    assert_cleaned_up(rabbitmq_url, redis_url)

@@ -685,6 +685,7 @@ class LiveJobRun:
                 exited = self._exited()
                 if exited:
                     self._recover(exited, router)
+                    next_decision = max(next_decision, len(self.series) + 0.0)
                     rows, rows_at = len(self.series), time.monotonic()
                     continue
             if done >= next_progress:

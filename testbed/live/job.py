@@ -414,9 +414,10 @@ class LiveJobRun:
         for (w, wc, code), msg in zip(exited, messages):
             print(f"live job {self.run_id}: {msg} at t={t:.0f} s: replacing it, the job restarts from its checkpoints",
                   file=sys.stderr, flush=True)
-        info = self._restart(float(len(self.series)), self.n, [], router, replace=[e[0] for e in exited])
+        t_s = float(len(self.series))
+        info = self._restart(t_s, self.n, router, replace=[e[0] for e in exited])
         for (w, wc, code), msg in zip(exited, messages):
-            self.records.append(ActionRecord(float(len(self.series)), "replace", JOB_OPERATOR, worker_name(w), None,
+            self.records.append(ActionRecord(t_s, "replace", JOB_OPERATOR, worker_name(w), None,
                                              None, f"{msg} at t={t:.0f} s: replaced, the job restarted from its "
                                                    f"checkpoints with {self.n} workers (downtime "
                                                    f"{info['downtime_s']:.1f} s, {info['replayed']} item(s) "

@@ -306,3 +306,26 @@ def test_a_worker_exit_past_the_budget_ends_the_run_naming_it():
     assert "max_recoveries = 0" in msg and "\n" not in msg
     killed = FakeContainer("b", "p-w-1-1", 137)
     assert job_run_with({1: killed}, [])._exit_message(1, run.workers[1], 137).endswith("code 137 (SIGKILL)")
+
+
+def test_an_exited_worker_is_replaced_by_a_restart_at_the_same_parallelism():
+    from testbed.live.job import Series
+
+    killed = FakeContainer("b", "p-w-1-1", 137)
+    run = job_run_with({0: FakeContainer("a", "p-w-0-0"), 1: killed}, [killed])
+    run.n, run.series, run.records, run.run_id = 2, Series(2), [], "r"
+    run.series.lag.extend([0.0] * 7)  # 7 s into the run
+    calls = []
+
+    def restart(now, target, router, drawn_s=0.0, replace=()):
+        calls.append((now, target, router, drawn_s, list(replace)))
+        return {"downtime_s": 1.5, "replayed": 40, "moved": 90, "duplicates_dropped": 0}
+
+    run._restart = restart
+    run._recover(run._exited(), router="the router")
+    assert calls == [(7.0, 2, "the router", 0.0, [1])]  # same parallelism, no drawn downtime, w1 replaced
+    [rec] = run.records
+    assert (rec.t_s, rec.action, rec.instance) == (7.0, "replace", "w1")
+    assert "exited with code 137 (SIGKILL)" in rec.reason and "checkpoints" in rec.reason
+    assert run.recoveries == [{"t_s": 0.0, "worker": "w1", "container": "p-w-1-1", "exit_code": 137, "downtime_s": 1.5,
+                               "replayed": 40, "moved": 90, "duplicates_dropped": 0}]

@@ -335,7 +335,7 @@ class LiveJobRun:
                     f"reconnect, the run cannot go on")
         emitted = self._source.emitted if self._source is not None else 0
         try:
-            uncommitted = f" with the {max(0, emitted - self._committed_total())} item(s) not yet committed"
+            uncommitted = f", and with them the {max(0, emitted - self._committed_total())} item(s) not yet committed"
         except Exception:  # Redis is what failed too
             uncommitted = ""
         return (f"RabbitMQ restarted at t={t:.0f} s ({what}): the job's queues are transient and went with "

@@ -1,0 +1,38 @@
+"""Every table of the default runs of the other evaluations (PRESPS, Daedalus and its Kafka Streams
+variant, ODP §7.1 and §7.2, PRESPS and every approach on the OEE topology) is exactly as recorded:
+the guard for structural changes, which must leave behaviour untouched. One repetition of each
+evaluation's default workload; all its tables (job mode's included).
+
+Re-record after an intended change of behaviour (and say why in the commit):
+    TESTBED_RECORD_DIGESTS=1 .venv/bin/pytest tests/regression/test_evaluation_digests.py -m slow"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from testbed.eventlog import find_runs
+from testbed.experiment import run_experiment
+from tests.conftest import compose_config
+from tests.regression.table_digests import run_digests
+
+RECORDED = Path(__file__).with_name("evaluation_digests.json")
+EVALUATIONS = ("presps", "presps_oee", "daedalus", "daedalus_ks", "odp", "odp_heuristics", "compare")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("evaluation", EVALUATIONS)
+def test_evaluation_tables_unchanged(evaluation: str, tmp_path: Path) -> None:
+    run_experiment(compose_config(f"evaluation={evaluation}", "reps=1", f"out={tmp_path}", "summary=false"))
+    measured = {f"{evaluation}/{k}": v for k, v in run_digests(find_runs(tmp_path), tmp_path, None).items()}
+    recorded = json.loads(RECORDED.read_text()) if RECORDED.exists() else {}
+    expected = {k: v for k, v in recorded.items() if k.startswith(f"{evaluation}/")}
+    if os.environ.get("TESTBED_RECORD_DIGESTS") == "1":
+        kept = {k: v for k, v in recorded.items() if not k.startswith(f"{evaluation}/")}
+        RECORDED.write_text(json.dumps(dict(sorted({**kept, **measured}.items())), indent=1) + "\n")
+        return
+    assert sorted(measured) == sorted(expected), "the set of runs or tables changed"
+    changed = sorted(k for k in expected if measured[k] != expected[k])
+    assert not changed, f"{len(changed)} table(s) changed, e.g. {changed[:5]}"

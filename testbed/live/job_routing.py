@@ -88,16 +88,18 @@ def last_log_line(logs: str) -> str:
     return one_line(lines[-1]) if lines else ""
 
 
-def redis_loss(t: float, run_id_before: str, run_id_now: str, state_present: bool) -> Optional[str]:
+def redis_loss(t: float, run_id_before: str, run_id_now: str, state_present: bool,
+               what: str = "keyed state, counts and checkpoints") -> Optional[str]:
     """Why the run's Redis state cannot be trusted any more, None while it can. A restarted Redis
     (another run_id) kept the run's keys only if it persists them, and even then maybe not the
-    last writes; the testbed's Redis (infra/services.sh: --save '' --appendonly no) keeps nothing."""
+    last writes; the testbed's Redis (infra/services.sh: --save '' --appendonly no) keeps nothing.
+    `what`: the state the run keeps there, as the reason names it."""
     if run_id_now != run_id_before:
         if state_present:
             return (f"Redis lost the run's state at t={t:.0f} s: it restarted (the run's keys came back from its "
-                    f"persistence, but not necessarily the last checkpoints and counts)")
-        return (f"Redis lost the run's state at t={t:.0f} s: it restarted without the run's keyed state, counts "
-                f"and checkpoints (the testbed's Redis keeps nothing on disk)")
+                    f"persistence, but not necessarily the last writes of its {what})")
+        return (f"Redis lost the run's state at t={t:.0f} s: it restarted without the run's {what} "
+                f"(the testbed's Redis keeps nothing on disk)")
     if not state_present:
         return f"Redis lost the run's state at t={t:.0f} s: the run's keys are gone (flushed or evicted)"
     return None

@@ -24,6 +24,7 @@ from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Pro
 
 from operators.wiring import Wiring
 from testbed.config import ExperimentConfig, LiveConfig, TransportName
+from testbed.live.job_routing import Outage, one_line, redis_loss
 from testbed.live.metrics_reader import MetricsReader, Sample, edge_counts, utilisation
 from testbed.live.rabbit_management import ManagementClient, PassiveDepthReader, RunDepths
 from testbed.model import HostView, InstanceView, Snapshot
@@ -232,3 +233,56 @@ def record_samples(tables: Tables, samples: Sequence[Sample], sinks: Sequence[st
                 latency["t_s"].append(x.t_s)
                 latency["operator"].append(x.operator)
                 latency["latency_ms"].append(x.latency_ms)
+
+
+# what an operator-mode run keeps in Redis (the reason of a lost state names it)
+OPERATOR_STATE = "operator state, counts, finished item ids and network view"
+
+
+def redis_client(url: str) -> Any:
+    """A client whose commands fail within seconds while Redis is away (a watch must not hang)."""
+    import redis as redis_lib
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+
+    return redis_lib.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3,
+                                    retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), 3))
+
+
+class RedisStateWatch:
+    """Whether the run's state in Redis still holds. The runners keep there what the accounting and
+    the deduplication rest on (finished ids, cumulative counts, operator state, the network view); a
+    Redis that restarted (another ``run_id``: the testbed's Redis keeps nothing on disk) or lost the
+    run's marker key has lost them, and a run going on would end with wrong totals. A Redis away for
+    a while is survivable (the runners keep their counts for later and process rather than stall),
+    for longer than ``outage_s`` it is not: duplicates go unrecognised all that time."""
+
+    def __init__(self, client: Any, prefix: str, outage_s: float):
+        self.client = client
+        self.key = f"{prefix}:run"
+        self.outage = Outage(outage_s)
+        self.run_id: Optional[str] = None
+
+    def start(self) -> None:
+        """Mark the run's state (call once, before anything writes it) and note the server's run_id."""
+        self.client.set(self.key, "1")
+        self.run_id = self._server_id()
+
+    def check(self, t: float) -> Optional[str]:
+        """The reason the run cannot go on at t, None while it can."""
+        if self.run_id is None:
+            return None
+        from redis.exceptions import RedisError
+
+        try:
+            now_id, present = self._server_id(), bool(self.client.exists(self.key))
+        except (RedisError, OSError) as exc:
+            if self.outage.failed(t):
+                return (f"Redis unreachable since t={self.outage.since:.0f} s, more than {self.outage.limit_s:.0f} s "
+                        f"({one_line(str(exc), 120)}): the run's {OPERATOR_STATE} are there; the run cannot go on")
+            return None
+        self.outage.ok()
+        return redis_loss(t, self.run_id, now_id, present, OPERATOR_STATE)
+
+    def _server_id(self) -> str:
+        return str(self.client.info("server").get("run_id", ""))

@@ -14,6 +14,13 @@ queues: those handed back while it drained, and copies a sender published before
 view. As in the simulator, they go to the operator's serving instances in turn, keeping their send
 time (they are already in flight: no new delay, no new loss draw), `rehome` checks each gone
 instance's queues for `REHOME_S` after it went (a sender's timers and view lag are well below that).
+While the broker is away a sender holds what it sends (its publisher republishes it when the broker
+is back, seconds later) and nothing can be moved, so the window runs again from the last attempt
+that found the broker away (`rehome_due`).
+
+Faults (docs/papers/odp.md#faults-during-an-emulated-network-run): a view write that fails is left
+to the next `sync`; a restarted Redis ends the run (testbed/live/monitor.py, `RedisStateWatch`),
+since the senders' counts and the runners' finished ids went with it.
 """
 from __future__ import annotations
 
@@ -33,6 +40,14 @@ log = logging.getLogger(__name__)
 
 PROVIDER = "provider"  # the data provider's name as a sender (its seeded draws)
 REHOME_S = 30.0  # how long a gone instance's queues are checked for items to hand on
+
+
+def rehome_due(since: float, broker_failed_at: Optional[float], now: float, window_s: float = REHOME_S) -> bool:
+    """Whether the queues of an instance gone at `since` are still checked at `now`: for `window_s`
+    after it went or after the broker was last found away, whichever is later (a sender holds what it
+    sends while the broker is away and publishes it when the broker is back)."""
+    start = since if broker_failed_at is None else max(since, broker_failed_at)
+    return now - start <= window_s
 
 
 def serving_members(instances: Sequence[InstanceView]) -> Dict[str, Tuple[Tuple[str, str], ...]]:
@@ -99,6 +114,8 @@ class LiveNetwork:
         self.clock = time.monotonic
         self._gone: Dict[str, float] = {}  # instance -> when it was first seen gone
         self.rehomed: Dict[str, int] = {}  # per operator: items moved from gone instances' queues
+        self.broker_failed_at: Optional[float] = None  # the last rehome that found the broker away
+        self.view_failures = 0  # view writes that failed (Redis away); the next sync writes it
 
     # -- instances and the view ------------------------------------------------------------
     def pool(self, pool: Any) -> _NetemPool:
@@ -120,11 +137,12 @@ class LiveNetwork:
         for instance in self.instances:
             if instance not in present:
                 self._gone.setdefault(instance, now)
-        due = [i for i, since in self._gone.items() if now - since <= REHOME_S]
+        due = [i for i, since in self._gone.items() if rehome_due(since, self.broker_failed_at, now)]
         if due:
             try:
                 self.rehome(due)
             except Exception as exc:  # noqa: BLE001 - the broker is away: the next sync tries again
+                self.broker_failed_at = self.clock()
                 log.warning("could not hand on the items of instances that went: %r", exc)
 
     def rehome(self, gone: Sequence[str]) -> Dict[str, int]:
@@ -169,10 +187,26 @@ class LiveNetwork:
         return network_view(self.model, self.members, [*self.hosts.values(), self.emulation.provider_host])
 
     def _write(self) -> None:
+        """Write the view if it changed; a failed write is left to the next call (senders keep the
+        view they have meanwhile, and a Redis that restarted ends the run anyway)."""
         raw = self.view().encode()
-        if raw != self._written:
+        if raw == self._written:
+            return
+        from redis.exceptions import RedisError
+
+        try:
             self.redis.set(view_key(self.wiring.prefix), raw)
-            self._written = raw
+        except (RedisError, OSError) as exc:
+            self.view_failures += 1
+            log.warning("network view not written (the next sync tries again): %r", exc)
+            return
+        self._written = raw
+
+    def details(self) -> Dict[str, Any]:
+        """The manifest's summary: items handed on from instances that went (per operator), the
+        instances that went, and what faults cost the reports and the view writes."""
+        return {"rehomed": dict(sorted(self.rehomed.items())), "gone": sorted(self._gone),
+                "malformed_reports": self.malformed, "view_write_failures": self.view_failures}
 
     def sender(self, inner: Any) -> EmulatedSender:
         """The data provider's transport: it sends from `provider_host`."""

@@ -29,7 +29,8 @@ from operators.transports import create_topics, declare_wiring
 from operators.wiring import Wiring, kafka_topics, wiring_for
 from testbed.config import ExperimentConfig, LiveConfig, TransportName
 from testbed.live.executor import LiveExecutor
-from testbed.live.monitor import LiveMonitor, depth_source, record_reading, record_samples
+from testbed.live.monitor import (LiveMonitor, RedisStateWatch, depth_source, record_reading, record_samples,
+                                  redis_client)
 from testbed.live.netem import LiveNetwork, new_traffic_table
 from testbed.live.provider_thread import ProviderThread
 from testbed.live.rabbit_management import ManagementError, RunDepths
@@ -182,6 +183,7 @@ class LiveRun:
     POLL_S = 1.0  # the watchdog, migrations and releases are looked after this often
     PROGRESS_S = 60.0  # a progress line (elapsed time, instances, hosts) this often
     DEPLOY_TIMEOUT_S = 300.0
+    REDIS_OUTAGE_S = 30.0  # Redis away longer than this ends the run (RedisStateWatch)
 
     def __init__(self, cfg: ExperimentConfig, policy: Policy, pattern: Pattern, seed: int, btu_minutes: int,
                  run_id: str, run_dir: Optional[Path] = None, wall: Callable[[], float] = time.monotonic,
@@ -202,6 +204,7 @@ class LiveRun:
         self._t0: Optional[float] = None  # wall time of the run's start: the provider's first tick
         self.monitor_failures: List[str] = []
         self.network: Optional[LiveNetwork] = None  # the emulated network (backend.emulation.enabled)
+        self.redis_watch: Optional[RedisStateWatch] = None
 
     def now(self) -> float:
         """Seconds since the run started; 0 during the initial deployment (as in the simulator)."""
@@ -218,11 +221,11 @@ class LiveRun:
         monitor = None
         try:
             self._declare()
+            self.redis_watch = RedisStateWatch(redis_client(live.redis_url), self.prefix, self.REDIS_OUTAGE_S)
+            self.redis_watch.start()
             if cfg.backend.emulation.enabled:
-                import redis
-
                 self.network = LiveNetwork(cfg.backend.emulation, self.wiring, live.amqp_url,
-                                           redis.Redis.from_url(live.redis_url), self.seed)
+                                           redis_client(live.redis_url), self.seed)
             executor = self._executor(pool)
             self._deploy(pool, executor)
             if self.network is not None:
@@ -244,7 +247,12 @@ class LiveRun:
             if self._guard(end, monitor.observe, end, provider.emitted(), executor.take_purged(),
                            self._inactive(executor, end)) is not None:
                 self._record(monitor, tables, executor.views(end), end)
-            accounting = self._drain_and_account(pool, monitor, provider, executor.purged_total)
+            try:
+                accounting = self._drain_and_account(pool, monitor, provider, executor.purged_total)
+            except RedisError as exc:  # a lost state explains a failed read best
+                raise LiveRunError(self._redis_fault() or f"Redis unreachable at the final accounting (t={self.now():.0f} s): "
+                                   f"{exc}") from exc
+            self._check_redis()  # a restart during the drain leaves totals that are not the run's
             drained = self._guard(end, monitor.read_remaining_samples)  # items finished while draining
             if drained:
                 record_samples(tables, drained, self.topology.sinks)
@@ -265,6 +273,8 @@ class LiveRun:
                 "crashes": [dataclasses.asdict(c) for c in pool.crashed()],
                 "images": pool.image_digests(), "monitor_failures": self.monitor_failures,
             }
+            if self.network is not None:
+                details["network"] = self.network.details()
             return RunResult(tables, end, details)
         finally:
             if provider is not None and provider.running:
@@ -348,6 +358,7 @@ class LiveRun:
         deadline = self.wall() + self.DEPLOY_TIMEOUT_S
         while True:
             pool.refresh()
+            self._check_redis()
             crashed = pool.crashed()
             if crashed:
                 c = crashed[0]
@@ -376,6 +387,7 @@ class LiveRun:
             self.sleep(max(0.0, min(self.POLL_S, next_monitor - t, next_reasoning - t, self.duration_s - t)))
             t = self.now()
             pool.refresh()
+            self._check_redis()
             if self.network is not None:
                 self.network.sync(executor.views(t)[1])
             executor.replace_crashed(t)
@@ -398,6 +410,15 @@ class LiveRun:
                 hosts, instances = executor.views(t)
                 snap = monitor.snapshot(t, hosts, instances, executor.scalings, depths=fresh.depths)
                 executor.apply(t, self.policy.decide(snap))
+
+    def _redis_fault(self) -> Optional[str]:
+        return self.redis_watch.check(self.now()) if self.redis_watch is not None else None
+
+    def _check_redis(self) -> None:
+        """End the run when Redis lost its state or stayed away (RedisStateWatch): one line, with the time."""
+        reason = self._redis_fault()
+        if reason:
+            raise LiveRunError(reason)
 
     def _print_progress(self, t: float, executor: LiveExecutor) -> None:
         hosts, instances = executor.views(t)

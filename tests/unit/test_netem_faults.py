@@ -1,0 +1,220 @@
+"""Faults during an emulated-network live run, the pure parts (docs/papers/odp.md#faults-during-an-emulated-network-run):
+what a sender does with the copies it delays while the broker is away, how long the queues of an
+instance that went are handed on, the view writes while Redis is away, and the watch that ends a
+run whose Redis lost its state. The live run with the faults is tests/integration/test_live_odp_faults.py."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import List, Optional
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from operators.netem import EmulatedSender, Link, NetView
+from operators.transports import OutMessage, TransportStats
+from operators.wiring import make_wiring
+from testbed.emulation import EmulationConfig
+from testbed.live.monitor import RedisStateWatch
+from testbed.live.netem import REHOME_S, LiveNetwork, rehome_due
+from testbed.model import InstanceState, InstanceView
+
+WIRING = make_wiring({"S": ["A", "B"]}, {"A": ["B"], "B": []}, "p")
+VIEW = NetView(members={"A": (("a1", "vm1"),), "B": (("b1", "vm2"),)}, hosts={"vm1": 1.0, "vm2": 1.0},
+               links={("vm1", "vm2"): Link(20.0, 2.0, 1.0), ("vm2", "vm1"): Link(20.0, 2.0, 1.0)})
+
+
+class BrokerAway:
+    """A publisher in front of a broker that went away: it takes what it is given (as RabbitPublisher
+    queues it for its reconnection) and confirms nothing until `back`, then everything once."""
+
+    def __init__(self) -> None:
+        self.stats = TransportStats()
+        self.on_confirm = None
+        self.held: List[OutMessage] = []
+        self.lock = threading.Lock()
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        pass
+
+    def publish_batch(self, messages) -> None:
+        with self.lock:
+            self.held.extend(messages)
+
+    def back(self) -> List[OutMessage]:
+        with self.lock:
+            sent, self.held = self.held, []
+        self.on_confirm(sent)
+        return sent
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        return not self.held
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        pass
+
+
+class ViewOnly:
+    def __init__(self, raw: bytes):
+        self.raw = raw
+
+    def get(self, _key):
+        return self.raw
+
+
+def test_copies_delayed_while_the_broker_is_away_wait_for_it_and_settle_their_input_once():
+    inner = BrokerAway()
+    sender = EmulatedSender(inner, WIRING, "vm1", ViewOnly(VIEW.encode().encode()), 7, "s-1")
+    assert sender._refresh()
+    inner.on_confirm = sender._confirmed
+    settled: List[OutMessage] = []
+    sender.on_confirm = settled.extend
+    # S feeds A (a1 on vm1: no delay) and B (b1 on vm2: delayed about 20 ms)
+    sender.publish_batch([OutMessage("S", f"m/{i}", "m", b"{}", ref=f"input-{i}") for i in range(3)])
+    timer = threading.Thread(target=sender._timer_loop, daemon=True)
+    timer.start()
+    deadline = time.monotonic() + 5.0
+    while len(inner.held) < 6 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    # the delayed copies left the timer for the publisher, which holds them: no input settled yet
+    assert sorted(m.destination for m in inner.held) == ["p.S.A@a1"] * 3 + ["p.S.B@b1"] * 3
+    assert settled == [] and sender.outstanding() == 3 and not sender._timers
+    inner.back()  # the broker is back: every copy confirmed, each input settled once
+    assert sorted(m.ref for m in settled) == ["input-0", "input-1", "input-2"] and sender.outstanding() == 0
+    sender._stop.set()
+    with sender._cond:
+        sender._cond.notify_all()
+    timer.join(2.0)
+
+
+def test_a_gone_instances_queues_are_handed_on_for_the_window_after_it_went_or_after_the_broker_came_back():
+    assert rehome_due(100.0, None, 100.0 + REHOME_S)
+    assert not rehome_due(100.0, None, 100.0 + REHOME_S + 0.1)
+    # the broker was away until 125 s: senders republish what they held when it is back
+    assert rehome_due(100.0, 125.0, 125.0 + REHOME_S)
+    assert not rehome_due(100.0, 125.0, 125.0 + REHOME_S + 0.1)
+    assert not rehome_due(100.0, 50.0, 100.0 + REHOME_S + 0.1)  # an earlier outage changes nothing
+
+
+class NoBroker(LiveNetwork):
+    """The runtime's network with a broker that may be away: a rehome then fails as pika's would."""
+
+    attempts = 0
+    broker_up = False
+
+    def rehome(self, gone):
+        self.attempts += 1
+        if not self.broker_up:
+            raise OSError("connection refused")
+        return {}
+
+
+class FlakyRedis:
+    def __init__(self) -> None:
+        self.away = False
+        self.values = {}
+
+    def set(self, key, value):
+        if self.away:
+            raise RedisConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+        self.values[key] = value
+
+
+def views(*ids: str):
+    return [InstanceView(i, "A", "vm1", InstanceState.running, 0.0) for i in ids]
+
+
+def test_a_failed_rehome_keeps_the_gone_instance_due_and_a_failed_view_write_is_retried():
+    now = [0.0]
+    redis = FlakyRedis()
+    network = NoBroker(EmulationConfig(enabled=True), WIRING, "amqp://unused", redis, seed=1)
+    network.clock = lambda: now[0]
+    network.instances = {"a1": "A", "a2": "A"}
+    network.hosts = {"a1": "vm1", "a2": "vm1"}
+    network.sync(views("a1", "a2"))
+    assert '"a1"' in redis.values["p:netem:view"] and network.attempts == 0
+    redis.away = True
+    now[0] = 10.0
+    network.sync(views("a2"))  # a1 went; the view cannot be written, the broker is away
+    assert network.view_failures == 1 and network.attempts == 1 and network.broker_failed_at == 10.0
+    assert '"a1"' in redis.values["p:netem:view"]  # the old view stays until a write succeeds
+    redis.away = False
+    now[0] = 30.0
+    network.sync(views("a2"))  # the broker is still away
+    assert '"a1"' not in redis.values["p:netem:view"] and network.attempts == 2 and network.broker_failed_at == 30.0
+    network.broker_up = True
+    now[0] = 30.0 + REHOME_S - 1  # past a1's own window, within the one after the broker was last away
+    network.sync(views("a2"))
+    assert network.attempts == 3
+    now[0] = 30.0 + REHOME_S + 1
+    network.sync(views("a2"))
+    assert network.attempts == 3  # no longer checked
+    assert network.details()["gone"] == ["a1"] and network.details()["view_write_failures"] == 1
+
+
+class FakeRedisServer:
+    """What the watch asks of Redis: INFO's run_id, SET and EXISTS of its marker; it can restart
+    (a new run_id, its keys gone) or be away."""
+
+    def __init__(self) -> None:
+        self.run_id, self.keys, self.away = "r1", set(), False
+
+    def _up(self) -> None:
+        if self.away:
+            raise RedisConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    def info(self, _section):
+        self._up()
+        return {"run_id": self.run_id}
+
+    def set(self, key, _value):
+        self._up()
+        self.keys.add(key)
+
+    def exists(self, key):
+        self._up()
+        return int(key in self.keys)
+
+    def restart(self) -> None:
+        self.run_id, self.keys = "r2", set()
+
+
+def test_the_watch_names_a_restarted_redis_with_the_time():
+    server = FakeRedisServer()
+    watch = RedisStateWatch(server, "run-1", outage_s=30.0)
+    assert watch.check(1.0) is None  # not started: nothing to lose yet
+    watch.start()
+    assert watch.check(5.0) is None
+    server.restart()
+    reason: Optional[str] = watch.check(42.4)
+    assert reason is not None and reason.startswith("Redis lost the run's state at t=42 s: it restarted")
+    assert "finished item ids" in reason and "\n" not in reason
+
+
+def test_the_watch_tolerates_a_short_outage_and_ends_a_long_one():
+    server = FakeRedisServer()
+    watch = RedisStateWatch(server, "run-1", outage_s=30.0)
+    watch.start()
+    server.away = True
+    assert watch.check(10.0) is None and watch.check(39.0) is None  # away, within the limit
+    server.away = False
+    assert watch.check(40.0) is None  # back with its state: the outage is over
+    server.away = True
+    assert watch.check(50.0) is None
+    reason = watch.check(80.5)
+    assert reason is not None and reason.startswith("Redis unreachable since t=50 s, more than 30 s")
+    assert "Connection refused" in reason and "\n" not in reason
+
+
+def test_the_watch_notices_the_runs_keys_flushed_under_a_running_redis():
+    server = FakeRedisServer()
+    watch = RedisStateWatch(server, "run-1", outage_s=30.0)
+    watch.start()
+    server.keys.clear()
+    assert "keys are gone" in watch.check(12.0)
+
+
+def test_the_job_modes_reason_is_unchanged_by_the_named_state():
+    from testbed.live.job_routing import redis_loss
+
+    assert "keyed state, counts and checkpoints" in redis_loss(3.0, "a", "b", False)
+    assert "operator state" in redis_loss(3.0, "a", "b", False, "operator state")

@@ -7,6 +7,10 @@ wiring and clear the run's Redis keys → initial deployment, waited for → pro
 for the run's duration → provider stopped and flushed, every instance drained (SIGTERM) → final
 accounting of every emitted item → tables. Whatever ends the run (Ctrl-C included), `finally`
 removes every container of the run; the caller marks the manifest incomplete on an exception.
+
+Redis holds what the accounting rests on (the runners' finished ids and counts); a Redis that
+restarted, lost the run's keys or stayed away for `REDIS_OUTAGE_S` ends the run with one line
+naming it and the time (`RedisStateWatch`, checked every `POLL_S`), never with wrong totals.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from operators.transports import create_topics, declare_wiring
 from operators.wiring import Wiring, kafka_topics, wiring_for
 from testbed.config import ExperimentConfig, LiveConfig, TransportName
 from testbed.live.executor import LiveExecutor
+from testbed.live.job_routing import one_line
 from testbed.live.monitor import (LiveMonitor, RedisStateWatch, depth_source, record_reading, record_samples,
                                   redis_client)
 from testbed.live.netem import LiveNetwork, new_traffic_table
@@ -250,8 +255,9 @@ class LiveRun:
             try:
                 accounting = self._drain_and_account(pool, monitor, provider, executor.purged_total)
             except RedisError as exc:  # a lost state explains a failed read best
-                raise LiveRunError(self._redis_fault() or f"Redis unreachable at the final accounting (t={self.now():.0f} s): "
-                                   f"{exc}") from exc
+                reason = (self._redis_fault()
+                          or f"Redis unreachable at the final accounting (t={self.now():.0f} s): {exc}")
+                raise LiveRunError(one_line(reason)) from exc
             self._check_redis()  # a restart during the drain leaves totals that are not the run's
             drained = self._guard(end, monitor.read_remaining_samples)  # items finished while draining
             if drained:

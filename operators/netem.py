@@ -13,6 +13,12 @@ runner). Both losses count as ``unavailable``: cumulatively in the hash ``<prefi
 (field: the receiving operator) and per interval in the stream ``<prefix>:netem``, which also
 carries the delays drawn per host pair (``hop`` entries) for the ``host_traffic`` table.
 
+A loss is counted in the hash at once, together with the receiver's finished id of the item
+(``COUNT_ONCE_LUA``), before the input it came from can be acknowledged: a sender killed right
+after it would otherwise take the count with it, and an input processed again (redelivered) would
+count its loss twice or lose a copy it delivered the first time. A loss Redis cannot count is not
+made: the copy is delivered instead (nothing goes uncounted).
+
 What a sender knows of the network comes from the live runtime through one Redis string,
 ``<prefix>:netem:view`` (``NetView``: serving instances per operator with their hosts, A_u per
 host, mu, sigma and A_uv per ordered host pair), re-read every ``refresh_s``. The means and
@@ -30,11 +36,21 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from operators.api import seen_key
 from operators.wiring import Edge, Wiring, instance_queue
 
 log = logging.getLogger(__name__)
 
 UNAVAILABLE = "unavailable"  # the `dropped` reason of both losses
+DEDUP_TTL_S = 3600  # how long a lost item's finished id is kept (the runners' DEDUP_TTL_S default)
+# KEYS: the receiver's finished-id key of a dropped input (none without deduplication); ARGV: TTL,
+# the counting hash, the receiving operator. Marks the input finished unless it is already, and
+# counts it only then (a copy that comes again is recognised, its drop counted once).
+COUNT_ONCE_LUA = """
+if #KEYS > 0 and not redis.call('SET', KEYS[1], '1', 'NX', 'EX', tonumber(ARGV[1])) then return 0 end
+redis.call('HINCRBY', ARGV[2], ARGV[3], 1)
+return 1
+"""
 
 
 def view_key(prefix: str) -> str:
@@ -257,6 +273,17 @@ class _Group:
     remaining: int
 
 
+@dataclass(frozen=True)
+class _Loss:
+    """A copy its link lost, not yet counted (its group waits for the count)."""
+
+    group: _Group
+    edge: Edge
+    instance: str
+    host: str
+    link: Link
+
+
 class EmulatedSender:
     """A transport (operators.transports.Transport) in front of a RabbitPublisher: each message of
     a producer goes to one instance of every downstream operator (its own queue), after the delay
@@ -264,7 +291,8 @@ class EmulatedSender:
     (or lost on the way). Messages that already name a destination pass through unchanged."""
 
     def __init__(self, inner: Any, wiring: Wiring, host: str, redis: Any, seed: int, name: str,
-                 refresh_s: float = 0.5, flush_s: float = 1.0, clock: Callable[[], float] = time.monotonic):
+                 refresh_s: float = 0.5, flush_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
+                 dedup_ttl_s: int = DEDUP_TTL_S):
         self.inner = inner
         self.wiring = wiring
         self.host = host
@@ -273,6 +301,8 @@ class EmulatedSender:
         self.refresh_s = refresh_s
         self.flush_s = flush_s
         self.clock = clock
+        self.dedup_ttl_s = dedup_ttl_s  # 0: no finished ids (as the runners' DEDUP_TTL_S)
+        self._count_script: Any = None  # COUNT_ONCE_LUA, registered on first use
         self.on_confirm: Optional[Callable[[Sequence[Any]], None]] = None
         self.draws = Draws(seed, name)
         self.counters = NetCounters(wiring.prefix, name)
@@ -342,7 +372,9 @@ class EmulatedSender:
     # -- sending -----------------------------------------------------------------------------
     def publish_batch(self, messages: Sequence[Any]) -> None:
         now = self.clock()
-        direct, finished = [], []
+        direct: List[Any] = []
+        losses: List[_Loss] = []
+        finished: List[Any] = []
         with self._cond:
             for m in messages:
                 if m.destination is not None:
@@ -352,30 +384,35 @@ class EmulatedSender:
                 group = _Group(m, len(edges))
                 self._open += 1
                 for e in edges:
-                    self._route(group, e, now, direct)
-                if group.remaining == 0:  # every copy lost on the way
+                    self._route(group, e, now, direct, losses)
+                if not edges:  # nothing downstream: done at once
                     finished.append(self._finish(group))
             if self._timers:
                 self._cond.notify_all()
         if direct:
             self.inner.publish_batch(direct)
-        self._report(finished)
+        self._report(finished + self._settle_losses(losses))
 
-    def _route(self, group: _Group, edge: Edge, now: float, direct: List[Any]) -> None:
-        """Under the lock: pick the receiving instance, decide the hop's loss, draw its delay."""
+    def _route(self, group: _Group, edge: Edge, now: float, direct: List[Any], losses: List[_Loss]) -> None:
+        """Under the lock: pick the receiving instance, decide the hop's loss (counted by the caller,
+        `_settle_losses`), draw its delay."""
         view = self.view
         members = view.members.get(edge.consumer) if view is not None else None
         if not members:
             self._parked.append((group, edge))
             return
         instance, host = self._rr.choose(edge.consumer, members)
+        link = view.link(self.host, host)  # type: ignore[union-attr]
+        if host != self.host and lost(link.availability, self.draws.uniform):
+            losses.append(_Loss(group, edge, instance, host, link))
+            return
+        self._send(group, edge, instance, host, link, now, direct)
+
+    def _send(self, group: _Group, edge: Edge, instance: str, host: str, link: Link, now: float,
+              direct: List[Any]) -> None:
+        """Under the lock: the copy for ``instance``, published now or after the hop's delay."""
         delay_ms = 0.0
         if host != self.host:
-            link = view.link(self.host, host)  # type: ignore[union-attr]
-            if lost(link.availability, self.draws.uniform):
-                self.counters.lost(edge.consumer, counted=False)
-                group.remaining -= 1
-                return
             delay_ms = draw_delay_ms(link.mean_ms, link.sd_ms, self.draws.normal)
             self.counters.hop(self.host, host, delay_ms)
         copy = replace(group.message, destination=instance_queue(edge, instance), ref=group)
@@ -384,6 +421,48 @@ class EmulatedSender:
             heapq.heappush(self._timers, (now + delay_ms / 1000.0, self._seq, copy))
         else:
             direct.append(copy)
+
+    def _settle_losses(self, losses: Sequence[_Loss]) -> List[Any]:
+        """Count the copies links lost (each once per item and receiver, before its group can
+        finish), then settle them; those Redis cannot count are delivered instead. Returns the
+        caller's messages that are finished now."""
+        if not losses:
+            return []
+        counted = self._count_losses(losses)
+        now, direct, finished = self.clock(), [], []
+        with self._cond:
+            for loss, new in zip(losses, counted):
+                if new is None:
+                    self._send(loss.group, loss.edge, loss.instance, loss.host, loss.link, now, direct)
+                    continue
+                if new:
+                    self.counters.lost(loss.edge.consumer, counted=True)
+                loss.group.remaining -= 1
+                if loss.group.remaining == 0:
+                    finished.append(self._finish(loss.group))
+            if self._timers:
+                self._cond.notify_all()
+        if direct:
+            self.inner.publish_batch(direct)
+        return finished
+
+    def _count_losses(self, losses: Sequence[_Loss]) -> List[Optional[bool]]:
+        """Per loss: True if counted now, False if its receiver had the item already (a copy
+        that came again), None if Redis cannot count (for all of them: one round trip)."""
+        try:
+            if self._count_script is None:
+                self._count_script = self.redis.register_script(COUNT_ONCE_LUA)
+            pipe = self.redis.pipeline(transaction=False)
+            for loss in losses:
+                m = loss.group.message
+                keys = ([seen_key(self.wiring.prefix, loss.edge.consumer, m.producer, m.item_id)]
+                        if self.dedup_ttl_s else [])
+                self._count_script(keys=keys, args=[self.dedup_ttl_s, unavailable_hash(self.wiring.prefix),
+                                                    loss.edge.consumer], client=pipe)
+            return [bool(int(n)) for n in pipe.execute()]
+        except Exception as exc:  # noqa: BLE001 - uncounted they would be lost to the accounting
+            log.warning("%s: %d link loss(es) not countable, delivered instead: %r", self.name, len(losses), exc)
+            return [None] * len(losses)
 
     def _finish(self, group: _Group) -> Any:
         self._open -= 1
@@ -454,17 +533,16 @@ class EmulatedSender:
         except NetemError as exc:
             log.error("%s: %s", self.name, exc)
             return self.view is not None
-        direct, finished = [], []
+        direct: List[Any] = []
+        losses: List[_Loss] = []
         with self._cond:
             self.view, self._raw_view = view, raw
             parked, self._parked = self._parked, []
             now = self.clock()
             for group, edge in parked:
-                self._route(group, edge, now, direct)
-                if group.remaining == 0:
-                    finished.append(self._finish(group))
+                self._route(group, edge, now, direct, losses)
             self._cond.notify_all()
         if direct:
             self.inner.publish_batch(direct)
-        self._report(finished)
+        self._report(self._settle_losses(losses))
         return True

@@ -74,7 +74,7 @@ from operators.api import (INACTIVE, STOPPED, Emission, Operator, OperatorContex
                            processed_hash, seen_key, timeout_hash)
 from operators.envelope import Envelope, EnvelopeError, amqp_properties
 from operators.metrics import Metrics
-from operators.netem import EmulatedSender, unavailable_hash
+from operators.netem import COUNT_ONCE_LUA, EmulatedSender, unavailable_hash
 from operators.runner_config import ConfigError, RunnerConfig, config_from_env
 from operators.sources import Delivery, KafkaSource, Outcome, RabbitSource, dead_letter_topic
 from operators.transports import KafkaPublisher, OutMessage, RabbitPublisher, declare_queues, declare_wiring
@@ -97,13 +97,8 @@ if processed > 0 then redis.call('HINCRBY', ARGV[2], ARGV[4], processed) end
 if emitted > 0 then redis.call('HINCRBY', ARGV[3], ARGV[4], emitted) end
 return {processed, emitted}
 """
-# KEYS: the input's seen key (none without deduplication); ARGV: TTL, timeout hash, operator.
-# Marks a timed-out input finished unless it is already, and counts it only then.
-TIMEOUT_LUA = """
-if #KEYS > 0 and not redis.call('SET', KEYS[1], '1', 'NX', 'EX', tonumber(ARGV[1])) then return 0 end
-redis.call('HINCRBY', ARGV[2], ARGV[3], 1)
-return 1
-"""
+# a timed-out or lost input: marked finished unless it is already, and counted only then
+TIMEOUT_LUA = COUNT_ONCE_LUA
 STATS_LOG_S = 60.0
 
 
@@ -630,7 +625,8 @@ def build_runner(config: RunnerConfig, operator: Operator, redis: Any, clock: Ca
         declare_queues(config.amqp_url, wiring, edges, timeout_s)
         source: Any = RabbitSource(config.amqp_url, edges, config.prefetch, name=f"{config.instance} source")
         publisher: Any = EmulatedSender(RabbitPublisher(config.amqp_url, wiring, (config.operator,), declare=False),
-                                        wiring, config.emulation_host, redis, config.emulation_seed, config.instance)
+                                        wiring, config.emulation_host, redis, config.emulation_seed, config.instance,
+                                        dedup_ttl_s=config.dedup_ttl_s)
     elif config.transport == "rabbitmq":
         declare_wiring(config.amqp_url, wiring, sorted({e.producer for e in edges}) + [config.operator], timeout_s)
         source = RabbitSource(config.amqp_url, edges, config.prefetch, name=f"{config.instance} source")

@@ -1,6 +1,7 @@
 """Faults during an emulated-network live run (docs/papers/odp.md#faults-during-an-emulated-network-run):
 the setting of tests/integration/test_live_odp.py (OEE topology, ODP placement on 4 hosts, every
-instance with its own queues, senders delaying hops between hosts, every host at A = 0.9), with the
+instance with its own queues, senders delaying hops between hosts, every host at A = 0.9 and every
+link between hosts at 0.95), with the
 faults injected from a thread while the run goes on. The thread waits on the run's own progress
 (items processed, read from Redis; the replacement container running), never on fixed sleeps, so
 a loaded machine only makes the run slower.
@@ -42,6 +43,7 @@ from .test_live_run import config
 pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]
 
 AVAILABILITY = 0.9  # of every host
+LINK_AVAILABILITY = 0.95  # of every link between two hosts: losses the senders decide and count
 RUN = "constant-odp-live-1-"  # the run's prefix (its Redis keys and queues) starts with this
 VICTIM = "O6"  # the busiest operator fed from another host: the provider's delayed copies go to it
 ITEMS_BEFORE_FAULT = 20  # processed by the victim before each fault (about 3 s of its input)
@@ -55,7 +57,7 @@ def settings(out: Path, duration_min: float) -> list:
     return ["profile=paper", "pattern=constant", "pattern.levels=[1]", f"duration_min={duration_min}",
             "load_scale=0.5", "reps=1", "summary=false", "runtime.reasoning_s=10", "runtime.monitoring_s=3",
             "infrastructure.host_memory_mb=1600", "backend=docker", "backend.live.stop_timeout_s=20", f"out={out}",
-            "backend.emulation.enabled=true", *hosts,
+            "backend.emulation.enabled=true", *hosts, f"backend.emulation.link_availability={LINK_AVAILABILITY}",
             "evaluation.configurations.0.name=odp", "evaluation.configurations.0.policy=static",
             "evaluation.configurations.0.placement=odp", "+evaluation.configurations.0.params={hosts: 4}",
             "evaluation.only=[odp]"]

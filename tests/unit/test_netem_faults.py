@@ -218,3 +218,85 @@ def test_the_job_modes_reason_is_unchanged_by_the_named_state():
 
     assert "keyed state, counts and checkpoints" in redis_loss(3.0, "a", "b", False)
     assert "operator state" in redis_loss(3.0, "a", "b", False, "operator state")
+
+
+# -- link losses: counted at once, once per item and receiver ----------------------------------
+
+LOSSY = NetView(members=VIEW.members, hosts=VIEW.hosts,
+                links={("vm1", "vm2"): Link(20.0, 2.0, 1e-12), ("vm2", "vm1"): Link(20.0, 2.0, 1e-12)})
+
+
+class CountingRedis:
+    """The sender's Redis: the view, and COUNT_ONCE_LUA played with a set of finished ids; `away`
+    makes every call fail as redis-py's would."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw, self.away = raw, False
+        self.finished, self.counts, self._queued = set(), {}, []
+
+    def get(self, _key):
+        return self.raw
+
+    def register_script(self, _source):
+        def count_once(keys, args, client=None):
+            self._queued.append((keys, args))  # run by the pipeline's execute
+        return count_once
+
+    def pipeline(self, transaction=True):
+        self._queued = []
+        return self
+
+    def execute(self):
+        queued, self._queued = self._queued, []
+        if self.away:
+            raise RedisConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+        done = []
+        for keys, args in queued:
+            new = not keys or keys[0] not in self.finished
+            if new:
+                self.finished.update(keys)
+                self.counts[(args[1], args[2])] = self.counts.get((args[1], args[2]), 0) + 1
+            done.append(int(new))
+        return done
+
+
+def lossy_sender(store: CountingRedis):
+    from operators.transports import MemoryTransport
+
+    inner = MemoryTransport()
+    sender = EmulatedSender(inner, WIRING, "vm1", store, 7, "s-1")
+    assert sender._refresh()
+    inner.on_confirm = sender._confirmed
+    settled: List[OutMessage] = []
+    sender.on_confirm = settled.extend
+    return sender, inner, settled
+
+
+def test_a_link_loss_is_counted_before_its_input_settles_and_once_when_the_input_comes_again():
+    store = CountingRedis(LOSSY.encode().encode())
+    sender, inner, settled = lossy_sender(store)
+    message = OutMessage("A", "m/1", "m", b"{}", ref="input-1")  # A -> B: b1 on vm2, every hop lost
+    sender.publish_batch([message])
+    assert store.counts == {("p:unavailable", "B"): 1} and [m.ref for m in settled] == ["input-1"]
+    assert inner.messages == [] and sender.outstanding() == 0
+    assert "p:B:finished:A:m/1" in store.finished  # the receiver's finished id: a copy that comes later is a duplicate
+    sender.publish_batch([message])  # the input processed again (redelivered): its loss counts once
+    assert store.counts == {("p:unavailable", "B"): 1} and [m.ref for m in settled] == ["input-1", "input-1"]
+    assert sender.counters.lost_total == 1  # the per-interval report follows the count
+
+
+def test_a_link_loss_redis_cannot_count_is_not_made_the_copy_is_delivered():
+    store = CountingRedis(LOSSY.encode().encode())
+    sender, inner, settled = lossy_sender(store)
+    store.away = True
+    sender.publish_batch([OutMessage("A", "m/1", "m", b"{}", ref="input-1")])
+    assert store.counts == {} and settled == [] and sender.outstanding() == 1
+    [(_due, _seq, copy)] = sender._timers  # delayed like any hop between hosts
+    assert copy.destination == "p.A.B@b1" and sender.counters.hops_total == 1
+
+
+def test_a_message_with_nothing_downstream_is_done_at_once():
+    store = CountingRedis(VIEW.encode().encode())
+    sender, inner, settled = lossy_sender(store)
+    sender.publish_batch([OutMessage("B", "m/1", "m", b"{}", ref="input-1")])  # B is a sink
+    assert [m.ref for m in settled] == ["input-1"] and sender.outstanding() == 0 and inner.messages == []

@@ -126,11 +126,13 @@ def test_the_runtime_view_uses_the_simulators_network_and_serving_instances():
 # -- the sender ----------------------------------------------------------------------------------
 
 class ViewStore:
-    """What the sender reads of Redis: the view (get); the counters' writes are recorded (pipeline)."""
+    """What the sender reads of Redis: the view (get); the counters' writes are recorded (pipeline),
+    and the loss count (operators.netem.COUNT_ONCE_LUA) is played with a set of finished ids."""
 
     def __init__(self, raw=None):
         self.raw = raw
         self.entries, self.incr = [], []
+        self.finished, self._results = set(), []
 
     def get(self, _key):
         return self.raw
@@ -144,8 +146,18 @@ class ViewStore:
     def hincrby(self, key, field, n):
         self.incr.append((key, field, n))
 
+    def register_script(self, _source):
+        def count_once(keys, args, client=None):
+            new = not keys or keys[0] not in self.finished
+            if new:
+                self.finished.update(keys)
+                self.hincrby(args[1], args[2], 1)
+            (client or self)._results.append(int(new))
+        return count_once
+
     def execute(self):
-        pass
+        done, self._results = self._results, []
+        return done
 
 
 def sender_on(view: NetView, host="vm1", seed=5):

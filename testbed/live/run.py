@@ -252,12 +252,7 @@ class LiveRun:
             if self._guard(end, monitor.observe, end, provider.emitted(), executor.take_purged(),
                            self._inactive(executor, end)) is not None:
                 self._record(monitor, tables, executor.views(end), end)
-            try:
-                accounting = self._drain_and_account(pool, monitor, provider, executor.purged_total)
-            except RedisError as exc:  # a lost state explains a failed read best
-                reason = (self._redis_fault()
-                          or f"Redis unreachable at the final accounting (t={self.now():.0f} s): {exc}")
-                raise LiveRunError(one_line(reason)) from exc
+            accounting = self._drain_and_account(pool, monitor, provider, executor.purged_total)
             self._check_redis()  # a restart during the drain leaves totals that are not the run's
             drained = self._guard(end, monitor.read_remaining_samples)  # items finished while draining
             if drained:
@@ -282,6 +277,9 @@ class LiveRun:
             if self.network is not None:
                 details["network"] = self.network.details()
             return RunResult(tables, end, details)
+        except RedisError as exc:  # a read that failed: a lost state explains it best
+            reason = self._redis_fault() or f"Redis unreachable at t={self.now():.0f} s: {exc}"
+            raise LiveRunError(one_line(reason)) from exc
         finally:
             if provider is not None and provider.running:
                 provider.stop(flush_timeout_s=5.0)

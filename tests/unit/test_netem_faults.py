@@ -8,6 +8,7 @@ import threading
 import time
 from typing import List, Optional
 
+import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from operators.netem import EmulatedSender, Link, NetView
@@ -300,3 +301,17 @@ def test_a_message_with_nothing_downstream_is_done_at_once():
     sender, inner, settled = lossy_sender(store)
     sender.publish_batch([OutMessage("B", "m/1", "m", b"{}", ref="input-1")])  # B is a sink
     assert [m.ref for m in settled] == ["input-1"] and sender.outstanding() == 0 and inner.messages == []
+
+
+def test_the_live_run_ends_with_the_watchs_reason():
+    from testbed.live.run import LiveRun, LiveRunError
+
+    server = FakeRedisServer()
+    run = LiveRun.__new__(LiveRun)  # only what the check reads: its clock and its watch
+    run.wall, run._t0 = (lambda: 100.0), 58.0
+    run.redis_watch = RedisStateWatch(server, "run-1", outage_s=LiveRun.REDIS_OUTAGE_S)
+    run.redis_watch.start()
+    run._check_redis()  # the state holds: nothing happens
+    server.restart()
+    with pytest.raises(LiveRunError, match=r"^Redis lost the run's state at t=42 s: it restarted"):
+        run._check_redis()

@@ -7,7 +7,10 @@ asynchronous), and acknowledge (RabbitMQ) or commit (Kafka) the input only when 
 confirmed. Delivery is therefore at least once; a finished input's id is remembered in Redis for
 ``DEDUP_TTL_S`` (after its emissions are confirmed, before its ack), so an input that comes again
 (redelivered after a crash, or republished upstream after a broker restart) is acknowledged
-without being processed or emitted a second time.
+without being processed or emitted a second time. One that comes again while its first delivery
+still waits for its emissions' confirms (the broker hands back what a lost connection held: with the
+emulated network's own queues, to the same instance) is settled with that first one instead of
+being processed again.
 
 Threads: the source's I/O thread(s) hand deliveries to ``PARALLEL`` worker threads; the
 publisher's I/O thread reports confirms; a completer thread records finished ids in Redis (one
@@ -66,8 +69,8 @@ import queue  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from collections import deque  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
 from operators.activation import ActivationStore, RedisActivation
 from operators.api import (INACTIVE, STOPPED, Emission, Operator, OperatorContext, PoisonItem, emitted_hash,
@@ -110,6 +113,8 @@ class _Pending:
     input_id: Optional[str]  # None: a dead letter being written (Kafka)
     remaining: int
     emissions: int = 0
+    # the same input delivered again meanwhile (a redelivery after a lost connection): settled with it
+    again: List[Delivery] = field(default_factory=list)
 
 
 @dataclass
@@ -151,6 +156,10 @@ class Runner:
         self._remember_script: Any = None  # REMEMBER_LUA, registered on first use
         self._timeout_script: Any = None  # TIMEOUT_LUA, registered on first use
         self._done: "queue.Queue[Optional[_Pending]]" = queue.Queue()
+        # inputs whose emissions wait for their confirms, by (producer, item id): a redelivery of one
+        # (the broker hands back what a lost connection held) waits for it instead of being processed
+        # again, which would emit and draw its losses a second time
+        self._waiting: Dict[Tuple[str, str], _Pending] = {}
         self._held = 0  # deliveries accepted and not yet settled (or dropped as stale)
         self._held_cond = threading.Condition()
         self._lock = threading.Lock()
@@ -307,7 +316,7 @@ class Runner:
                 with self._lock:
                     self.stats.duplicates += 1
                 self._settle(d, Outcome.ACK)
-            else:
+            elif not self._join_waiting(d, env):
                 fresh.append((d, env))
         unstarted = self._unstarted[slot]
         with self._lock:  # under the lock a switch-off takes the batch from (see _take_unstarted)
@@ -322,6 +331,17 @@ class Runner:
                     return
                 d, env = unstarted.popleft()
             self._process(d, env)
+
+    def _join_waiting(self, d: Delivery, env: Envelope) -> bool:
+        """True if the same input is already processed and waits for its confirms: this delivery
+        is then settled with it (acknowledged unprocessed, a duplicate)."""
+        with self._lock:
+            first = self._waiting.get((d.edge.producer, env.item_id))
+            if first is None:
+                return False
+            first.again.append(d)
+            self.stats.duplicates += 1
+            return True
 
     def _hand_back(self, deliveries: Sequence[Delivery]) -> None:
         for d in deliveries:
@@ -369,6 +389,8 @@ class Runner:
             return
         pending = _Pending(d, env.item_id, len(emissions), len(emissions))
         if emissions:
+            with self._lock:
+                self._waiting[(d.edge.producer, env.item_id)] = pending
             now = self.metrics.now_ms()
             self.publisher.publish_batch([self._message(e, env, now, pending) for e in emissions])
         self.metrics.completed(env.sent_ms, d.amqp_timestamp_s, self.metrics.now_ms(), env.origin_ms)
@@ -484,6 +506,16 @@ class Runner:
                     with self._lock:
                         self.stats.processed += 1
                 self._settle(p.delivery, Outcome.ACK)
+                for again in self._done_waiting(p):
+                    self._settle(again, Outcome.ACK)
+
+    def _done_waiting(self, p: _Pending) -> List[Delivery]:
+        """After its finish is recorded: no longer waiting; the deliveries of it that came meanwhile."""
+        with self._lock:
+            if p.input_id is not None and self._waiting.get((p.delivery.edge.producer, p.input_id)) is p:
+                del self._waiting[(p.delivery.edge.producer, p.input_id)]
+            again, p.again = p.again, []
+        return again
 
     def _remember(self, finished: Sequence[_Pending]) -> None:
         """Record the finished inputs' ids and the cumulative counters atomically, before the acks:

@@ -315,3 +315,31 @@ def test_the_live_run_ends_with_the_watchs_reason():
     server.restart()
     with pytest.raises(LiveRunError, match=r"^Redis lost the run's state at t=42 s: it restarted"):
         run._check_redis()
+
+
+def test_an_input_delivered_again_while_its_emissions_wait_is_settled_with_them_not_processed_twice():
+    """After a broker restart the source's old deliveries are stale and the broker hands the same
+    inputs out again, to the same instance's own queue, while their emissions may still wait at the
+    publisher for the broker."""
+    from operators.sources import Outcome
+    from tests.unit.runner_fakes import RunnerFactory, envelope, wait_until
+
+    factory = RunnerFactory()
+    runner, source, publisher = factory.make()
+    try:
+        source.push(envelope(1), token=1)
+        wait_until(lambda: len(publisher.published) == 2)
+        source.stale_tokens.add(1)  # the connection that delivered it is gone
+        source.push(envelope(1), token=2)  # the broker's redelivery
+        wait_until(lambda: runner.stats.duplicates == 1)
+        assert len(publisher.published) == 2 and source.settled == []  # not processed again
+        publisher.confirm(2)
+        wait_until(lambda: len(source.settled) == 2)
+        assert sorted(source.settled) == [(1, Outcome.ACK), (2, Outcome.ACK)] and runner.held() == 0
+        assert runner.stats.processed == 1
+        source.push(envelope(1), token=3)  # once finished it is no longer waiting: processed (no dedup here)
+        wait_until(lambda: len(publisher.published) == 4)
+        publisher.confirm(2)
+        wait_until(lambda: len(source.settled) == 3)
+    finally:
+        factory.close()

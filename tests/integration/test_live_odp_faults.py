@@ -174,7 +174,7 @@ def faulty_run(tmp_path_factory, rabbitmq_url, redis_url, docker_url, operator_i
     faults.start()
     t0 = time.monotonic()
     try:
-        [run_dir] = run_experiment(config(*settings(out, 1.75)))
+        [run_dir] = run_experiment(config(*settings(out, 1.5)))
     finally:
         faults.join(timeout=300)
     print(f"the run with the kill and the broker restart took {time.monotonic() - t0:.0f} s; faults {faults.log}")
@@ -241,7 +241,7 @@ def test_a_redis_restart_ends_the_run_incomplete_naming_it(tmp_path, rabbitmq_ur
     faults.start()
     raised = None
     try:
-        run_experiment(config(*settings(tmp_path, 1.75)))
+        run_experiment(config(*settings(tmp_path, 1.5)))
     except LiveRunError as exc:
         raised = exc
     finally:

@@ -19,6 +19,7 @@ from testbed.model import (
     ReleaseHost,
     Restart,
     ScaleDown,
+    ScaleTo,
     ScaleUp,
     SetActive,
 )
@@ -122,6 +123,9 @@ def dispatch(t: float, actions: Sequence[Action], target: ActionTarget, records:
                 gate(t, t + a.downtime_s, a.source)
                 what += SOURCE_WHAT[a.source]
             record(a, reason=f"{a.reason} (downtime {a.downtime_s:g} s, {what})")
+        elif isinstance(a, ScaleTo):
+            raise TypeError(f"a scaling target reached the backend unrealised: {a!r} (operator mode: "
+                            "realise it on the policy's plan, testbed/policies/scaling.py)")
         else:  # pragma: no cover - the Action union is closed
             raise TypeError(f"unknown action {a!r}")
 

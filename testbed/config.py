@@ -253,8 +253,12 @@ class ExperimentConfig:
 
 
 def register() -> None:
-    """Make the schema known to Hydra (config.yaml lists `schema` first in its defaults)."""
-    ConfigStore.instance().store(name="schema", node=ExperimentConfig)
+    """Make the schema known to Hydra (config.yaml lists `schema` first in its defaults), and one
+    option of the `policy` group per registered policy (`policy=<name>`: that policy alone)."""
+    store = ConfigStore.instance()
+    store.store(name="schema", node=ExperimentConfig)
+    for name in registered_policies():
+        store.store(group="policy", name=name, node=PolicySelection(name=name))
 
 
 def unknown_keys(node: Any, path: str = "") -> List[str]:

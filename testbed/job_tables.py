@@ -4,12 +4,13 @@ job simulator's arrays (testbed/sim/job.py) and the live job's per-second series
 `instance_stats`, plus the tables the platform's report expects that job mode leaves empty."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Sequence
+from typing import Any, Dict, Mapping, Sequence
 
 import numpy as np
 
 from operators.keyed_job import worker_name
 from testbed.actions import actions_table
+from testbed.policies.contract import Policy
 from testbed.policies.job_inputs import JOB_OPERATOR
 
 LEASE_COLUMNS = ("host", "start_s", "end_s", "btu_s", "paid_btus", "prolongations", "released")
@@ -17,7 +18,7 @@ LEASE_COLUMNS = ("host", "start_s", "end_s", "btu_s", "paid_btus", "prolongation
 
 def job_tables(step: int, arrivals: np.ndarray, thr: np.ndarray, cpu: np.ndarray, lag: np.ndarray,
                parallel: Sequence[int], running: Sequence[int], lat_t: Sequence[float], lat_ms: Sequence[float],
-               records: Sequence[Any], policy: Any, rescales: Mapping[str, list]) -> Dict[str, Dict[str, list]]:
+               records: Sequence[Any], policy: Policy, rescales: Mapping[str, list]) -> Dict[str, Dict[str, list]]:
     """Per second s (0-based, ending at s + 1): `arrivals[s]`, `thr[s, w]` and `cpu[s, w]` per worker
     w (NaN: not running), `lag[s]`, `parallel[s]` workers deployed of which `running[s]` run;
     latency samples (lat_t, lat_ms); the policy's actions and its own records."""
@@ -57,7 +58,5 @@ def job_tables(step: int, arrivals: np.ndarray, thr: np.ndarray, cpu: np.ndarray
         "samples": {"t_s": [], "operator": [], "instance": [], "duration_ms": []},
         "leases": {k: [] for k in LEASE_COLUMNS},
     }
-    own: Callable[[], Dict[str, Dict[str, list]]] | None = getattr(policy, "records", None)
-    if own is not None:
-        tables.update(own())
+    tables.update(policy.records())
     return tables

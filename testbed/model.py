@@ -211,6 +211,19 @@ class Restart:
         check_source_mode("source", self.source)
 
 
+@dataclass(frozen=True)
+class ScaleTo:
+    """A scaling target: `operator` should run `n` instances (job mode: the job `n` workers). Job
+    mode's backends carry it out as a stop-the-world rescale; in operator mode the policy realises
+    it on its plan (testbed/policies/scaling.py, `realise`: new instances placed, the newest
+    stopped), so a backend never receives it there."""
+
+    operator: str
+    n: int
+    reason: str
+    kind: str = field(default="scale_to", init=False)
+
+
 SOURCE_MODES = ("queue", "hold", "drop", "pause")  # Restart.source
 
 
@@ -219,4 +232,4 @@ def check_source_mode(key: str, value: str) -> None:
         raise ValueError(f"{key}: must be one of {', '.join(SOURCE_MODES)}, got {value!r}")
 
 
-Action = Union[ScaleUp, ScaleDown, Migrate, LeaseHost, ProlongHost, ReleaseHost, SetActive, Restart]
+Action = Union[ScaleUp, ScaleDown, Migrate, LeaseHost, ProlongHost, ReleaseHost, SetActive, Restart, ScaleTo]

@@ -70,8 +70,10 @@ from testbed.live.job_routing import (RING_WEIGHT, InflightGate, Outage, capacit
                                       key_names, last_log_line, one_line, parse_ids, rebinding, redis_loss,
                                       retry_until, worker_shares)
 from testbed.live.run import run_prefix
-from testbed.model import ScaleDown, ScaleUp
+from testbed.model import ScaleDown
+from testbed.policies.contract import Policy
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
+from testbed.policies.scaling import job_rescale
 from testbed.rng import stream
 from testbed.run_result import RunResult
 from testbed.sim.job import key_weights
@@ -138,7 +140,8 @@ class LiveJobRun:
     DEAD_CHECK_S = 1.0  # how often the engine is asked for exited workers
     CLEANUP_WAIT_S = 60.0  # the clean-up waits this long for a broker or Redis that is coming back
 
-    def __init__(self, cfg: ExperimentConfig, policy, pattern, seed: int, run_id: str, run_dir: Optional[Path] = None):
+    def __init__(self, cfg: ExperimentConfig, policy: Policy, pattern, seed: int, run_id: str,
+                 run_dir: Optional[Path] = None):
         self.cfg = cfg
         self.job = cfg.job
         self.live = cfg.backend.live
@@ -213,7 +216,7 @@ class LiveJobRun:
             cum = np.floor(np.cumsum(rates))
             arrivals = np.diff(np.concatenate([[0.0], cum])).astype(int)
             self.arrivals_plan = arrivals
-            start = getattr(self.policy, "initial_parallelism", lambda m: None)(self.top)
+            start = self.policy.initial_parallelism(self.top)
             n0 = int(start or self.job.initial_parallelism)
             self.redis.set(self._key("control"), "stop:0")
             self._state_written = True  # from here on the control key is always there
@@ -255,9 +258,9 @@ class LiveJobRun:
                                "live": True},
                        "prefix": self.prefix, "accounting": accounting.as_dict(), "instances": self.instance_log,
                        "recoveries": self.recoveries, "time_compression": self.settings.time_compression}
-            run_details = getattr(self.policy, "run_details", None)
-            if run_details is not None:
-                details["controller"] = run_details()
+            controller = self.policy.run_details()
+            if controller is not None:
+                details["controller"] = controller
             print(f"live job {self.run_id}: {end:.0f} s, {len(self.rescales['t_s'])} rescale(s), "
                   f"{len(self.recoveries)} worker(s) replaced, accounting {accounting.as_dict()}",
                   file=sys.stderr, flush=True)
@@ -666,7 +669,7 @@ class LiveJobRun:
 
     # -- control ---------------------------------------------------------------------------------------
     def _control_loop(self, source: ItemSource, router: Router) -> None:
-        interval = getattr(self.policy, "interval_s", None)
+        interval = self.policy.interval_s
         next_decision = float(interval) if interval else math.inf
         next_progress = 60.0
         next_check = 0.0
@@ -697,11 +700,9 @@ class LiveJobRun:
                 next_decision += interval
                 t = done - 1
                 snap = self._snapshot(t)
-                actions = self.policy.decide(snap)
-                target = self.n + sum(isinstance(a, ScaleUp) for a in actions) - sum(isinstance(a, ScaleDown) for a in actions)
-                target = min(max(target, 1), self.top)
-                if target != self.n:
-                    self._rescale(float(done), target, actions, router)
+                rescale = job_rescale(self.n, self.policy.decide_job(snap), self.top)
+                if rescale is not None:
+                    self._rescale(float(done), *rescale, router)
                     next_decision = max(next_decision, len(self.series) + 0.0)
                     rows, rows_at = len(self.series), time.monotonic()
                 continue

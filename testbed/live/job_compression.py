@@ -1,6 +1,7 @@
 """Time compression of the live job mode (`backend.live.job.time_compression`, f;
 docs/papers/daedalus.md#live-runtime): the config's times are the paper's; a live run divides them
-by f. Pure functions on the resolved config of one run and on the workload's rate series.
+by f. Pure functions on the resolved config of one run and on the workload's rate series. A
+policy's times are the fields its parameter dataclass declares as times (`time_field`).
 
 Not compressed: latencies (measured in real time), rates (normalised to the live workers' capacity,
 testbed/live/job.py) and the controllers' statistics per sample (ARIMA orders, regression windows),
@@ -8,17 +9,11 @@ which is why live results are trend checks only."""
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Tuple
+from typing import Any, Dict
 
 import numpy as np
 
-# Times (s) of each policy's parameters that the compression divides; ints stay ints (>= 1).
-POLICY_TIMES: Dict[str, Tuple[str, ...]] = {
-    "daedalus": ("loop_s", "rt_target_s", "grace_s", "keep_s", "warmup_s", "horizon_s", "downtime_out_s",
-                 "downtime_in_s", "fast_history_s", "fallback_horizon_s", "K", "post_rescale_pause_s"),
-    "hpa": ("sync_s", "metric_window_s", "up_window_s", "down_window_s", "policy_period_s", "up_percent_period_s",
-            "up_pods_period_s", "down_percent_period_s", "down_pods_period_s"),
-}
+from testbed.policies.contract import time_fields
 
 
 def scaled(value: Any, f: float) -> Any:
@@ -51,7 +46,7 @@ def compress_config(run_cfg, f: float) -> Dict[str, Dict[str, Any]]:
     # the window a controller sees: one loop and a second (61 s for a 60 s loop)
     set_("job", job, "window_s", max(2, int(math.ceil(job.window_s / f))))
     for name, params in run_cfg.policies.items():
-        for key in POLICY_TIMES.get(name, ()):
+        for key in time_fields(params):  # declared on the parameter dataclass (contract.time_field)
             set_(f"policies.{name}", params, key, scaled(getattr(params, key), f))
     return changed
 

@@ -261,7 +261,7 @@ class LiveRun:
                 self._guard(end, self.network.record, tables, end)
             tables["load"] = provider.load_table()
             tables["actions"] = actions_table(executor.records, self.policy.name)
-            tables["placements"] = placements_table(executor.records, getattr(self.policy, "placement", None))
+            tables["placements"] = placements_table(executor.records, self.policy.placement)
             tables["leases"] = pool.leases(end)
             details = {
                 "prefix": self.prefix, "provider_flushed": flushed, "transport": live.transport.value,
@@ -350,12 +350,16 @@ class LiveRun:
     def _deploy(self, pool, executor: LiveExecutor) -> None:
         """The initial deployment, placed as in the simulator and waited for until every instance runs."""
         rt = self.cfg.runtime
-        deploy = getattr(self.policy, "initial_deployment", None)  # a policy's own (static), step by step
-        for _ in range(10 if deploy is not None else 1):
+        for _ in range(10):  # a policy's own (static) step by step, until it returns nothing
             hosts, instances = executor.views(0.0)
             snap = Observer(self.topology, SnapshotSettings.from_config(self.cfg, self.btu_s), rt.history,
                             rt.monitoring_s).snapshot(0.0, hosts, instances, executor.scalings)
-            actions = deploy(snap) if deploy is not None else initial_deployment(snap, rt.initial_instances)
+            actions = self.policy.initial_deployment(snap)
+            if actions is None:  # the deployment every run starts from, once
+                actions = initial_deployment(snap, rt.initial_instances)
+                if actions:
+                    executor.apply(0.0, actions, immediate=True)
+                break
             if not actions:
                 break
             executor.apply(0.0, actions, immediate=True)

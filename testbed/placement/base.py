@@ -12,8 +12,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from testbed.discovery import discover
 from testbed.model import Action, LeaseHost, OperatorType, ScaleUp
-from testbed.policies.planning import Plan
+from testbed.plan import Plan
 
 
 @dataclass
@@ -99,7 +100,10 @@ def register_placement(name: str) -> Callable[[PlacementFactory], PlacementFacto
 
 
 def placements() -> Dict[str, PlacementFactory]:
-    _load_builtins()
+    """Every registered strategy by name: the modules of this package that apply
+    `@register_placement`, the entry points of the group `testbed.placements` and the modules named
+    by `TESTBED_PLACEMENT_MODULES` (testbed/discovery.py) are imported on first use."""
+    discover("testbed.placement", "register_placement", "testbed.placements", "TESTBED_PLACEMENT_MODULES")
     return dict(_REGISTRY)
 
 
@@ -108,8 +112,3 @@ def make_placement(name: str, cfg: PlacementConfig) -> Placement:
     if name not in known:
         raise KeyError(f"unknown placement {name!r}; known: {sorted(known)}")
     return known[name](cfg)
-
-
-def _load_builtins() -> None:
-    from testbed.placement import first_fit, suitability, tstorm  # noqa: F401  (they register themselves)
-    from testbed.placement.odp import strategy  # noqa: F401

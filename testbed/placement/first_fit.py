@@ -5,7 +5,7 @@ from typing import Optional
 
 from testbed.model import OperatorType
 from testbed.placement.base import Placement, PlacementConfig, register_placement
-from testbed.policies.planning import Plan
+from testbed.plan import Plan
 
 
 class FirstFit(Placement):

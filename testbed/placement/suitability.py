@@ -7,7 +7,7 @@ from typing import Optional
 
 from testbed.model import OperatorType
 from testbed.placement.base import Placement, PlacementConfig, register_placement
-from testbed.policies.planning import Plan, PlanHost
+from testbed.plan import Plan, PlanHost
 
 
 def host_suitability(host: PlanHost, op: OperatorType, cache_factor: float) -> float:

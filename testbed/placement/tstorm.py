@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from testbed.model import NEW_HOST_PREFIX, Action, Migrate, OperatorType
 from testbed.placement.base import Placement, PlacementConfig, register_placement
-from testbed.policies.planning import Plan
+from testbed.plan import Plan
 
 PROVIDER = "<provider>"
 

@@ -6,7 +6,7 @@ from typing import List
 
 from testbed.model import Action, LeaseHost, ScaleUp, Snapshot
 from testbed.placement.first_fit import FirstFit
-from testbed.policies.planning import Plan
+from testbed.plan import Plan
 from testbed.policies.registry import Policy, make_policy
 
 __all__ = ["Policy", "initial_deployment", "make_policy"]

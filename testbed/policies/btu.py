@@ -22,7 +22,8 @@ from testbed.model import (
 )
 from testbed.placement.base import Placement, PlacementConfig
 from testbed.placement.suitability import Suitability
-from testbed.policies.planning import Plan
+from testbed.plan import Plan
+from testbed.policies.contract import Policy
 from testbed.policies.registry import register_policy
 
 
@@ -156,7 +157,7 @@ def release_window(cfg: BtuParams, btu_s: float, reasoning_s: float) -> float:
 
 
 @register_policy("btu", BtuParams, billing="own", placement="suitability")
-class BtuPolicy:
+class BtuPolicy(Policy):
     name = "btu"
 
     def __init__(self, cfg: BtuParams, placement: Optional[Placement] = None):

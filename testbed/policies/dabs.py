@@ -43,6 +43,7 @@ from testbed.placement.base import Placement
 from testbed.placement.first_fit import FirstFit
 from testbed.policies.presps import (EPS, Estimate, PrespsEstimator, PrespsParams, active_counts, apply_targets,
                                      counts, plan_changes, pool_setup)
+from testbed.policies.contract import Policy
 from testbed.policies.registry import register_policy
 
 
@@ -91,7 +92,7 @@ def restart_allowed(t: float, last_restart: Optional[float], min_interval_s: flo
 
 
 @register_policy("dabs", DabsParams, billing="rebill", placement="first_fit")
-class DabsPolicy:
+class DabsPolicy(Policy):
     name = "dabs"
 
     def __init__(self, params: DabsParams, placement: Optional[Placement] = None):

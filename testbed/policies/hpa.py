@@ -12,12 +12,14 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from testbed.model import Action, ScaleDown, ScaleUp, Snapshot
+from testbed.model import Action, ScaleTo, Snapshot
 from testbed.placement.base import Placement
+from testbed.policies.contract import Policy, time_field
 from testbed.policies.hpa_core import (PERCENT, PODS, HpaBehaviour, HpaState, PodMetric, ScalingPolicy, ScalingRules,
                                        SELECT_POLICIES as SELECTS, millicores, sync, utilisation_pct)
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
 from testbed.policies.registry import register_policy
+from testbed.policies.scaling import target_of
 
 
 MAX_WINDOW_S, MAX_PERIOD_S = 3600.0, 1800.0  # the ranges Kubernetes accepts
@@ -27,24 +29,24 @@ MAX_WINDOW_S, MAX_PERIOD_S = 3600.0, 1800.0  # the ranges Kubernetes accepts
 class HpaParams:
     target_pct: int = 80  # CPU utilisation target, % of the request
     tolerance: float = 0.1
-    sync_s: float = 15.0
-    metric_window_s: float = 15.0  # Decision: the mean CPU over the last 15 s
+    sync_s: float = time_field(15.0)
+    metric_window_s: float = time_field(15.0)  # Decision: the mean CPU over the last 15 s
     # Behaviour. The defaults are the paper's chart (hpa_core.PAPER_CHART); up_window_s=0 gives
     # autoscaling/v2's defaults (hpa_core.V2_DEFAULTS). A policy with value 0 is absent; a period of
     # 0 is policy_period_s.
-    up_window_s: float = 300.0
-    down_window_s: float = 300.0
+    up_window_s: float = time_field(300.0)
+    down_window_s: float = time_field(300.0)
     up_select: str = "Max"  # Max | Min | Disabled
     down_select: str = "Max"
     up_percent: int = 100
-    up_percent_period_s: float = 0.0
+    up_percent_period_s: float = time_field(0.0)
     up_pods: int = 4
-    up_pods_period_s: float = 0.0
+    up_pods_period_s: float = time_field(0.0)
     down_percent: int = 100
-    down_percent_period_s: float = 0.0
+    down_percent_period_s: float = time_field(0.0)
     down_pods: int = 0
-    down_pods_period_s: float = 0.0
-    policy_period_s: float = 15.0
+    down_pods_period_s: float = time_field(0.0)
+    policy_period_s: float = time_field(15.0)
     # CPU requests, as a fraction of one worker's capacity (= worker_millicores): request_ratio for
     # every worker, or per worker (job mode: w0, w1, ...; operator mode: an instance id or an operator).
     request_ratio: float = 1.0  # 0.5 = the paper's chart (250m of a 500m limit)
@@ -121,16 +123,8 @@ def job_pods(snapshot: JobSnapshot, params: HpaParams) -> List[PodMetric]:
     return pods
 
 
-def job_actions(current: int, target: int, reason: str) -> List[Action]:
-    """A job-mode rescale as actions on the job operator: one per worker added or removed (the
-    newest workers go first)."""
-    if target > current:
-        return [ScaleUp(JOB_OPERATOR, JOB_OPERATOR, reason) for _ in range(target - current)]
-    return [ScaleDown(JOB_OPERATOR, f"w{i}", JOB_OPERATOR, reason) for i in range(current - 1, target - 1, -1)]
-
-
 @register_policy("hpa", HpaParams, billing="rebill", placement="first_fit")
-class HpaPolicy:
+class HpaPolicy(Policy):
     name = "hpa"
 
     def __init__(self, params: HpaParams, placement: Optional[Placement] = None):
@@ -143,23 +137,22 @@ class HpaPolicy:
     def initial_parallelism(self, max_scaleout: int) -> Optional[int]:
         return self.params.initial_replicas or None
 
-    def decide(self, snapshot) -> List[Action]:
-        if isinstance(snapshot, JobSnapshot):
-            return self._job(snapshot)
-        if isinstance(snapshot, Snapshot):
-            from testbed.policies.operator_mode import hpa_operator_actions
+    def decide(self, snapshot: Snapshot) -> List[Action]:
+        from testbed.policies.operator_mode import hpa_operator_actions
 
-            return hpa_operator_actions(self, snapshot)
-        raise TypeError(f"hpa: cannot read a {type(snapshot).__name__}")
+        return hpa_operator_actions(self, snapshot)
 
-    def _job(self, s: JobSnapshot) -> List[Action]:
+    def decide_job(self, s: JobSnapshot) -> List[Action]:
+        target = self.target(JOB_OPERATOR, s.t, s.parallelism, job_pods(s, self.params))
+        return [] if target is None else [target]
+
+    def target(self, key: str, now: float, current: int, pods: List[PodMetric]) -> Optional[ScaleTo]:
+        """One sync of the HPA of `key` (the job, or an operator type): the replicas it sets, None
+        when they stay."""
         p = self.params
-        pods = job_pods(s, p)
-        state = self.states.setdefault(JOB_OPERATOR, HpaState())
-        raw, desired = sync(state, self.behaviour, s.t, s.parallelism, pods, p.target_pct, p.tolerance)
-        if desired == s.parallelism:
-            return []
-        return job_actions(s.parallelism, desired, reason(p, pods, raw, desired))
+        raw, desired = sync(self.states.setdefault(key, HpaState()), self.behaviour, now, current, pods,
+                            p.target_pct, p.tolerance)
+        return target_of(key, current, desired, reason(p, pods, raw, desired))
 
 
 def reason(p: HpaParams, pods: List[PodMetric], raw: Optional[int], desired: int) -> str:

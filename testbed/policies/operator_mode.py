@@ -20,9 +20,8 @@ import numpy as np
 from testbed.model import Action, InstanceState, ReleaseHost, Snapshot
 from testbed.placement.first_fit import FirstFit
 from testbed.policies.daedalus.controller import LoopWindow
-from testbed.policies.hpa_core import HpaState, sync
-from testbed.policies.planning import Plan
-from testbed.policies.scaling import scale_to
+from testbed.plan import Plan
+from testbed.policies.scaling import realise, target_of
 
 WINDOW_S = 61
 Sample = Tuple[float, float, float, Dict[str, Tuple[float, float]], float]  # (t, span, workload/s, {inst: (thr/s, cpu)}, lag)
@@ -100,14 +99,13 @@ def daedalus_operator_actions(policy, snapshot: Snapshot) -> List[Action]:
         cpu = {k: v for k, v in cpu.items() if k in current}
         out = c.loop(LoopWindow(t=snapshot.t, p_cur=view.n, lag=float(view.queue), checkpoint_s=0.0, seconds=seconds,
                                 workload=workload, throughput=thr, cpu=cpu, uptime=uptime))
-        if out.target is not None and out.target != view.n:
-            actions += scale_to(plan, o, out.target, placement, out.reason)
+        target = target_of(o, view.n, out.target, out.reason)
+        if target is not None:
+            actions += realise(plan, target, placement)
     return actions + _release_empty(plan)
 
 
 def hpa_operator_actions(policy, snapshot: Snapshot) -> List[Action]:
-    from testbed.policies.hpa import reason as hpa_reason
-
     p = policy.params
     plan, actions = Plan(snapshot), []
     placement = policy.placement or FirstFit()
@@ -117,8 +115,7 @@ def hpa_operator_actions(policy, snapshot: Snapshot) -> List[Action]:
             stats = snapshot.instance_stats.get(inst.id)
             ready = inst.state == InstanceState.running
             pods.append(p.pod(stats[1] if stats is not None else None, ready, inst.id, o))
-        state = policy.states.setdefault(o, HpaState())
-        raw, desired = sync(state, policy.behaviour, snapshot.t, view.n, pods, p.target_pct, p.tolerance)
-        if desired != view.n:
-            actions += scale_to(plan, o, desired, placement, hpa_reason(p, pods, raw, desired))
+        target = policy.target(o, snapshot.t, view.n, pods)
+        if target is not None:
+            actions += realise(plan, target, placement)
     return actions + _release_empty(plan)

@@ -43,7 +43,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from testbed.model import Action, InstanceState, ReleaseHost, SetActive, Snapshot
 from testbed.placement.base import Placement
 from testbed.placement.first_fit import FirstFit
-from testbed.policies.planning import Plan
+from testbed.plan import Plan
+from testbed.policies.contract import Policy
 from testbed.policies.registry import register_policy
 from testbed.policies.scaling import scale_to
 
@@ -287,7 +288,7 @@ def pool_setup(s: Snapshot, params: PrespsParams, placement: Placement) -> List[
 
 
 @register_policy("presps", PrespsParams, billing="rebill", placement="first_fit")
-class PrespsPolicy:
+class PrespsPolicy(Policy):
     name = "presps"
 
     def __init__(self, params: PrespsParams, placement: Optional[Placement] = None):

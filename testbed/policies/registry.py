@@ -1,32 +1,31 @@
 """The policy registry: a name maps to a policy class, its typed parameters and how it is billed.
 
-Adding a policy is its module (a class decorated with `register_policy`), its YAML in
-`experiments/conf/policy/` and its tests; the configuration schema (`policies.<name>.*`), the
-evaluations and the reports pick it up from here.
+A policy registers itself when its module is imported (a `Policy` subclass decorated with
+`register_policy`); the registry finds the modules (testbed/discovery.py): those of this package
+that apply the decorator, the entry points of the group `testbed.policies`, and the modules named by
+`TESTBED_POLICY_MODULES`. The configuration schema (`policies.<name>.*`), the `policy=<name>`
+options, the evaluations and the reports pick the policies up from here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Protocol, Type
+from dataclasses import dataclass, is_dataclass
+from typing import Any, Callable, Dict, Type
 
-from testbed.model import Action, Snapshot
+from testbed.discovery import discover
 from testbed.placement.base import Placement
+from testbed.policies.contract import Policy
 
+__all__ = ["Policy", "PolicyEntry", "make_policy", "policies", "policy_entry", "register_policy"]
 
-class Policy(Protocol):
-    name: str
-
-    def decide(self, snapshot: Snapshot) -> List[Action]:
-        """Never sleeps, reads a clock or does I/O: everything it needs is in the snapshot (and in
-        state derived from earlier snapshots)."""
-        ...
+ENTRY_POINT_GROUP = "testbed.policies"
+MODULES_VARIABLE = "TESTBED_POLICY_MODULES"
 
 
 @dataclass(frozen=True)
 class PolicyEntry:
     name: str
     cls: Callable[[Any, Placement], Policy]  # (params, placement) -> policy
-    params: Type[Any]  # a dataclass; its defaults are the paper's values
+    params: Type[Any]  # a dataclass; its defaults are the paper's values, its time fields marked (contract.time_field)
     billing: str  # "own": billed by the BTU length it runs with; "rebill": BTU-agnostic, re-billed
     placement: str  # its default placement strategy
 
@@ -35,11 +34,15 @@ _REGISTRY: Dict[str, PolicyEntry] = {}
 
 
 def register_policy(name: str, params: Type[Any], billing: str = "rebill", placement: str = "first_fit"):
-    """Class decorator: make a policy known under `name`."""
+    """Class decorator: make a policy (a `Policy` subclass) known under `name`."""
     if billing not in ("own", "rebill"):
         raise ValueError(f"billing must be 'own' or 'rebill', got {billing!r}")
+    if not is_dataclass(params):
+        raise TypeError(f"policy {name!r}: its parameters must be a dataclass, got {params!r}")
 
     def add(cls):
+        if not (isinstance(cls, type) and issubclass(cls, Policy)):
+            raise TypeError(f"policy {name!r}: {cls!r} must subclass testbed.policies.contract.Policy")
         cls.name = name
         _REGISTRY[name] = PolicyEntry(name, cls, params, billing, placement)
         return cls
@@ -48,8 +51,8 @@ def register_policy(name: str, params: Type[Any], billing: str = "rebill", place
 
 
 def policies() -> Dict[str, PolicyEntry]:
-    """Every registered policy by name (the built-in ones are loaded on first use)."""
-    _load_builtins()
+    """Every registered policy by name (found and imported on first use)."""
+    discover("testbed.policies", "register_policy", ENTRY_POINT_GROUP, MODULES_VARIABLE)
     return dict(sorted(_REGISTRY.items()))
 
 
@@ -62,11 +65,3 @@ def policy_entry(name: str) -> PolicyEntry:
 
 def make_policy(name: str, params: Any, placement: Placement) -> Policy:
     return policy_entry(name).cls(params, placement)
-
-
-def _load_builtins() -> None:
-    from testbed.policies import btu, threshold  # noqa: F401  (they register themselves)
-    from testbed.policies import hpa, static_n  # noqa: F401  (Kubernetes' HPA, n static workers)
-    from testbed.policies.daedalus import policy as _daedalus  # noqa: F401  (Daedalus)
-    from testbed.policies import static  # noqa: F401  (a fixed deployment: the ODP experiments)
-    from testbed.policies import dabs, presps  # noqa: F401  (PRESPS and its DABS-like baseline)

@@ -10,7 +10,8 @@ from typing import Dict, List, Optional
 from testbed.model import Action, LeaseHost, Snapshot
 from testbed.placement.base import Placement
 from testbed.placement.first_fit import FirstFit
-from testbed.policies.planning import Plan
+from testbed.plan import Plan
+from testbed.policies.contract import Policy
 from testbed.policies.registry import register_policy
 
 
@@ -28,7 +29,7 @@ class StaticParams:
 
 
 @register_policy("static", StaticParams, billing="rebill", placement="first_fit")
-class StaticPolicy:
+class StaticPolicy(Policy):
     name = "static"
 
     def __init__(self, cfg: StaticParams, placement: Optional[Placement] = None):

@@ -12,9 +12,10 @@ from typing import List, Optional
 from testbed.model import Action, Snapshot
 from testbed.placement.base import Placement
 from testbed.placement.first_fit import FirstFit
-from testbed.policies.planning import Plan
+from testbed.plan import Plan
+from testbed.policies.contract import Policy
 from testbed.policies.registry import register_policy
-from testbed.policies.scaling import scale_to
+from testbed.policies.scaling import realise, target_of
 
 
 @dataclass
@@ -27,9 +28,9 @@ class StaticNParams:
 
 
 @register_policy("static_n", StaticNParams, billing="rebill", placement="first_fit")
-class StaticNPolicy:
+class StaticNPolicy(Policy):
     name = "static_n"
-    interval_s = None  # job mode: never asked
+    interval_s = None  # job mode: never asked (the job keeps its initial workers)
 
     def __init__(self, params: StaticNParams, placement: Optional[Placement] = None):
         self.params = params
@@ -38,12 +39,10 @@ class StaticNPolicy:
     def initial_parallelism(self, max_scaleout: int) -> int:
         return min(self.params.workers, max_scaleout)
 
-    def decide(self, snapshot) -> List[Action]:
-        if not isinstance(snapshot, Snapshot):
-            return []
+    def decide(self, snapshot: Snapshot) -> List[Action]:
         plan, actions = Plan(snapshot), []
         for name in snapshot.operators:
-            if plan.n[name] != self.params.workers:
-                actions += scale_to(plan, name, self.params.workers, self.placement,
-                                    f"static: {self.params.workers} instances")
+            target = target_of(name, plan.n[name], self.params.workers, f"static: {self.params.workers} instances")
+            if target is not None:
+                actions += realise(plan, target, self.placement)
         return actions

@@ -9,7 +9,8 @@ from typing import List, Optional
 from testbed.model import Action, ReleaseHost, Snapshot
 from testbed.placement.base import Placement
 from testbed.placement.first_fit import FirstFit
-from testbed.policies.planning import Plan
+from testbed.plan import Plan
+from testbed.policies.contract import Policy
 from testbed.policies.registry import register_policy
 from testbed.policies.scaling import scale_to
 
@@ -26,7 +27,7 @@ class ThresholdParams:
 
 
 @register_policy("threshold", ThresholdParams, billing="rebill", placement="first_fit")
-class ThresholdPolicy:
+class ThresholdPolicy(Policy):
     name = "threshold"
 
     def __init__(self, cfg: ThresholdParams, placement: Optional[Placement] = None):

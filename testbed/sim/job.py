@@ -33,8 +33,10 @@ import numpy as np
 from testbed.actions import ActionRecord
 from testbed.job_tables import job_tables
 from testbed.config import ExperimentConfig
-from testbed.model import ScaleDown, ScaleUp
+from testbed.model import ScaleDown
+from testbed.policies.contract import Policy
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
+from testbed.policies.scaling import job_rescale
 from testbed.rng import stream
 from testbed.run_result import RunResult
 from testbed.sim.job_config import JobConfig
@@ -54,7 +56,7 @@ def worker_shares(weights: np.ndarray, key_group: np.ndarray, n: int, groups: in
 
 
 class JobSimulation:
-    def __init__(self, cfg: ExperimentConfig, policy, pattern, seed: int):
+    def __init__(self, cfg: ExperimentConfig, policy: Policy, pattern, seed: int):
         self.cfg = cfg
         self.job: JobConfig = cfg.job
         self.policy = policy
@@ -88,11 +90,11 @@ class JobSimulation:
     # -- the run ------------------------------------------------------------------------------
     def run(self) -> RunResult:
         j, D, top = self.job, self.duration, self.job.max_scaleout
-        start = getattr(self.policy, "initial_parallelism", lambda m: None)(top)
+        start = self.policy.initial_parallelism(top)
         n = int(start or j.initial_parallelism)
         shares = worker_shares(self.weights, self.key_group, n, j.key_groups)
         cap = self.mu / shares.max()
-        interval = getattr(self.policy, "interval_s", None)
+        interval = self.policy.interval_s
         next_decision = float(interval) if interval else math.inf
         thr = np.zeros((D, top))
         cpu = np.full((D, top), np.nan)
@@ -141,10 +143,9 @@ class JobSimulation:
             if t + 1 >= next_decision - 1e-9 and t + 1 < D:
                 next_decision += interval
                 snap = self._snapshot(t, n, top, thr, cpu, lag, uptime, ready_from)
-                actions = self.policy.decide(snap)
-                target = n + sum(isinstance(a, ScaleUp) for a in actions) - sum(isinstance(a, ScaleDown) for a in actions)
-                target = min(max(target, 1), top)
-                if target != n and t + 1 >= down_until:
+                rescale = job_rescale(n, self.policy.decide_job(snap), top)
+                if rescale is not None and t + 1 >= down_until:
+                    target, actions = rescale
                     now = float(t + 1)
                     for a in actions:
                         inst = a.instance if isinstance(a, ScaleDown) else None
@@ -180,9 +181,9 @@ class JobSimulation:
         details = {"job": {"mu": self.mu, "capacity": {str(p): self.capacity(p) for p in range(1, top + 1)},
                            "peak_rate": float(self.rates.max()), "latency_sample_every": N,
                            "items": float(self.cum[-1]), "unprocessed_at_end": float(self.cum[-1] - P)}}
-        run_details = getattr(self.policy, "run_details", None)
-        if run_details is not None:
-            details["controller"] = run_details()
+        controller = self.policy.run_details()
+        if controller is not None:
+            details["controller"] = controller
         return RunResult(tables, float(D), details)
 
     def _sample_latency(self, p0: float, p1: float, t: int, N: float, ks: list, ts: list, ms: list) -> None:

@@ -75,15 +75,17 @@ class Simulation:
         network served; a monitoring read and a reasoning cycle after the steps they fall in. The
         network runs the steps between two of those moments in one call."""
         rt, clock = self.cfg.runtime, self.clock
-        deploy = getattr(self.policy, "initial_deployment", None)  # a policy's own (static), step by step
-        if deploy is None:
-            self.cluster.apply(0.0, initial_deployment(self._snapshot(0.0), rt.initial_instances), immediate=True)
+        snapshot = self._snapshot(0.0)
+        own = self.policy.initial_deployment(snapshot)  # a policy's own (static), step by step
+        if own is None:
+            self.cluster.apply(0.0, initial_deployment(snapshot, rt.initial_instances), immediate=True)
         else:
-            for _ in range(10):
-                actions = deploy(self._snapshot(0.0))
-                if not actions:
+            for step in range(10):  # until it returns nothing
+                if step:
+                    own = self.policy.initial_deployment(self._snapshot(0.0))
+                if not own:
                     break
-                self.cluster.apply(0.0, actions, immediate=True)
+                self.cluster.apply(0.0, own, immediate=True)
         next_monitor, next_reasoning = rt.monitoring_s, rt.reasoning_s
         version, step = -1, 0
         while step < clock.steps:
@@ -204,9 +206,7 @@ class Simulation:
         tables["latency"] = {"t_s": flows.latency_t, "operator": flows.latency_op, "latency_ms": flows.latency_ms}
         tables["actions"] = actions_table(self.cluster.records, self.policy.name)
         tables["leases"] = self.cluster.leases(self.duration_s)
-        own = getattr(self.policy, "records", None)  # a policy's own tables (Daedalus: forecasts, capacity, recovery)
-        if own is not None:
-            tables.update(own())
-        tables["placements"] = placements_table(self.cluster.records, getattr(self.policy, "placement", None))
+        tables.update(self.policy.records())  # a policy's own tables (Daedalus: forecasts, capacity, recovery)
+        tables["placements"] = placements_table(self.cluster.records, self.policy.placement)
         tables["host_traffic"] = self.host_traffic  # empty without the network emulation
         return tables

@@ -18,6 +18,7 @@ from testbed.eventlog import read_manifest
 from testbed.experiment import run_experiment
 from testbed.model import Action, Restart, ScaleUp, SetActive, Snapshot
 from testbed.policies import registry
+from testbed.policies.contract import Policy
 from testbed.policies.registry import register_policy
 from tests.integration.test_live_run import config
 
@@ -31,7 +32,7 @@ class ScriptParams:
     pass
 
 
-class PoolScript:
+class PoolScript(Policy):
     """A pool of 3 O3 replicas, 1 active, then 3, then a restart that purges the queues."""
 
     def __init__(self, params: ScriptParams, placement):

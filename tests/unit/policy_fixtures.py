@@ -25,7 +25,7 @@ from testbed.model import (
     OperatorView,
     Snapshot,
 )
-from testbed.policies.planning import PlanHost
+from testbed.plan import PlanHost
 
 
 @dataclass

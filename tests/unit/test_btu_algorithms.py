@@ -12,7 +12,7 @@ from testbed.placement.base import PlacementConfig
 from testbed.placement.suitability import host_suitability
 from testbed.model import OperatorType
 from testbed.policies.btu import BtuParams, UtilityVariant, downscale_utility, release_window, upscaling_trigger
-from testbed.policies.planning import Plan
+from testbed.plan import Plan
 
 from tests.unit.policy_fixtures import World, plan_host
 

@@ -267,5 +267,5 @@ def test_job_pods_relative_to_the_request():
     got = job_pods(snap, HpaParams(request_ratio=0.5))
     assert got == [PodMetric(400, 500, True), PodMetric(600, 500, False)]  # mean CPU of the last 15 s; 0.5 x 1000 m
     policy = HpaPolicy(HpaParams(target_pct=80, request_ratio=0.5, up_window_s=0))
-    actions = policy.decide(snap)  # ready w0 at 400 * 100 // 500 = 80 %: on target
+    actions = policy.decide_job(snap)  # ready w0 at 400 * 100 // 500 = 80 %: on target
     assert actions == []

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from data_provider.daedalus_workloads import DURATION_S, WORKLOADS, as_machines, rates
-from testbed.policies.hpa import job_actions
+from testbed.model import ScaleTo
+from testbed.policies.contract import Policy
+from testbed.policies.job_inputs import JOB_OPERATOR
 from testbed.policies.static_n import StaticNParams, StaticNPolicy
 from testbed.sim.job import JobSimulation, worker_shares
 
@@ -36,7 +38,7 @@ class Flat:
         self.rates = np.full(self.seconds, self.value)
 
 
-class RescaleOnce:
+class RescaleOnce(Policy):
     """A scripted controller: 12 workers, one rescale to `to` at `at` seconds (a test driver)."""
 
     name = "scripted"
@@ -48,9 +50,9 @@ class RescaleOnce:
     def initial_parallelism(self, top):
         return 12
 
-    def decide(self, snap):
+    def decide_job(self, snap):
         if snap.t == self.at:
-            return job_actions(snap.parallelism, self.to, "scripted")
+            return [ScaleTo(JOB_OPERATOR, self.to, "scripted")]
         return []
 
 

@@ -13,7 +13,7 @@ from testbed.model import (HostView, InstanceState, InstanceView, LeaseHost, Ope
 from testbed.placement.base import OdpPlacementConfig, PlacementConfig, make_placement
 from testbed.placement.records import placements_table
 from testbed.actions import ActionRecord
-from testbed.policies.planning import Plan
+from testbed.plan import Plan
 from testbed.policies.static import StaticParams, StaticPolicy
 from tests.conftest import compose_config
 

@@ -13,6 +13,7 @@ from testbed.eventlog import EventLog, read_manifest
 from testbed.experiment import build_pattern, config_for, plan_runs, run_experiment
 from testbed.model import Action, Restart, ScaleUp, SetActive, Snapshot
 from testbed.policies import registry
+from testbed.policies.contract import Policy
 from testbed.policies.registry import register_policy
 from testbed.sim.simulator import Simulation
 from tests.conftest import compose_config
@@ -30,7 +31,7 @@ CHAIN = TopologyConfig(
 )
 
 
-class Scripted:
+class Scripted(Policy):
     """Returns the actions given for a reasoning time, and keeps what it saw."""
 
     name = "scripted"
@@ -143,14 +144,14 @@ def test_a_policy_registered_by_a_test_runs_through_an_evaluation(tmp_path, monk
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry.policies()))  # restored after the test
 
     @register_policy("example_fixed", FixedParams, billing="rebill")
-    class FixedReplicas:
+    class FixedReplicas(Policy):
         """Keeps every operator at `replicas` instances (the configured placement decides where)."""
 
         def __init__(self, params: FixedParams, placement):
             self.params, self.placement = params, placement
 
         def decide(self, snapshot: Snapshot) -> List[Action]:
-            from testbed.policies.planning import Plan
+            from testbed.plan import Plan
             from testbed.policies.scaling import scale_to
 
             plan = Plan(snapshot)

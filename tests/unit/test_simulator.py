@@ -10,11 +10,12 @@ from testbed.eventlog import EventLog, read_manifest
 from testbed.experiment import build_pattern, config_for, execute, plan_runs, policy_for
 from testbed.model import Action, ReleaseHost, Snapshot
 from testbed.policies.btu import release_window
+from testbed.policies.contract import Policy
 from testbed.sim.simulator import Simulation
 from tests.conftest import compose_config
 
 
-class Recording:
+class Recording(Policy):
     """Wraps a policy and keeps every snapshot it saw with the actions it returned."""
 
     def __init__(self, inner):

@@ -36,7 +36,7 @@ from testbed.placement.base import Placement, PlacementConfig, register_placemen
 from testbed.placement.odp.instance import Edge, Link, NetworkObjective, Node, OdpInstance, Operator, Weights
 from testbed.placement.odp.result import OdpResult, SolverSettings, Status
 from testbed.placement.odp.solve import solve
-from testbed.policies.planning import Plan
+from testbed.plan import Plan
 
 SOURCE_PREFIX = "source:"
 

@@ -7,43 +7,44 @@ from typing import Dict, List, Optional
 
 from testbed.model import Action, Snapshot
 from testbed.placement.base import Placement
+from testbed.policies.contract import Policy, time_field
 from testbed.policies.daedalus.capacity import CapacityModel, SkewRule, WelfordMode
 from testbed.policies.daedalus.controller import DaedalusController, LoopWindow
 from testbed.policies.daedalus.decision import DecisionSettings, LagCheck
 from testbed.policies.daedalus.forecast import ForecastMode, Forecaster, RetrainCounter
 from testbed.policies.daedalus.recovery import RtSemantics
-from testbed.policies.hpa import job_actions
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
 from testbed.policies.registry import register_policy
+from testbed.policies.scaling import target_of
 
 
 @dataclass
 class DaedalusParams:
-    loop_s: float = 60.0
+    loop_s: float = time_field(60.0)
     max_scaleout: int = 18
-    rt_target_s: float = 600.0
-    grace_s: float = 180.0
-    keep_s: float = 600.0
-    warmup_s: float = 120.0
-    horizon_s: int = 900
-    downtime_out_s: int = 30  # start values of the adapted downtimes
-    downtime_in_s: int = 15
+    rt_target_s: float = time_field(600.0)
+    grace_s: float = time_field(180.0)
+    keep_s: float = time_field(600.0)
+    warmup_s: float = time_field(120.0)
+    horizon_s: int = time_field(900)
+    downtime_out_s: int = time_field(30)  # start values of the adapted downtimes
+    downtime_in_s: int = time_field(15)
     initial_replicas: int = 0  # job mode: 0 = the job's initial parallelism; the code starts at 1
     forecast_mode: ForecastMode = ForecastMode.fast
-    fast_history_s: int = 1800  # fast mode: the bounded history the fixed-order model is refitted on
+    fast_history_s: int = time_field(1800)  # fast mode: the bounded history the fixed-order model is refitted on
     # flags: paper (default) vs code
     skew_rule: SkewRule = SkewRule.proportional
     welford: WelfordMode = WelfordMode.exact
-    fallback_horizon_s: int = 900
+    fallback_horizon_s: int = time_field(900)
     retrain_threshold: float = 0.25
     retrain_repeat: bool = False
     lag_check: LagCheck = LagCheck.candidate
     rt_semantics: RtSemantics = RtSemantics.paper
     backlog_includes_lag: bool = False
-    K: int = 0  # replay window for B; 0 = the runtime's checkpoint interval (code: 10)
+    K: int = time_field(0)  # replay window for B; 0 = the runtime's checkpoint interval (code: 10)
     update_overlap: bool = False
     workload_metric: str = "exact"  # exact | ewma1m
-    post_rescale_pause_s: float = 0.0  # Kafka Streams in the code: 200
+    post_rescale_pause_s: float = time_field(0.0)  # Kafka Streams in the code: 200
 
     def validate(self) -> None:
         for key in ("loop_s", "rt_target_s", "horizon_s", "fast_history_s", "fallback_horizon_s"):
@@ -79,7 +80,7 @@ class DaedalusParams:
 
 
 @register_policy("daedalus", DaedalusParams, billing="rebill", placement="first_fit")
-class DaedalusPolicy:
+class DaedalusPolicy(Policy):
     name = "daedalus"
 
     def __init__(self, params: DaedalusParams, placement: Optional[Placement] = None):
@@ -110,21 +111,16 @@ class DaedalusPolicy:
                     dst[k].extend(v)
         return out
 
-    def decide(self, snapshot) -> List[Action]:
-        if isinstance(snapshot, JobSnapshot):
-            return self._job(snapshot)
-        if isinstance(snapshot, Snapshot):
-            from testbed.policies.operator_mode import daedalus_operator_actions
+    def decide(self, snapshot: Snapshot) -> List[Action]:
+        from testbed.policies.operator_mode import daedalus_operator_actions
 
-            return daedalus_operator_actions(self, snapshot)
-        raise TypeError(f"daedalus: cannot read a {type(snapshot).__name__}")
+        return daedalus_operator_actions(self, snapshot)
 
-    def _job(self, s: JobSnapshot) -> List[Action]:
+    def decide_job(self, s: JobSnapshot) -> List[Action]:
         c = self.controllers.get(JOB_OPERATOR)
         if c is None:
             c = self.controllers[JOB_OPERATOR] = self.params.controller(JOB_OPERATOR, min(self.params.max_scaleout, s.max_scaleout))
         out = c.loop(LoopWindow(t=s.t, p_cur=s.parallelism, lag=s.lag, checkpoint_s=s.checkpoint_s, seconds=s.seconds,
                                 workload=s.workload, throughput=s.throughput, cpu=s.cpu, uptime=s.uptime))
-        if out.target is None:
-            return []
-        return job_actions(s.parallelism, out.target, out.reason)
+        target = target_of(JOB_OPERATOR, s.parallelism, out.target, out.reason)
+        return [] if target is None else [target]

@@ -14,7 +14,7 @@ from typing import Callable, List, Optional, Tuple
 
 import pandas as pd
 
-from reporting.summary import LEVELS, configurations, rebilled
+from reporting.metrics import LEVELS, configurations, rebilled
 
 REFERENCE = Path(__file__).resolve().parent.parent / "experiments" / "reference" / "paper_btu_results.csv"
 KEYS = ["pattern", "approach", "btu_minutes", "metric"]

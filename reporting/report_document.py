@@ -14,7 +14,7 @@ from reporting.elasticity import ELASTICITY_METRICS
 from reporting.paper_comparison import LEVEL_LABELS
 from reporting.report_metrics import compliance_metric
 from reporting.run_catalog import RunCatalog
-from reporting.summary import LEVELS, rebilled
+from reporting.metrics import LEVELS, rebilled
 
 
 @dataclass

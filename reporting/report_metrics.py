@@ -1,10 +1,10 @@
 """The report's metrics per run and their mean, sd and n per configuration, from the Spark stage's
 aggregates (reporting.spark_passes).
 
-The metrics of reporting.summary come from the same functions as there (`metrics_from_totals`,
-`long_rows`, `mean_sd`), fed with the totals Spark computed; the report adds per-operator
-compliance and time to adapt, the elasticity metrics (reporting.elasticity) and the mean operator
-instances and leased VMs, all BTU-independent.
+The metrics come from the same functions as the pandas summary's (`metrics_from_totals` and
+`long_rows` of reporting.metrics, `mean_sd` of reporting.summary), fed with the totals Spark
+computed; the report adds per-operator compliance and time to adapt, the elasticity metrics
+(reporting.elasticity) and the mean operator instances and leased VMs, all BTU-independent.
 """
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from reporting.evaluations import evaluation_metrics, metric_order
 from reporting.elasticity import DEMAND_SUPPLY_METRICS, ELASTICITY_METRICS, elasticity_metrics
 from reporting.run_catalog import ReportError, RunCatalog, RunInfo
 from reporting.spark_passes import LEASE_COLUMNS, Aggregates
-from reporting.summary import (BTU_INDEPENDENT_METRICS, LEVELS, METRICS, RunTotals, SummaryError, long_rows,
-                               mean_sd, metrics_from_totals)
+from reporting.metrics import (BTU_INDEPENDENT_METRICS, LEVELS, METRICS, RunTotals, SummaryError, long_rows,
+                               metrics_from_totals)
+from reporting.summary import mean_sd
 
 RUN_LEVEL_EXTRA_METRICS: Tuple[str, ...] = (*ELASTICITY_METRICS, *DEMAND_SUPPLY_METRICS, "mean_instances", "mean_leased_vms")
 PER_RUN_COLUMNS = ["pattern", "approach", "config", "rep", "btu_minutes", "metric", "value"]

@@ -1,6 +1,6 @@
 """The runs a report covers: run folders found below RUNS_DIR, their manifests, and the per-run
 parameters the Spark stage needs (SLOs and service capacity per operator), read from each
-manifest's resolved config the same way reporting.summary reads them. Every event-log table the
+manifest's resolved config the same way reporting.metrics reads them. Every event-log table the
 report reads is checked against its schema with pyarrow (the files' footers only) before Spark
 reads it, so that a bad file fails with its name instead of deep inside a Spark job.
 
@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from reporting.summary import Billing, SummaryError, billing_of, config_value
+from reporting.metrics import Billing, SummaryError, billing_of, config_value
 from testbed.eventlog import TABLES, EventLogError, Manifest, find_runs, read_manifest
 
 PathLike = Union[str, Path]

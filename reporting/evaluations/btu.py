@@ -1,6 +1,6 @@
 """The BTU paper's report contribution (Hochreiner et al., PeerJ CS 2017): its published Tables 3-6
 (experiments/reference/paper_btu_results.csv) and its claims (reporting.paper_comparison). Its
-metrics are the platform's own (reporting.summary), so it adds none, and its per-pattern sections
+metrics are the platform's own (reporting.metrics), so it adds none, and its per-pattern sections
 are the platform's."""
 from __future__ import annotations
 

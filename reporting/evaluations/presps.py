@@ -180,7 +180,7 @@ def system_of(config: str) -> str:
 def _values(table: pd.DataFrame, pattern: str) -> Dict[Tuple[str, str], float]:
     """(system, metric) -> mean of one pattern's rows (system: the config column without a live
     suffix, or the approach in the paper's table)."""
-    from reporting.summary import configurations
+    from reporting.metrics import configurations
 
     rows = table[table["pattern"] == pattern]
     if rows.empty:

@@ -7,7 +7,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from reporting.summary import _episodes, _time_to_adapt
+from reporting.metrics import _episodes, _time_to_adapt
 from testbed.config import Measurement, Sampling
 from testbed.sim.recorder import SampleRecorder
 

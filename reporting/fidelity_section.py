@@ -13,9 +13,7 @@ import pandas as pd
 
 from reporting.paper_comparison import HOLDS
 from reporting.report_document import Block, Section, Table, number
-from testbed.fidelity.distance import cell_gaps, is_compliance
-from testbed.fidelity.sensitivity import strongest, summarise_effects
-from testbed.fidelity.validation import FIDELITY_FOLDER
+from reporting.fidelity_gaps import FIDELITY_FOLDER, cell_gaps, is_compliance, strongest, summarise_effects
 
 CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "experiments" / "calibration"
 

@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, Sequence, get_type_hints
 
+from testbed.arguments import as_bool
+
 
 class ReportConfigError(ValueError):
     """An unknown key or a value of the wrong type; the message names the key."""
@@ -43,12 +45,10 @@ class ReportConfig:
 
 def _convert(key: str, text: str, type_: Any) -> Any:
     if type_ is bool:
-        lowered = text.strip().lower()
-        if lowered in ("true", "1", "yes", "on"):
-            return True
-        if lowered in ("false", "0", "no", "off"):
-            return False
-        raise ReportConfigError(f"{key}: expected true or false, got {text!r}")
+        try:
+            return as_bool(text.strip())
+        except ValueError:
+            raise ReportConfigError(f"{key}: expected true or false, got {text!r}") from None
     if type_ in (int, float):
         try:
             return type_(text)

@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from data_provider.patterns import PatternConfig
 from data_provider.payloads import PayloadConfig, PayloadConfigError, validate_payloads
+from testbed.arguments import ConfigError
 from testbed.emulation import AvailabilityMode, EmulationConfig, validate_emulation
 from testbed.placement.base import PlacementConfig, placements
 from testbed.sim.job_config import JobConfig
@@ -26,14 +27,6 @@ from testbed.live.job_settings import LiveJobConfig
 from testbed.policies.registry import policies as registered_policies
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "experiments" / "conf"
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; the message starts with the offending key."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
-        self.key = key
 
 
 class Measurement(str, Enum):

@@ -11,10 +11,10 @@ import pandas as pd
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from reporting.fidelity_gaps import Distance, distance
 from reporting.summary import summarise
 from testbed.config import CONF_DIR, ExperimentConfig, register, to_typed, validate
 from testbed.experiment import execute, plan_runs
-from testbed.fidelity.distance import Distance, distance
 from testbed.fidelity.parameters import to_overrides
 
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import pandas as pd
 from omegaconf import OmegaConf
 
 from reporting.paper_comparison import compare
 from testbed.config import CONF_DIR
-from testbed.fidelity.distance import cell_gaps
+from reporting.fidelity_gaps import cell_gaps
 from testbed.fidelity.evaluation import Setting, compose_experiment, evaluate
 from testbed.fidelity.parameters import SEARCH_SPACE, current_values, literal, to_overrides
 
@@ -121,24 +121,3 @@ def sweep(profile: str, pattern: str, variants: Sequence[Variant], reference: pd
     columns = ["group", "name", "variant", "config", "metric", "mean_paper", "measured", "profile_value", "delta",
                "unit", "distance", "profile_distance", "overrides"]
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
-
-
-def strongest(table: pd.DataFrame, config: str, metric: str, top: int = 3) -> List[Tuple[str, str, float]]:
-    """The variants moving one cell most: (name, variant, delta), largest |delta| first."""
-    rows = table[(table["config"] == config) & (table["metric"] == metric)]
-    rows = rows.reindex(rows["delta"].abs().sort_values(ascending=False, kind="mergesort").index)
-    return [(str(r.name), str(r.variant), float(r.delta)) for r in rows.head(top).itertuples()]
-
-
-def summarise_effects(table: pd.DataFrame, metrics: Optional[Sequence[str]] = None) -> pd.DataFrame:
-    """Per variant: the mean delta of each metric for the baseline and for the BTU policy (mean over
-    its BTU lengths; pp for compliance, cost units for costs) and the variant's distance."""
-    metrics = list(metrics or ["realtime_compliance_pct", "near_realtime_compliance_pct", "relaxed_compliance_pct",
-                               "resource_cost"])
-    rows = table[table["metric"].isin(metrics)].copy()
-    rows["column"] = [f"{m} {'threshold' if c.startswith('threshold') else 'btu'}"
-                      for m, c in zip(rows["metric"], rows["config"])]
-    wide = rows.pivot_table(index=["group", "name", "variant", "distance"], columns="column", values="delta",
-                            aggfunc="mean", sort=False).reset_index()
-    ordered = [f"{m} {a}" for m in metrics for a in ("threshold", "btu") if f"{m} {a}" in wide.columns]
-    return wide[["group", "name", "variant", *ordered, "distance"]]

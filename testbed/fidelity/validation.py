@@ -18,14 +18,12 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 
+from reporting.fidelity_gaps import FIDELITY_FOLDER
 from reporting.paper_comparison import load_reference
 from testbed.config import CONF_DIR, ConfigError, validate_seed
-from testbed.fidelity.arguments import parse_arguments, parse_command
+from testbed.arguments import parse_arguments, parse_command
 from testbed.fidelity.evaluation import Setting, run_setting
 from testbed.fidelity.sensitivity import behaviour_variants, parameter_variants, sweep
-
-FIDELITY_FOLDER = "fidelity"  # below the runs folder: the sweep tables the report reads
-
 
 @dataclass
 class FidelityConfig:

@@ -9,15 +9,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from reporting.fidelity_gaps import MISSING_GAP, cell_gaps, distance, strongest
 from reporting.fidelity_section import FidelityInputs, fidelity_section
 from reporting.paper_comparison import compare
 from reporting.report_document import Table
 from testbed.config import CONF_DIR, ConfigError, Measurement
 from testbed.fidelity.calibration import calibrate, parse_config
-from testbed.fidelity.distance import MISSING_GAP, cell_gaps, distance
 from testbed.fidelity.evaluation import compose_experiment
 from testbed.fidelity.parameters import BY_NAME, config_values, current_values, round3, to_overrides
-from testbed.fidelity.sensitivity import behaviour_variants, strongest
+from testbed.fidelity.sensitivity import behaviour_variants
 from testbed.fidelity.validation import parse_config as parse_fidelity_config
 
 

@@ -6,9 +6,10 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from testbed.arguments import UsageError, as_bool, count, parse_pairs, positive
 from testbed.placement.odp.instance import InstanceError, load_instance
 from testbed.placement.odp.model import ObjectiveForm, ResponseTimeForm
-from testbed.placement.odp.result import SolverName, SolverSettings
+from testbed.placement.odp.result import SolverName, SolverSettings, solver_seed
 
 USAGE = """usage:
   testbed odp solve INSTANCE.json [solver=highs|cbc] [time_limit_s=S] [threads=1] [seed=1]
@@ -17,56 +18,6 @@ USAGE = """usage:
   testbed odp study [grid=reduced|full] [out=DIR] [time_limit_s=S] [trace_limit_s=S] [seed=1] [seeds=N]
                     [sampling_seeds=N] [solver=highs|cbc] [threads=1] [resume=true]
   testbed odp runs RUNS_DIR [warmup_s=60] [after_s=200]   measures of the odp / odp_heuristics runs"""
-
-
-class UsageError(ValueError):
-    pass
-
-
-def parse_pairs(args: List[str], parsers: Dict[str, Callable[[str], object]]) -> Dict[str, object]:
-    out: Dict[str, object] = {}
-    for arg in args:
-        key, sep, value = arg.partition("=")
-        if not sep:
-            raise UsageError(f"expected key=value, not {arg!r}")
-        if key not in parsers:
-            raise UsageError(f"unknown key {key!r} (known: {', '.join(sorted(parsers))})")
-        try:
-            out[key] = parsers[key](value)
-        except ValueError as exc:
-            raise UsageError(f"{key}: {exc}") from None
-    return out
-
-
-def as_bool(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes", "on"):
-        return True
-    if text.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"not a boolean: {text!r}")
-
-
-def positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError(f"must be > 0, not {text}")
-    return value
-
-
-def count(text: str) -> int:
-    """A number of things (threads, seeds): an integer >= 1."""
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"must be >= 1, not {text}")
-    return value
-
-
-def solver_seed(text: str) -> int:
-    """The solvers' random seed: HiGHS takes [0, 2**31 - 1]."""
-    value = int(text)
-    if not 0 <= value <= 2**31 - 1:
-        raise ValueError(f"must be an integer in [0, 2**31 - 1], not {text}")
-    return value
 
 
 SOLVE_KEYS: Dict[str, Callable[[str], object]] = {

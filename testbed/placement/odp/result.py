@@ -32,6 +32,14 @@ class Status(str, Enum):
     ERROR = "error"  # anything else the solver reported (unbounded, numerical trouble, ...)
 
 
+def solver_seed(text: str) -> int:
+    """The solvers' random seed from an argument: HiGHS takes [0, 2**31 - 1]."""
+    value = int(text)
+    if not 0 <= value <= 2**31 - 1:
+        raise ValueError(f"must be an integer in [0, 2**31 - 1], not {text}")
+    return value
+
+
 @dataclass(frozen=True)
 class SolverSettings:
     solver: SolverName = SolverName.HIGHS

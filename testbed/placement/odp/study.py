@@ -18,11 +18,11 @@ from typing import Callable, Dict, List, Optional
 
 import pandas as pd
 
-from testbed.placement.odp.cli import as_bool, count, positive, solver_seed
+from testbed.arguments import as_bool, count, positive
 from testbed.placement.odp.generator import table2_instance
 from testbed.placement.odp.indexed import index
 from testbed.placement.odp.metrics import bounds
-from testbed.placement.odp.result import SolverName, SolverSettings
+from testbed.placement.odp.result import SolverName, SolverSettings, solver_seed
 from testbed.placement.odp.solve import solve
 from testbed.placement.odp.study_grid import GRIDS, Grid, Point, points
 

@@ -1,13 +1,19 @@
-"""Distance between a measured summary and the published table, cell by cell.
+"""How far a measured summary lands from the published table, cell by cell, and what moves a cell.
 
 A compliance cell's gap is in percentage points, a cost cell's in percent of the published mean;
 each is divided by its acceptance tolerance (5 pp, 15 %), so a normalised gap of 1 is exactly on
 the target's edge. The distance is the root mean square of the normalised gaps of one pattern.
+
+`testbed fidelity` (testbed.fidelity) measures gaps and distances while it calibrates and sweeps,
+and writes its sweep tables below FIDELITY_FOLDER; the report's fidelity section
+(reporting.fidelity_section) reads them back and explains misses with `strongest` and
+`summarise_effects`.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -17,6 +23,7 @@ from reporting.paper_comparison import compare
 COMPLIANCE_TOLERANCE_PP = 5.0
 COST_TOLERANCE_PCT = 15.0
 MISSING_GAP = 10.0  # normalised gap of a published cell the runs did not produce
+FIDELITY_FOLDER = "fidelity"  # below the runs folder: the sweep tables the report reads
 
 
 def is_compliance(metric: str) -> bool:
@@ -72,3 +79,24 @@ def distance(measured: pd.DataFrame, reference: pd.DataFrame, pattern: str) -> D
         cells=len(gaps), within=int(gaps["within"].sum()), worst_metric=str(worst["metric"]),
         worst_config=str(worst["config"]), worst_gap=float(worst["normalised_gap"]),
     )
+
+
+def strongest(table: pd.DataFrame, config: str, metric: str, top: int = 3) -> List[Tuple[str, str, float]]:
+    """The variants moving one cell most: (name, variant, delta), largest |delta| first."""
+    rows = table[(table["config"] == config) & (table["metric"] == metric)]
+    rows = rows.reindex(rows["delta"].abs().sort_values(ascending=False, kind="mergesort").index)
+    return [(str(r.name), str(r.variant), float(r.delta)) for r in rows.head(top).itertuples()]
+
+
+def summarise_effects(table: pd.DataFrame, metrics: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """Per variant: the mean delta of each metric for the baseline and for the BTU policy (mean over
+    its BTU lengths; pp for compliance, cost units for costs) and the variant's distance."""
+    metrics = list(metrics or ["realtime_compliance_pct", "near_realtime_compliance_pct", "relaxed_compliance_pct",
+                               "resource_cost"])
+    rows = table[table["metric"].isin(metrics)].copy()
+    rows["column"] = [f"{m} {'threshold' if c.startswith('threshold') else 'btu'}"
+                      for m, c in zip(rows["metric"], rows["config"])]
+    wide = rows.pivot_table(index=["group", "name", "variant", "distance"], columns="column", values="delta",
+                            aggfunc="mean", sort=False).reset_index()
+    ordered = [f"{m} {a}" for m in metrics for a in ("threshold", "btu") if f"{m} {a}" in wide.columns]
+    return wide[["group", "name", "variant", *ordered, "distance"]]

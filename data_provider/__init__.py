@@ -1,1 +1,2 @@
-"""Arrival patterns and sensor payloads, shared by the simulator and the live provider."""
+"""The live data provider: emits a workload (testbed.workloads) to the broker, as a process of its
+own or in a thread of a live run."""

@@ -18,8 +18,8 @@ from typing import Dict, List
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from data_provider.patterns import PatternConfig, PatternError, validate_pattern
-from data_provider.payloads import KINDS, PayloadConfig, PayloadConfigError, validate_payloads
+from testbed.workloads.patterns import PatternConfig, PatternError, validate_pattern
+from testbed.workloads.payloads import KINDS, PayloadConfig, PayloadConfigError, validate_payloads
 from testbed.config import CONF_DIR, ConfigError, TopologyConfig
 
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"

@@ -29,7 +29,7 @@ from typing import Dict, Optional, Tuple
 
 from PIL import Image, ImageDraw, ImageFont
 
-from data_provider.payloads import MACHINE_TYPES, STATUSES, ProductionRecord
+from testbed.workloads.payloads import MACHINE_TYPES, STATUSES, ProductionRecord
 from operators.oee.display_parser import LABELS as DISPLAY_LABELS
 
 WIDTH, HEIGHT = 850, 300

@@ -24,8 +24,8 @@ from data_provider.config import (ProviderConfig, TransportName, amqp_url, kafka
                                   to_plain, validate_provider)
 from data_provider.display_image import render_display
 from data_provider.emitter import Clock, Emitter, SystemClock, Tick, TickResult, ticks_for
-from data_provider.patterns import Pattern, make_pattern
-from data_provider.payloads import AVAILABILITY, PRODUCTION, TEMPERATURE, Machine, PayloadConfig
+from testbed.workloads.patterns import Pattern, make_pattern
+from testbed.workloads.payloads import AVAILABILITY, PRODUCTION, TEMPERATURE, Machine, PayloadConfig
 from data_provider.transports import (ConfirmCallback, KafkaPublisher, MemoryTransport, OutMessage,
                                       RabbitPublisher, Transport)
 from operators.envelope import Envelope, amqp_properties, image_payload

@@ -125,7 +125,7 @@ def one_line(message: str) -> str:
 def patterns(argv: List[str]) -> int:
     from omegaconf import OmegaConf
 
-    from data_provider.patterns import PatternConfig, plot_patterns
+    from testbed.workloads.patterns import PatternConfig, plot_patterns
     from testbed.config import CONF_DIR
     from testbed.experiment import build_pattern
 

@@ -17,14 +17,13 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from data_provider.patterns import PatternConfig
-from data_provider.payloads import PayloadConfig, PayloadConfigError, validate_payloads
 from testbed.arguments import ConfigError
 from testbed.emulation import AvailabilityMode, EmulationConfig, validate_emulation
+from testbed.job_config import JobConfig, LiveJobConfig
 from testbed.placement.base import PlacementConfig, placements
-from testbed.sim.job_config import JobConfig
-from testbed.live.job_settings import LiveJobConfig
 from testbed.policies.registry import policies as registered_policies
+from testbed.workloads.patterns import PatternConfig
+from testbed.workloads.payloads import PayloadConfig, PayloadConfigError, validate_payloads
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "experiments" / "conf"
 
@@ -340,7 +339,7 @@ def validate_seed(key: str, value: int) -> None:
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     """Semantic checks that types cannot express. Raises ConfigError naming the key."""
-    from data_provider.patterns import PatternError, validate_pattern
+    from testbed.workloads.patterns import PatternError, validate_pattern
 
     validate_seed("seed", cfg.seed)
     if not 0 <= cfg.seed + cfg.pattern.seed_offset <= MAX_SEED:  # a random walk's seed
@@ -404,7 +403,9 @@ def _validate_runtime(rt: "RuntimeConfig", key: str = "runtime") -> None:
 
 def _validate_scale(cfg: ExperimentConfig) -> None:
     """Relations between keys: the simulation step against the monitoring interval and the run, the
-    provider's ticks and the steps a run would take, the initial deployment against the host limit."""
+    provider's ticks and the steps a run would take. (The initial deployment against the host limit
+    needs the topology and the policies' deployment: testbed.experiment checks it when it plans the
+    runs, before anything starts.)"""
     duration_s, rt = cfg.duration_min * 60.0, cfg.runtime
     if cfg.backend.step_ms / 1000.0 > rt.monitoring_s:
         raise ConfigError("backend.step_ms", f"must not exceed runtime.monitoring_s ({rt.monitoring_s:g} s)")
@@ -417,24 +418,6 @@ def _validate_scale(cfg: ExperimentConfig) -> None:
     steps = duration_s / (cfg.backend.step_ms / 1000.0)
     if steps > MAX_STEPS:
         raise ConfigError("backend.step_ms", f"{steps:.3g} simulation steps in a run exceed {MAX_STEPS:,}")
-    hosts = _first_fit_hosts(cfg)
-    if hosts > cfg.infrastructure.max_hosts:
-        raise ConfigError("runtime.initial_instances", f"the initial deployment ({rt.initial_instances} per operator) "
-                                                       f"needs {hosts} hosts, more than infrastructure.max_hosts "
-                                                       f"({cfg.infrastructure.max_hosts})")
-
-
-def _first_fit_hosts(cfg: ExperimentConfig) -> int:
-    """Hosts the initial deployment leases: testbed.policies.base.initial_deployment on an empty cloud."""
-    from testbed.model import LeaseHost  # (these import this module)
-    from testbed.monitoring import Observer, SnapshotSettings
-    from testbed.policies.base import initial_deployment
-    from testbed.topology import Topology
-
-    topology = Topology.from_config(cfg.topology)
-    empty = Observer(topology, SnapshotSettings.from_config(cfg, cfg.billing.btu_minutes * 60.0), 1,
-                     cfg.runtime.monitoring_s).snapshot(0.0, (), (), {})
-    return sum(isinstance(a, LeaseHost) for a in initial_deployment(empty, cfg.runtime.initial_instances))
 
 
 def _validate_policies(cfg: ExperimentConfig) -> None:

@@ -14,9 +14,8 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from data_provider.patterns import Pattern, PatternConfig, make_pattern
-from testbed.config import (BackendName, BillingMode, ExperimentConfig, RunConfiguration, placement_config,
-                            policy_params, runtime_config, to_plain)
+from testbed.config import (BackendName, BillingMode, ConfigError, ExperimentConfig, RunConfiguration,
+                            placement_config, policy_params, runtime_config, to_plain)
 from testbed.eventlog import (
     TABLES,
     EventLog,
@@ -31,10 +30,15 @@ from testbed.eventlog import (
     write_manifest,
 )
 from testbed import runs_folder
+from testbed.model import LeaseHost
+from testbed.monitoring import Observer, SnapshotSettings
 from testbed.placement.base import make_placement
 from testbed.progress import Outcome, Progress
+from testbed.policies.base import initial_deployment
 from testbed.policies.registry import Policy, make_policy, policy_entry
 from testbed.rng import stream
+from testbed.topology import Topology
+from testbed.workloads.patterns import Pattern, PatternConfig, make_pattern
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,29 @@ def configurations(cfg: ExperimentConfig) -> List[RunConfiguration]:
     return [RunConfiguration(name=name, policy=entry.name, billing=billing)]
 
 
+def initial_hosts(cfg: ExperimentConfig) -> int:
+    """Hosts the initial deployment leases: testbed.policies.base.initial_deployment on an empty cloud."""
+    topology = Topology.from_config(cfg.topology)
+    empty = Observer(topology, SnapshotSettings.from_config(cfg, cfg.billing.btu_minutes * 60.0), 1,
+                     cfg.runtime.monitoring_s).snapshot(0.0, (), (), {})
+    return sum(isinstance(a, LeaseHost) for a in initial_deployment(empty, cfg.runtime.initial_instances))
+
+
+def check_initial_deployment(cfg: ExperimentConfig) -> None:
+    """The initial deployment must fit within infrastructure.max_hosts; ConfigError naming
+    runtime.initial_instances otherwise. A relation between keys that testbed.config.validate cannot
+    check without the topology, the snapshot and the policies' deployment, so the runs are checked
+    here, when they are planned, before anything starts."""
+    hosts = initial_hosts(cfg)
+    if hosts > cfg.infrastructure.max_hosts:
+        raise ConfigError("runtime.initial_instances", f"the initial deployment ({cfg.runtime.initial_instances} per "
+                                                       f"operator) needs {hosts} hosts, more than "
+                                                       f"infrastructure.max_hosts ({cfg.infrastructure.max_hosts})")
+
+
 def plan_runs(cfg: ExperimentConfig) -> List[RunSpec]:
+    """The runs of a validated config, after the check of its initial deployment (ConfigError)."""
+    check_initial_deployment(cfg)
     runs, settings = [], runs_folder.settings_digest(cfg)
     for conf in configurations(cfg):
         name = f"{conf.name}-live" if cfg.backend.name == BackendName.docker else conf.name  # beside simulated ones
@@ -192,12 +218,13 @@ def _worker_init() -> None:
 
 
 def run_experiment(cfg: ExperimentConfig) -> List[Path]:
-    """All runs of the config; in parallel over `workers` processes (0 = one per core). The runs
-    folder is checked and locked before anything runs. On Ctrl-C or SIGTERM, running runs are marked
+    """All runs of the config; in parallel over `workers` processes (0 = one per core). The runs are
+    planned (the initial deployment checked), then the runs folder is checked and locked, before
+    anything runs. On Ctrl-C or SIGTERM, running runs are marked
     incomplete and queued ones never start."""
+    specs = plan_runs(cfg)
     out = runs_folder.prepare(cfg.out)
     with runs_folder.locked(out):
-        specs = plan_runs(cfg)
         runs_folder.check_settings(out / cfg.pattern.name, specs[0].settings, cfg.mix)
         try:
             return _run_all(cfg, specs)

@@ -329,7 +329,7 @@ def _unrestarted(runs: Iterable[Any]) -> Any:
 
 
 def _workload_table(runs: Sequence[Any]):
-    from data_provider.presps_workload import REFERENCE_STATS, minute_rms_vs_reference, series_statistics
+    from testbed.workloads.presps import REFERENCE_STATS, minute_rms_vs_reference, series_statistics
     from reporting.report_document import Table
 
     from testbed.eventlog import EventLog

@@ -28,7 +28,7 @@ from typing import Callable, Dict, List, Mapping, Optional
 from kafka.errors import KafkaError
 from redis.exceptions import RedisError
 
-from data_provider.patterns import Pattern
+from testbed.workloads.patterns import Pattern
 from operators.transports import create_topics, declare_wiring
 from operators.wiring import Wiring, kafka_topics, wiring_for
 from testbed.config import ExperimentConfig, LiveConfig, TransportName

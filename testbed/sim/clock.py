@@ -8,7 +8,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from data_provider.patterns import Pattern
+from testbed.workloads.patterns import Pattern
 from testbed.topology import Topology
 
 EPS = 1e-9  # time comparisons of steps, ticks and intervals

@@ -39,7 +39,7 @@ from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
 from testbed.policies.scaling import job_rescale
 from testbed.rng import stream
 from testbed.run_result import RunResult
-from testbed.sim.job_config import JobConfig
+from testbed.job_config import JobConfig
 
 
 def key_weights(cfg: JobConfig) -> np.ndarray:

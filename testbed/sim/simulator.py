@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
-from data_provider.patterns import Pattern
+from testbed.workloads.patterns import Pattern
 from testbed.actions import actions_table
 from testbed.billing import price_per_btu
 from testbed.config import ExperimentConfig

@@ -155,7 +155,7 @@ def test_operator_image_processes_one_message(op, operator_images, run, rabbitmq
 
     if op == "O1":
         from data_provider.display_image import render_display
-        from data_provider.payloads import ProductionRecord
+        from testbed.workloads.payloads import ProductionRecord
 
         shown = ProductionRecord(machine_id=machine, machine_type="cnc milling", location="hall 1 line 2",
                                  produced_units=47, defective_units=3, planned_production_time_s=60,

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from data_provider.display_image import render_display, tesseract_available
-from data_provider.payloads import Machine
+from testbed.workloads.payloads import Machine
 from operators.api import Emission, OperatorContext
 from operators.envelope import Envelope, image_payload
 from operators.oee.latency_sink import latency_stream

@@ -12,7 +12,7 @@ import pika.exceptions
 import pytest
 
 from data_provider.display_image import render_display
-from data_provider.payloads import ProductionRecord
+from testbed.workloads.payloads import ProductionRecord
 from operators.api import processed_hash
 from operators.envelope import Envelope, image_payload
 from operators.oee.latency_sink import latency_stream

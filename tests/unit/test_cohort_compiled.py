@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data_provider.patterns import CyclePattern
+from testbed.workloads.patterns import CyclePattern
 from testbed.config import Measurement, OperatorConfig, Sampling, ServiceConfig, SourceConfig, TopologyConfig
 from testbed.rng import DrawBuffer, stream
 from testbed.sim.clock import EPS, SourceTicks, SteppedInPython, StepClock

@@ -9,7 +9,7 @@ from PIL import Image
 
 from data_provider.display_image import (LINES, DisplayReadError, display_lines, parse_display, read_display,
                                          render_display, tesseract_available)
-from data_provider.payloads import DEFECT, PLANNED_DOWNTIME, Machine, ProductionRecord
+from testbed.workloads.payloads import DEFECT, PLANNED_DOWNTIME, Machine, ProductionRecord
 
 # CI installs tesseract (infra/services.sh install); elsewhere a missing binary skips, never hides a failure in CI
 needs_tesseract = pytest.mark.skipif(not tesseract_available() and not os.environ.get("CI"),

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from data_provider.daedalus_workloads import DURATION_S, WORKLOADS, as_machines, rates
 from testbed.model import ScaleTo
 from testbed.policies.contract import Policy
 from testbed.policies.job_inputs import JOB_OPERATOR
+from testbed.workloads.daedalus import DURATION_S, WORKLOADS, as_machines, rates
 from testbed.policies.static_n import StaticNParams, StaticNPolicy
 from testbed.sim.job import JobSimulation, worker_shares
 

@@ -17,7 +17,7 @@ from testbed.live.job_compression import compress_rates, scaled
 from testbed.live.job_cpu import cpu_fraction, find_usage_path, parse_usage_ns
 from testbed.live.job_routing import (InflightGate, Outage, capacity, committed_id, inflight_limit, last_log_line,
                                       one_line, parse_ids, rebinding, redis_loss, retry_until, worker_shares)
-from testbed.live.job_settings import LiveJobConfig
+from testbed.job_config import LiveJobConfig
 from tests.conftest import compose_config
 
 LIVE_JOB = ("evaluation=daedalus", "backend=docker", "job.max_scaleout=15", "reps=1")

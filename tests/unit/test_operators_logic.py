@@ -10,7 +10,7 @@ import zlib
 import pytest
 import redis
 
-from data_provider.payloads import ProductionModel, TemperatureModel
+from testbed.workloads.payloads import ProductionModel, TemperatureModel
 from operators.api import OperatorContext, PoisonItem
 from operators.envelope import Envelope
 from operators.oee.availability import availability, downtime_increments

@@ -7,9 +7,10 @@ import os
 import pytest
 from PIL import Image
 
-from data_provider import display_image, payloads
+from data_provider import display_image
 from data_provider.display_image import display_lines, render_display, tesseract_available
-from data_provider.payloads import Machine
+from testbed.workloads import payloads
+from testbed.workloads.payloads import Machine
 from operators.api import OperatorContext, PoisonItem
 from operators.envelope import Envelope, image_payload
 from operators.oee import display_parser, records

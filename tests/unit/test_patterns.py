@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from data_provider.patterns import (
+from testbed.workloads.patterns import (
     CyclePattern,
     PatternConfig,
     PatternError,
@@ -24,7 +24,7 @@ from data_provider.patterns import (
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "experiments" / "conf" / "pattern"
-CSV = ROOT / "data_provider" / "data" / "random_walk_machines.csv"
+CSV = ROOT / "testbed" / "workloads" / "data" / "random_walk_machines.csv"
 
 
 def walk(seed: int, **overrides) -> RandomWalkPattern:

@@ -1,4 +1,4 @@
-"""The PRESPS workload (data_provider/presps_workload.py), its metrics on hand-built event-log tables
+"""The PRESPS workload (testbed/workloads/presps.py), its metrics on hand-built event-log tables
 (reporting/evaluations/presps.py), the report's extension point (reporting/evaluations) and the
 evaluation end to end at small scale in the simulator."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data_provider.patterns import PatternConfig, PatternKind, make_pattern
-from data_provider.presps_workload import (SpikesConfig, calibrate, generate, integer_counts, minute_rms_vs_reference,
+from testbed.workloads.patterns import PatternConfig, PatternKind, make_pattern
+from testbed.workloads.presps import (SpikesConfig, calibrate, generate, integer_counts, minute_rms_vs_reference,
                                            series_statistics)
 from reporting.evaluations import report_for, reports_for
 from reporting.evaluations.presps import (check_claims, mean_active, over_provisioning, presps_metrics, static_theta,

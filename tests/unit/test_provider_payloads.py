@@ -7,7 +7,7 @@ import collections
 import numpy as np
 import pytest
 
-from data_provider.payloads import (AVAILABLE, DEFECT, PLANNED_DOWNTIME, STATUSES, Machine, PayloadConfig,
+from testbed.workloads.payloads import (AVAILABLE, DEFECT, PLANNED_DOWNTIME, STATUSES, Machine, PayloadConfig,
                                     PayloadConfigError, validate_payloads)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from data_provider.config import ProviderConfig, compose_provider, parse_duration, validate_provider
 from data_provider.emitter import FakeClock
-from data_provider.patterns import make_pattern
+from testbed.workloads.patterns import make_pattern
 from data_provider.provider import expected_items, run_provider, source_specs
 from data_provider.transports import MemoryTransport
 from operators.envelope import Envelope, payload_image

@@ -10,7 +10,7 @@ import pytest
 
 from data_provider.config import compose_provider
 from data_provider.emitter import Emitter, FakeClock, TickResult
-from data_provider.patterns import make_pattern
+from testbed.workloads.patterns import make_pattern
 from data_provider.provider import Provider, source_specs
 from data_provider.source_gate import GatedEmit, SourceGate
 from data_provider.transports import MemoryTransport

@@ -17,9 +17,9 @@ found by bisection so that the mean is the target mean: min, max and mean are ex
 rounded to integers by largest remainder, which keeps the total). ``peak`` rescales the result (the
 live scale, 40 events/s).
 
-A rate series is used as a pattern (data_provider.patterns, kind ``spikes``): the "machines" value
+A rate series is used as a pattern (testbed.workloads.patterns, kind ``spikes``): the "machines" value
 at time t is the rate of second ⌊t⌋, and a topology with one source of one item per 1 s tick emits
-exactly that many events in that second. This module does not import data_provider.patterns.
+exactly that many events in that second. This module does not import testbed.workloads.patterns.
 """
 from __future__ import annotations
 
@@ -238,7 +238,7 @@ def sha256(r: np.ndarray) -> str:
 
 @dataclass(frozen=True)
 class RatePattern:
-    """A rate series as a pattern (data_provider.patterns.Pattern, registered as one there): at time
+    """A rate series as a pattern (testbed.workloads.patterns.Pattern, registered as one there): at time
     t the value is the rate of second ⌊t⌋; before 0 the first, after the end the last (held)."""
 
     name: str

@@ -26,7 +26,7 @@ from typing import List, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from data_provider.presps_workload import RatePattern, SpikesConfig, generate as generate_spikes, validate_spikes
+from testbed.workloads.presps import RatePattern, SpikesConfig, generate as generate_spikes, validate_spikes
 
 REPLAY_TABLE = "random_walk_machines.csv"
 
@@ -35,8 +35,8 @@ class PatternKind(str, Enum):
     cycle = "cycle"
     replay = "replay"
     random_walk = "random_walk"
-    spikes = "spikes"  # events/s per second (PRESPS, data_provider/presps_workload.py)
-    daedalus = "daedalus"  # items/s per second, 6 h (Daedalus, data_provider/daedalus_workloads.py)
+    spikes = "spikes"  # events/s per second (PRESPS, testbed/workloads/presps.py)
+    daedalus = "daedalus"  # items/s per second, 6 h (Daedalus, testbed/workloads/daedalus.py)
 
 
 @dataclass
@@ -55,7 +55,7 @@ class PatternConfig:
     p_up: float = 0.6  # random_walk: step +1 when R > p_up
     seed_offset: int = 0  # random_walk: the caller derives the pattern's RNG stream from it
     spikes: SpikesConfig = field(default_factory=SpikesConfig)  # kind spikes
-    workload: str = ""  # kind daedalus: a name of data_provider.daedalus_workloads.WORKLOADS
+    workload: str = ""  # kind daedalus: a name of testbed.workloads.daedalus.WORKLOADS
 
 
 class PatternError(ValueError):
@@ -72,7 +72,7 @@ class PatternError(ValueError):
 @functools.cache
 def _replay_table() -> pd.DataFrame:
     try:
-        package = importlib.resources.files("data_provider")
+        package = importlib.resources.files("testbed.workloads")
     except NotADirectoryError:
         # Python 3.11 fails on a stale setuptools editable install that still lists the package as
         # a namespace (fixed by `pip install -e .`); the files sit beside this module then.
@@ -111,7 +111,7 @@ def validate_pattern(cfg: PatternConfig) -> None:
         if any(level < 0 for level in levels):
             raise PatternError("levels", f"levels must be >= 0, got {levels}")
     elif kind is PatternKind.daedalus:
-        from data_provider.daedalus_workloads import WORKLOADS
+        from testbed.workloads.daedalus import WORKLOADS
 
         if cfg.workload not in WORKLOADS:
             raise PatternError("workload", f"unknown Daedalus workload {cfg.workload!r}; known: {', '.join(sorted(WORKLOADS))}")
@@ -245,7 +245,7 @@ def make_pattern(cfg: PatternConfig, rng: np.random.Generator | None = None) -> 
         values = tuple(int(v) for v in _replay_table()[cfg.column])
         return ReplayPattern(cfg.name, values, step_s)
     if kind is PatternKind.daedalus:
-        from data_provider.daedalus_workloads import DaedalusPattern, rates
+        from testbed.workloads.daedalus import DaedalusPattern, rates
 
         if rng is None:
             raise ValueError(f"pattern {cfg.name!r} (a Daedalus workload) needs rng=numpy.random.Generator")

@@ -121,7 +121,7 @@ def as_machines(r: np.ndarray, peak_machines: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class DaedalusPattern:
-    """A Daedalus workload as a pattern (data_provider.patterns): `rates` per second for the job
+    """A Daedalus workload as a pattern (testbed.workloads.patterns): `rates` per second for the job
     simulator; `series` gives machine counts (as_machines) for the OEE topology."""
 
     name: str

@@ -1,0 +1,110 @@
+"""Job mode, the Daedalus paper's setting (docs/papers/daedalus.md#simulator): one keyed stage of n
+workers that all run the whole pipeline, fed from a source queue, rescaled as a whole by a
+stop-the-world restart. `job.*` (JobConfig: the job, on either backend, testbed/sim/job.py in the
+simulator) and `backend.live.job.*` (LiveJobConfig: the live job mode's settings,
+docs/papers/daedalus.md#live-runtime, testbed/live/job.py). Typed here without heavy imports so that
+testbed/config.py can include them.
+
+Time compression (`time_compression`, f): with job mode on the live backend every time in the
+config is read as the paper's and divided by f for the run (testbed/live/job_compression.py):
+the run's duration, the workload (f seconds of the pattern become one), the job's checkpoint
+interval, downtimes and window, Daedalus' loop, horizon, grace, keep rule, RT target, warm-up and
+start downtimes, HPA's sync, metric window, stabilisation windows and policy period. f = 6 turns the
+paper's 6 h into 60 min (loop 10 s, horizon 150 s, grace 30 s, keep 100 s, RT target 100 s, HPA sync
+2.5 s, stabilisation 50 s, checkpoint 5 s)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+
+@dataclass
+class JobConfig:
+    enabled: bool = False  # run the job simulator (testbed/sim/job.py) instead of the topology
+    keys: int = 100  # distinct keys; their hashes fix the key groups
+    key_distribution: str = "uniform"  # uniform | zipf (word frequencies)
+    zipf_s: float = 1.0
+    key_groups: int = 128  # Flink's max parallelism: key -> key group -> worker kg * n // key_groups
+    max_scaleout: int = 18
+    initial_parallelism: int = 12  # Decision: every controller takes over a running job of 12 workers
+    capacity_workers: int = 12  # rates are normalised so that the peak = peak_fraction x C(capacity_workers)
+    peak_fraction: float = 0.9
+    downtime_out_s: List[float] = field(default_factory=lambda: [20.0, 40.0])  # true downtime ~U(lo, hi)
+    downtime_in_s: List[float] = field(default_factory=lambda: [10.0, 20.0])
+    checkpoint_s: float = 30.0  # a restart replays everything since the last checkpoint
+    cpu_noise: float = 0.01  # sd of the per-second CPU reading
+    base_latency_ms: float = 250.0  # processing and transport without queueing (Decision)
+    latency_samples: int = 200_000  # about this many items per run are sampled for latency (every N-th)
+    window_s: int = 61  # the seconds a controller sees per decision
+
+    def validate(self) -> Optional[Tuple[str, str]]:
+        """(key, problem) of the first invalid value, None if all are fine."""
+        if self.keys < 1:
+            return "job.keys", f"must be >= 1, got {self.keys}"
+        if self.key_distribution not in ("uniform", "zipf"):
+            return "job.key_distribution", f"must be uniform or zipf, got {self.key_distribution!r}"
+        if self.zipf_s < 0:
+            return "job.zipf_s", f"must be >= 0, got {self.zipf_s}"
+        if self.key_groups < 1:
+            return "job.key_groups", f"must be >= 1, got {self.key_groups}"
+        if not 1 <= self.max_scaleout <= self.key_groups:
+            return "job.max_scaleout", f"must be in [1, key_groups ({self.key_groups})], got {self.max_scaleout}"
+        if not 1 <= self.initial_parallelism <= self.max_scaleout:
+            return "job.initial_parallelism", f"must be in [1, max_scaleout ({self.max_scaleout})], got {self.initial_parallelism}"
+        if not 1 <= self.capacity_workers <= self.key_groups:
+            return "job.capacity_workers", f"must be in [1, key_groups], got {self.capacity_workers}"
+        if not 0 < self.peak_fraction <= 10:
+            return "job.peak_fraction", f"must be in (0, 10], got {self.peak_fraction}"
+        for key in ("downtime_out_s", "downtime_in_s"):
+            v = getattr(self, key)
+            if len(v) != 2 or v[0] < 0 or v[1] < v[0]:
+                return f"job.{key}", f"must be [low, high] with 0 <= low <= high, got {list(v)}"
+        for key in ("checkpoint_s", "latency_samples", "window_s"):
+            if not getattr(self, key) > 0:
+                return f"job.{key}", f"must be > 0, got {getattr(self, key)}"
+        for key in ("cpu_noise", "base_latency_ms"):
+            if getattr(self, key) < 0:
+                return f"job.{key}", f"must be >= 0, got {getattr(self, key)}"
+        return None
+
+
+@dataclass
+class LiveJobConfig:
+    image: str = "testbed-job:latest"  # infra/images.sh builds it (operators/keyed_worker.py)
+    cpus: float = 0.1  # each worker's CPU quota (docker --cpus)
+    cpu_budget: float = 1.5  # cores the workers may take together at job.max_scaleout (the rest: broker, router)
+    burn_ms: float = 0.6  # CPU time burnt per item: with the worker's own per-item cost, worker_rate at 0.1 core
+    worker_rate: float = 150.0  # items/s one worker carries at its quota (measured 150-152 at 0.1 core, 0.6 ms)
+    time_compression: float = 6.0  # f: every configured time is the paper's, divided by f
+    prefetch: int = 2000  # unacknowledged items per worker: must hold a checkpoint's worth
+    # items forwarded but not processed, at most (the job's network buffers): this many seconds of the
+    # deployment's nominal rate (worker_rate x n); it must cover the feedback delay of the bound (the
+    # quota's 100 ms CFS period, the workers' 0.1 s count flush), else it caps the throughput
+    inflight_s: float = 0.5
+    latency_every: int = 5  # every n-th item's latency is recorded
+    start_timeout_s: float = 180.0  # a worker container must be consuming within this (loaded machine)
+    stop_timeout_s: float = 60.0  # workers must answer a stop-the-world or the final checkpoint within this
+    # a worker container that exits during the run is replaced and the job restarts from its checkpoints
+    # (testbed/live/job.py); after this many replacements the next exit ends the run incomplete
+    max_recoveries: int = 3
+
+    def validate(self, max_scaleout: int) -> Optional[Tuple[str, str]]:
+        """(key, problem) of the first invalid value, None if all are fine."""
+        for key in ("cpus", "cpu_budget", "worker_rate", "inflight_s", "start_timeout_s", "stop_timeout_s"):
+            if not getattr(self, key) > 0:
+                return f"backend.live.job.{key}", f"must be > 0, got {getattr(self, key)}"
+        if self.burn_ms < 0:
+            return "backend.live.job.burn_ms", f"must be >= 0, got {self.burn_ms}"
+        if self.time_compression < 1:
+            return "backend.live.job.time_compression", f"must be >= 1, got {self.time_compression}"
+        for key in ("prefetch", "latency_every"):
+            if getattr(self, key) < 1:
+                return f"backend.live.job.{key}", f"must be >= 1, got {getattr(self, key)}"
+        if self.max_recoveries < 0:
+            return "backend.live.job.max_recoveries", f"must be >= 0, got {self.max_recoveries}"
+        if self.cpus * max_scaleout > self.cpu_budget + 1e-9:
+            return ("backend.live.job.cpus", f"{self.cpus:g} cores x job.max_scaleout {max_scaleout} = "
+                    f"{self.cpus * max_scaleout:g} exceeds backend.live.job.cpu_budget ({self.cpu_budget:g})")
+        if not self.image:
+            return "backend.live.job.image", "must name an image"
+        return None

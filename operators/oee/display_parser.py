@@ -30,7 +30,7 @@ LABELS: Tuple[Tuple[str, str], ...] = (  # (label on the display, field), in dis
     ("status", "status"),
     ("timestamp", "timestamp_ms"),
 )
-MACHINE_TYPES: Tuple[str, ...] = ("injection moulding", "cnc milling", "assembly")  # data_provider.payloads
+MACHINE_TYPES: Tuple[str, ...] = ("injection moulding", "cnc milling", "assembly")  # testbed.workloads.payloads
 REQUIRED: Tuple[str, ...] = ("produced_units", "defective_units", "planned_production_time_s", "status")
 INTEGERS = frozenset({"produced_units", "defective_units", "planned_production_time_s", "timestamp_ms"})
 

@@ -3,7 +3,7 @@
 
 idealProductionTime is the ideal time per unit of the machine's type (``ideal_cycle_s``, by
 machine type). The default, 1.2 s for every type, is the provider's production model
-(``data_provider.payloads.ProductionModel.ideal_cycle_s``: 50 units per 60 s cycle at full
+(``testbed.workloads.payloads.ProductionModel.ideal_cycle_s``: 50 units per 60 s cycle at full
 performance), so the provider's machines score ~0.9. reportingCycle is the length of one
 production record, one machine minute (``reporting_cycle_s`` = 60, the provider's
 ``reporting_cycle_s``); it is the cycle, not the planned production time, so a cycle in planned
@@ -27,7 +27,7 @@ from operators.oee.params import parse_params
 from operators.oee.records import PERFORMANCE, PartValue, ProductionRecord
 
 PROVIDER_IDEAL_CYCLE_S = 1.2
-PROVIDER_MACHINE_TYPES = ("injection moulding", "cnc milling", "assembly")  # data_provider.payloads.MACHINE_TYPES
+PROVIDER_MACHINE_TYPES = ("injection moulding", "cnc milling", "assembly")  # testbed.workloads.payloads.MACHINE_TYPES
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ OEE = "oee"
 REPORT = "report"
 WARNING = "warning"
 
-# the statuses a machine's display and availability sensor report (data_provider.payloads.STATUSES)
+# the statuses a machine's display and availability sensor report (testbed.workloads.payloads.STATUSES)
 AVAILABLE, PLANNED_DOWNTIME, DEFECT = "available", "planned downtime", "defect"
 STATUSES: Tuple[str, ...] = (AVAILABLE, PLANNED_DOWNTIME, DEFECT)
 

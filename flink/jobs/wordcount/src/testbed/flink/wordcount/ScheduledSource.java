@@ -1,0 +1,58 @@
+package testbed.flink.wordcount;
+
+import java.util.List;
+import org.apache.flink.api.connector.source.Boundedness;
+import org.apache.flink.api.connector.source.Source;
+import org.apache.flink.api.connector.source.SourceReader;
+import org.apache.flink.api.connector.source.SourceReaderContext;
+import org.apache.flink.api.connector.source.SplitEnumerator;
+import org.apache.flink.api.connector.source.SplitEnumeratorContext;
+import org.apache.flink.core.io.SimpleVersionedSerializer;
+
+/**
+ * A source that follows a rate schedule and survives restarts: its position (records emitted) is
+ * checkpointed, so after a restart it replays from the checkpoint and then emits the backlog
+ * (due - emitted) as fast as downstream takes it. Run it at parallelism 1 (one split).
+ */
+public final class ScheduledSource implements Source<Sentence, ScheduledSplit, List<ScheduledSplit>> {
+    private static final long serialVersionUID = 1L;
+    private final RateSchedule schedule;
+    private final String[] sentences;
+
+    public ScheduledSource(RateSchedule schedule, String[] sentences) {
+        this.schedule = schedule;
+        this.sentences = sentences;
+    }
+
+    @Override
+    public Boundedness getBoundedness() {
+        return Boundedness.CONTINUOUS_UNBOUNDED;
+    }
+
+    @Override
+    public SplitEnumerator<ScheduledSplit, List<ScheduledSplit>> createEnumerator(
+            SplitEnumeratorContext<ScheduledSplit> context) {
+        return new ScheduleEnumerator(context, List.of(new ScheduledSplit(System.currentTimeMillis(), 0)));
+    }
+
+    @Override
+    public SplitEnumerator<ScheduledSplit, List<ScheduledSplit>> restoreEnumerator(
+            SplitEnumeratorContext<ScheduledSplit> context, List<ScheduledSplit> checkpoint) {
+        return new ScheduleEnumerator(context, checkpoint);
+    }
+
+    @Override
+    public SimpleVersionedSerializer<ScheduledSplit> getSplitSerializer() {
+        return new SplitSerializers.Split();
+    }
+
+    @Override
+    public SimpleVersionedSerializer<List<ScheduledSplit>> getEnumeratorCheckpointSerializer() {
+        return new SplitSerializers.Pending();
+    }
+
+    @Override
+    public SourceReader<Sentence, ScheduledSplit> createReader(SourceReaderContext context) {
+        return new ScheduleReader(context, schedule, sentences);
+    }
+}

@@ -1,0 +1,67 @@
+package testbed.flink.wordcount;
+
+import java.nio.file.Path;
+import java.util.Random;
+import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.functions.FlatMapFunction;
+import org.apache.flink.util.ParameterTool;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
+import org.apache.flink.util.Collector;
+
+/**
+ * WordCount as in the Daedalus paper's Flink job: sentences from a source, split into words, a
+ * running count per word (keyed). Arguments: --schedule FILE (seconds rate per line) and optionally
+ * --words-per-sentence (8), --vocabulary (10000), --zipf (1.0: word frequencies ~ 1/rank),
+ * --sentences (4096 distinct sentences, cycled), --seed (1). The source runs at parallelism 1
+ * (max parallelism 1, so reactive mode keeps it there); split and count scale with the cluster.
+ */
+public final class WordCountJob {
+    public static void main(String[] args) throws Exception {
+        ParameterTool params = ParameterTool.fromArgs(args);
+        RateSchedule schedule = RateSchedule.read(Path.of(params.getRequired("schedule")));
+        String[] sentences = sentences(params.getInt("sentences", 4096), params.getInt("words-per-sentence", 8),
+                params.getInt("vocabulary", 10000), params.getDouble("zipf", 1.0), params.getLong("seed", 1));
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
+        env.fromSource(new ScheduledSource(schedule, sentences), WatermarkStrategy.noWatermarks(), "source")
+                .setParallelism(1).setMaxParallelism(1).uid("source")
+                .rebalance() // not chained to the source, so the splitting scales with the cluster
+                .flatMap(new Splitter()).name("split").uid("split")
+                .keyBy(w -> w.word)
+                .process(new WordCounter()).name("count").uid("count")
+                .sinkTo(new DiscardingSink<>()).name("discard").uid("discard");
+        env.execute("testbed-wordcount");
+    }
+
+    /** Fixed sentences of n words drawn from a Zipf-distributed vocabulary (deterministic by seed). */
+    static String[] sentences(int count, int words, int vocabulary, double zipf, long seed) {
+        double[] cdf = new double[vocabulary];
+        double sum = 0;
+        for (int i = 0; i < vocabulary; i++) {
+            sum += 1.0 / Math.pow(i + 1, zipf);
+            cdf[i] = sum;
+        }
+        Random random = new Random(seed);
+        String[] out = new String[count];
+        for (int s = 0; s < count; s++) {
+            StringBuilder b = new StringBuilder();
+            for (int w = 0; w < words; w++) {
+                int i = java.util.Arrays.binarySearch(cdf, random.nextDouble() * sum);
+                b.append(w == 0 ? "" : " ").append("w").append(i < 0 ? -i - 1 : i);
+            }
+            out[s] = b.toString();
+        }
+        return out;
+    }
+
+    static final class Splitter implements FlatMapFunction<Sentence, Word> {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        public void flatMap(Sentence sentence, Collector<Word> out) {
+            for (String w : sentence.text.split(" ")) {
+                out.collect(new Word(w, sentence.scheduledMs));
+            }
+        }
+    }
+}

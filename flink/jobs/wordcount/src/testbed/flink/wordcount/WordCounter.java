@@ -1,0 +1,62 @@
+package testbed.flink.wordcount;
+
+import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.api.common.state.ListState;
+import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.state.ValueState;
+import org.apache.flink.api.common.state.ValueStateDescriptor;
+import org.apache.flink.metrics.Counter;
+import org.apache.flink.runtime.state.FunctionInitializationContext;
+import org.apache.flink.runtime.state.FunctionSnapshotContext;
+import org.apache.flink.streaming.api.checkpoint.CheckpointedFunction;
+import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
+import org.apache.flink.util.Collector;
+
+/**
+ * The running count per word (keyed state). Beside it, each subtask keeps the number of words its
+ * keyed state has counted in operator state (gauge countedWords), checkpointed with the counts and
+ * redistributed on rescaling without loss: summed over subtasks it is the total of all counts, so
+ * a replay after a restart that counted twice would show as a total above the words emitted.
+ * Latency (processing time - the sentence's scheduled time) goes to latencyMs and latencySumMs.
+ */
+public final class WordCounter extends KeyedProcessFunction<String, Word, Long> implements CheckpointedFunction {
+    private static final long serialVersionUID = 1L;
+    private transient ValueState<Long> count;
+    private transient ListState<Long> countedState;
+    private transient long counted;
+    private transient WindowHistogram latency;
+    private transient Counter latencySum;
+
+    @Override
+    public void open(OpenContext openContext) {
+        count = getRuntimeContext().getState(new ValueStateDescriptor<>("count", Long.class));
+        var metrics = getRuntimeContext().getMetricGroup();
+        metrics.gauge("countedWords", () -> counted);
+        latency = metrics.histogram("latencyMs", new WindowHistogram(2048));
+        latencySum = metrics.counter("latencySumMs");
+    }
+
+    @Override
+    public void processElement(Word word, Context ctx, Collector<Long> out) throws Exception {
+        Long c = count.value();
+        count.update(c == null ? 1L : c + 1);
+        counted++;
+        long ms = Math.max(0, System.currentTimeMillis() - word.scheduledMs);
+        latency.update(ms);
+        latencySum.inc(ms);
+    }
+
+    @Override
+    public void snapshotState(FunctionSnapshotContext context) throws Exception {
+        countedState.update(java.util.List.of(counted));
+    }
+
+    @Override
+    public void initializeState(FunctionInitializationContext context) throws Exception {
+        countedState = context.getOperatorStateStore().getListState(new ListStateDescriptor<>("counted", Long.class));
+        counted = 0;
+        for (Long c : countedState.get()) {
+            counted += c;
+        }
+    }
+}

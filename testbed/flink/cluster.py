@@ -1,0 +1,214 @@
+"""One Flink application cluster in reactive mode (docs/flink.md): a JobManager running the
+WordCount job, TaskManagers of one slot each started and stopped on demand (rescaling), metrics
+read from the REST API and each process's Prometheus endpoint.
+
+    with FlinkCluster(settings, schedule, work_dir) as cluster:
+        cluster.start()                        # the JobManager; the job waits for a TaskManager
+        cluster.add_taskmanager()              # parallelism 1 ...
+        cluster.wait_until(lambda r: r.parallelism == 1, "the job runs at parallelism 1")
+        reading = cluster.read()               # status, parallelism, per-TaskManager metrics, source lag
+
+Leaving the block (an exception, Ctrl-C) stops every process it started; so does the interpreter's
+exit, and a controller killed outright takes its JVMs with it (testbed/flink/processes.py)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import yaml
+
+from testbed.flink import processes
+from testbed.flink.metrics import JobReading, MetricsFormatError, parse_prometheus, read_taskmanager
+from testbed.flink.processes import FlinkProcess, free_port
+from testbed.flink.schedule import RateSchedule
+from testbed.flink.settings import JOB_CLASS, FlinkSettings, flink_config
+
+log = logging.getLogger(__name__)
+COUNT_VERTEX = "count"  # the counting vertex's name starts with this (chained with its sink)
+_LOG_FILES = ("log4j-console.properties", "logback-console.xml")
+
+
+def last_error(log: Path) -> str:
+    """The log's last line that looks like an error (else its last line), shortened."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    errors = [ln for ln in lines if "Exception" in ln or "ERROR" in ln]
+    line = (errors or lines or ["empty log"])[-1]
+    return line[:300]
+
+
+class FlinkClusterError(RuntimeError):
+    """The cluster did not do what was asked in time; says what and where its log is."""
+
+
+class FlinkCluster:
+    def __init__(self, settings: FlinkSettings, schedule: RateSchedule, work_dir: Path):
+        self.settings = settings.validate()
+        self.schedule = schedule
+        self.work_dir = Path(work_dir)
+        self.job_id = uuid.uuid4().hex
+        self.rest_port = 0
+        self.jobmanager: Optional[FlinkProcess] = None
+        self.taskmanagers: Dict[str, FlinkProcess] = {}
+        self._next_tm = 1
+        self._t0 = time.monotonic()
+
+    def __enter__(self) -> "FlinkCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    # -- processes ---------------------------------------------------------------------------------
+    def _env(self) -> Dict[str, str]:
+        env = dict(os.environ)
+        env.update(FLINK_CONF_DIR=str(self.work_dir / "conf"), FLINK_LOG_DIR=str(self.work_dir / "log"),
+                   FLINK_PID_DIR=str(self.work_dir / "run"))
+        env.pop("FLINK_HOME", None)  # the scripts find their own home
+        return env
+
+    def _write_conf(self, ports: Dict[str, int]) -> None:
+        home = Path(self.settings.flink_home)
+        conf_dir = self.work_dir / "conf"
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        (self.work_dir / "run").mkdir(exist_ok=True)
+        for name in _LOG_FILES:
+            (conf_dir / name).write_bytes((home / "conf" / name).read_bytes())
+        defaults = yaml.safe_load((home / "conf" / "config.yaml").read_text()) or {}
+        java_opts = defaults.get("env", {}).get("java", {}).get("opts", {}).get("all", "")
+        conf = flink_config(self.settings, self.work_dir / "checkpoints", java_opts)
+        conf.update({key: str(port) for key, port in ports.items()})  # every process reads these
+        (conf_dir / "config.yaml").write_text(yaml.safe_dump(conf, default_flow_style=False, sort_keys=True))
+
+    def start(self) -> None:
+        """The JobManager with the job (it waits for TaskManagers); returns once its REST API answers."""
+        if self.jobmanager is not None:
+            raise FlinkClusterError("the JobManager runs already")
+        self.settings.check_installed()
+        self.rest_port, prom = free_port(), free_port()
+        self._write_conf({"rest.port": self.rest_port, "jobmanager.rpc.port": free_port()})
+        schedule_file = self.schedule.write(self.work_dir / "schedule.txt")
+        s = self.settings
+        argv = [str(Path(s.flink_home) / "bin" / "standalone-job.sh"), "start-foreground",
+                "--job-classname", JOB_CLASS, "--jars", str(Path(s.job_jar).resolve()), "--job-id", self.job_id,
+                f"-Dmetrics.reporter.prom.port={prom}",
+                "--schedule", str(schedule_file), "--words-per-sentence", str(s.words_per_sentence),
+                "--vocabulary", str(s.vocabulary), "--zipf", str(s.zipf), "--seed", str(s.seed)]
+        self.jobmanager = processes.launch("jobmanager", argv, self._env(), self.work_dir / "log" / "jobmanager.out", prom)
+        self.wait_until(lambda r: "rest" not in r.errors, "the JobManager's REST API answers", read=self._rest_only)
+
+    def add_taskmanager(self) -> str:
+        """Starts one TaskManager (one slot); returns its name (= its resource id). Does not wait."""
+        if self.jobmanager is None:
+            raise FlinkClusterError("start the JobManager first")
+        name = f"tm-{self._next_tm}"
+        self._next_tm += 1
+        prom = free_port()
+        argv = [str(Path(self.settings.flink_home) / "bin" / "taskmanager.sh"), "start-foreground",
+                f"-Dtaskmanager.resource-id={name}", f"-Dmetrics.reporter.prom.port={prom}"]
+        self.taskmanagers[name] = processes.launch(name, argv, self._env(), self.work_dir / "log" / f"{name}.out", prom)
+        return name
+
+    def stop_taskmanager(self, name: Optional[str] = None, mode: Optional[str] = None) -> str:
+        """Stops a TaskManager (default: the newest) as `mode` says (default: settings.stop_mode)."""
+        if not self.taskmanagers:
+            raise FlinkClusterError("no TaskManager to stop")
+        name = name or list(self.taskmanagers)[-1]
+        proc = self.taskmanagers.pop(name)
+        mode = mode or self.settings.stop_mode
+        processes.stop(proc, graceful=(mode == "graceful"), timeout_s=self.settings.stop_timeout_s)
+        return name
+
+    def close(self) -> None:
+        """Stops every process of the cluster (TaskManagers and JobManager together)."""
+        procs = list(self.taskmanagers.values()) + ([self.jobmanager] if self.jobmanager else [])
+        self.taskmanagers.clear()
+        self.jobmanager = None
+        if procs:
+            processes.stop_all(procs, timeout_s=self.settings.stop_timeout_s)
+
+    def pids(self) -> List[int]:
+        procs = list(self.taskmanagers.values()) + ([self.jobmanager] if self.jobmanager else [])
+        return [p.pid for p in procs]
+
+    # -- reading -----------------------------------------------------------------------------------
+    def _rest(self, path: str) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.rest_port}{path}", timeout=3.0) as resp:
+            return json.loads(resp.read().decode())
+
+    def _rest_only(self) -> JobReading:
+        try:
+            self._rest("/config")
+            return JobReading(self.now(), "NONE", 0, ())
+        except (OSError, ValueError) as e:
+            return JobReading(self.now(), "NONE", 0, (), errors={"rest": str(e)})
+
+    def _job_state(self, errors: Dict[str, str]) -> tuple:
+        status, parallelism, registered = "NONE", 0, ()
+        try:
+            registered = tuple(sorted(tm["id"] for tm in self._rest("/taskmanagers").get("taskmanagers", [])))
+            job = self._rest(f"/jobs/{self.job_id}")
+            status = job.get("state", "NONE")
+            for v in job.get("vertices", []):
+                if v.get("name", "").startswith(COUNT_VERTEX) and v.get("status") == "RUNNING":
+                    parallelism = int(v.get("parallelism", 0))
+        except urllib.error.HTTPError as e:
+            if e.code != 404:  # 404: the job does not exist yet
+                errors["rest"] = str(e)
+        except (OSError, ValueError) as e:
+            errors["rest"] = str(e)
+        return status, parallelism, registered
+
+    def _scrape(self, proc: FlinkProcess, errors: Dict[str, str]):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{proc.prom_port}/metrics", timeout=3.0) as resp:
+                return read_taskmanager(proc.name, parse_prometheus(resp.read().decode()))
+        except (OSError, MetricsFormatError) as e:
+            errors[proc.name] = str(e)
+            return None
+
+    def read(self) -> JobReading:
+        """The job's status and parallelism (REST) and every live TaskManager's metrics."""
+        errors: Dict[str, str] = {}
+        status, parallelism, registered = self._job_state(errors)
+        tms = [r for r in (self._scrape(p, errors) for p in list(self.taskmanagers.values())) if r is not None]
+        source = next((tm.source for tm in tms if tm.source is not None), None)
+        return JobReading(self.now(), status, parallelism, registered, tuple(tms), source, errors)
+
+    def _check_alive(self, what: str) -> None:
+        """FlinkClusterError if a process exited that nobody stopped (with its log's last line)."""
+        procs = ([self.jobmanager] if self.jobmanager else []) + list(self.taskmanagers.values())
+        for p in procs:
+            if not p.alive():
+                raise FlinkClusterError(f"{p.name} exited (status {p.popen.returncode}) before {what}: "
+                                        f"{last_error(p.log)} (log: {p.log})")
+        if self.jobmanager is None:
+            raise FlinkClusterError(f"the cluster was stopped before {what}")
+
+    def wait_until(self, ok: Callable[[JobReading], bool], what: str, timeout_s: Optional[float] = None,
+                   read: Optional[Callable[[], JobReading]] = None, every_s: float = 0.25) -> JobReading:
+        """Reads until `ok` holds; FlinkClusterError naming `what` after timeout_s (default: the
+        settings' start timeout) or if the JobManager exits."""
+        deadline = time.monotonic() + (self.settings.start_timeout_s if timeout_s is None else timeout_s)
+        read = read or self.read
+        while True:
+            reading = read()
+            if ok(reading):
+                return reading
+            self._check_alive(what)
+            if time.monotonic() > deadline:
+                raise FlinkClusterError(f"timed out before {what} (last: status {reading.status}, parallelism "
+                                        f"{reading.parallelism}, errors {reading.errors}); see {self.work_dir / 'log'}")
+            time.sleep(every_s)

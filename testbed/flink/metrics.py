@@ -1,0 +1,165 @@
+"""Reading Flink's metrics: the Prometheus reporter's text format (one endpoint per process) and
+what the testbed takes from it per TaskManager and for the job. Pure functions of the text."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\d+)?$")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+# metric names of the WordCount job as the reporter writes them (scope components joined by _)
+TM_CPU_LOAD = "flink_taskmanager_Status_JVM_CPU_Load"
+TM_CPU_TIME = "flink_taskmanager_Status_JVM_CPU_Time"
+TM_HEAP_USED = "flink_taskmanager_Status_JVM_Memory_Heap_Used"
+TASK_BUSY = "flink_taskmanager_job_task_busyTimeMsPerSecond"
+OP_RECORDS_IN = "flink_taskmanager_job_task_operator_numRecordsIn"
+SOURCE_PENDING = "flink_taskmanager_job_task_operator_pendingRecords"
+SOURCE_SCHEDULED = "flink_taskmanager_job_task_operator_scheduledRecords"
+SOURCE_EMITTED = "flink_taskmanager_job_task_operator_emittedRecords"
+SOURCE_START = "flink_taskmanager_job_task_operator_scheduleStartMs"
+COUNTED = "flink_taskmanager_job_task_operator_countedWords"
+LATENCY = "flink_taskmanager_job_task_operator_latencyMs"
+LATENCY_SUM = "flink_taskmanager_job_task_operator_latencySumMs"
+COUNT_OPERATOR = "count"
+
+
+class MetricsFormatError(ValueError):
+    """A line of a metrics endpoint that is not the Prometheus text format."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: Mapping[str, str]
+    value: float
+
+
+def parse_prometheus(text: str) -> List[Sample]:
+    """Samples of a Prometheus text exposition (comments and blank lines skipped)."""
+    samples = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if not m:
+            raise MetricsFormatError(f"line {number}: not a metric sample: {line[:120]!r}")
+        labels = {k: _unescape(v) for k, v in _LABEL.findall(m.group(3) or "")}
+        samples.append(Sample(m.group(1), labels, _number(m.group(4), number)))
+    return samples
+
+
+def _number(text: str, number: int) -> float:
+    special = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
+    if text in special:
+        return special[text]
+    try:
+        return float(text)
+    except ValueError:
+        raise MetricsFormatError(f"line {number}: not a number: {text!r}") from None
+
+
+def _unescape(value: str) -> str:
+    return value.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+
+
+def select(samples: Iterable[Sample], name: str, **labels: str) -> List[Sample]:
+    return [s for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+
+
+def first(samples: Iterable[Sample], name: str, **labels: str) -> Optional[float]:
+    found = select(samples, name, **labels)
+    return found[0].value if found else None
+
+
+@dataclass(frozen=True)
+class SubtaskReading:
+    """The counting operator's subtask on one TaskManager."""
+
+    subtask: int
+    records_in: float  # words processed by this attempt (a restart starts again at 0)
+    counted: float  # words in its keyed state (checkpointed; replays are not counted twice)
+    busy_ms_per_s: float  # the counting task's busy time
+    latency_p50_ms: float
+    latency_p95_ms: float
+    latency_sum_ms: float
+
+
+@dataclass(frozen=True)
+class SourceReading:
+    scheduled: float  # records due by the schedule so far
+    emitted: float  # records emitted (after a restart: from the checkpoint on)
+    pending: float  # scheduled - emitted: the consumer lag
+    start_ms: float  # wall clock of the schedule's time 0
+
+
+@dataclass(frozen=True)
+class TaskManagerReading:
+    name: str
+    cpu_load: Optional[float]  # the JVM's CPU load as Flink reports it (fraction of the machine)
+    cpu_time_s: Optional[float]  # the JVM's CPU time so far
+    heap_used_mb: Optional[float]
+    subtasks: Tuple[SubtaskReading, ...] = ()
+    source: Optional[SourceReading] = None
+
+
+def read_taskmanager(name: str, samples: List[Sample]) -> TaskManagerReading:
+    heap = first(samples, TM_HEAP_USED)
+    cpu_time = first(samples, TM_CPU_TIME)
+    return TaskManagerReading(
+        name=name, cpu_load=first(samples, TM_CPU_LOAD),
+        cpu_time_s=None if cpu_time is None else cpu_time / 1e9,
+        heap_used_mb=None if heap is None else heap / 2 ** 20,
+        subtasks=tuple(_subtasks(samples)), source=_source(samples))
+
+
+def _subtasks(samples: List[Sample]) -> Iterable[SubtaskReading]:
+    for s in select(samples, COUNTED, operator_name=COUNT_OPERATOR):
+        idx = s.labels.get("subtask_index", "0")
+        on = dict(operator_name=COUNT_OPERATOR, subtask_index=idx)
+        busy = [b.value for b in select(samples, TASK_BUSY, subtask_index=idx)
+                if b.labels.get("task_name", "").startswith(COUNT_OPERATOR)]
+        yield SubtaskReading(
+            subtask=int(idx), records_in=first(samples, OP_RECORDS_IN, **on) or 0.0, counted=s.value,
+            busy_ms_per_s=busy[0] if busy else math.nan,
+            latency_p50_ms=_nan(first(samples, LATENCY, quantile="0.5", **on)),
+            latency_p95_ms=_nan(first(samples, LATENCY, quantile="0.95", **on)),
+            latency_sum_ms=first(samples, LATENCY_SUM, **on) or 0.0)
+
+
+def _source(samples: List[Sample]) -> Optional[SourceReading]:
+    scheduled = first(samples, SOURCE_SCHEDULED)
+    if scheduled is None:
+        return None
+    emitted = first(samples, SOURCE_EMITTED) or 0.0
+    pending = first(samples, SOURCE_PENDING)
+    return SourceReading(scheduled=scheduled, emitted=emitted,
+                         pending=max(0.0, scheduled - emitted) if pending is None or math.isnan(pending) else pending,
+                         start_ms=first(samples, SOURCE_START) or 0.0)
+
+
+def _nan(value: Optional[float]) -> float:
+    return math.nan if value is None else value
+
+
+@dataclass(frozen=True)
+class JobReading:
+    """One look at the whole job: REST status and parallelism, the TaskManagers' metrics."""
+
+    t: float  # seconds since the cluster started
+    status: str  # the job's status (RUNNING, RESTARTING, ... ; NONE before it exists)
+    parallelism: int  # of the counting vertex (0 while not running)
+    registered: Tuple[str, ...]  # TaskManager resource ids the JobManager knows
+    taskmanagers: Tuple[TaskManagerReading, ...] = ()
+    source: Optional[SourceReading] = None
+    errors: Dict[str, str] = field(default_factory=dict)  # endpoint -> why it could not be read
+
+    def counted(self) -> float:
+        """Words in the keyed state over every subtask."""
+        return sum(st.counted for tm in self.taskmanagers for st in tm.subtasks)
+
+    def subtask_count(self) -> int:
+        return sum(len(tm.subtasks) for tm in self.taskmanagers)

@@ -1,0 +1,162 @@
+"""Settings of a Flink cluster for the job mode (docs/flink.md#settings): memory, checkpoints, the
+reactive scheduler's timing, heartbeats, how a TaskManager is stopped, and the WordCount job's
+parameters. `from_mapping` refuses unknown keys and `validate` names the key of a bad value."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional
+
+ROOT = Path(__file__).resolve().parents[2]
+FLINK_VERSION = "2.3.0"
+DEFAULT_HOME = ROOT / ".flink" / f"pypi-{FLINK_VERSION}" / "pyflink"  # infra/flink.sh install
+DEFAULT_JAR = ROOT / ".flink" / "build" / "testbed-wordcount.jar"  # infra/flink.sh build
+JOB_CLASS = "testbed.flink.wordcount.WordCountJob"
+STOP_MODES = ("graceful", "kill")  # SIGTERM (the TaskManager deregisters) or SIGKILL (found by heartbeat)
+
+
+class FlinkSettingsError(ValueError):
+    """A setting the cluster cannot run with; the message starts with the key."""
+
+    def __init__(self, key: str, problem: str):
+        super().__init__(f"flink.{key}: {problem}")
+        self.key = key
+
+
+@dataclass(frozen=True)
+class FlinkSettings:
+    flink_home: Path = DEFAULT_HOME
+    job_jar: Path = DEFAULT_JAR
+    jm_memory_mb: int = 640  # jobmanager.memory.process.size
+    tm_memory_mb: int = 768  # taskmanager.memory.process.size (one slot per TaskManager)
+    checkpoint_s: float = 2.0  # execution.checkpointing.interval (local filesystem)
+    # reactive scheduler: how long to wait for more TaskManagers before (re)starting the job, at
+    # submission and while running; and the least time between two rescales
+    stabilization_s: float = 10.0
+    cooldown_s: float = 30.0
+    rescale_max_delay_s: Optional[float] = None  # rescale-trigger.max-delay (None: Flink's default)
+    heartbeat_interval_s: float = 3.0
+    heartbeat_timeout_s: float = 15.0  # a killed TaskManager is declared lost after this
+    restart_delay_s: float = 1.0  # fixed-delay restart strategy after a failure
+    stop_mode: str = "graceful"  # how stop_taskmanager ends a TaskManager: graceful | kill
+    start_timeout_s: float = 180.0  # a process must answer (REST up, TaskManager registered) within this
+    stop_timeout_s: float = 30.0  # a graceful stop waits this long before SIGKILL
+    # the WordCount job (WordCountJob.java)
+    words_per_sentence: int = 8
+    vocabulary: int = 10000
+    zipf: float = 1.0
+    seed: int = 1
+
+    def validate(self) -> "FlinkSettings":
+        for key in ("jm_memory_mb", "tm_memory_mb", "words_per_sentence", "vocabulary"):
+            if getattr(self, key) < 1:
+                raise FlinkSettingsError(key, f"must be >= 1, got {getattr(self, key)}")
+        for key in ("checkpoint_s", "heartbeat_interval_s", "heartbeat_timeout_s", "start_timeout_s", "stop_timeout_s"):
+            _positive(key, getattr(self, key))
+        for key in ("stabilization_s", "cooldown_s", "restart_delay_s", "zipf"):
+            _non_negative(key, getattr(self, key))
+        if self.rescale_max_delay_s is not None:
+            _non_negative("rescale_max_delay_s", self.rescale_max_delay_s)
+        if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
+            raise FlinkSettingsError("heartbeat_timeout_s", f"must exceed heartbeat_interval_s "
+                                     f"({self.heartbeat_interval_s:g}), got {self.heartbeat_timeout_s:g}")
+        if self.stop_mode not in STOP_MODES:
+            raise FlinkSettingsError("stop_mode", f"must be one of {', '.join(STOP_MODES)}, got {self.stop_mode!r}")
+        if self.jm_memory_mb < 512 or self.tm_memory_mb < 512:
+            key = "jm_memory_mb" if self.jm_memory_mb < 512 else "tm_memory_mb"
+            raise FlinkSettingsError(key, f"Flink needs at least 512 MB per process, got {getattr(self, key)}")
+        return self
+
+    def check_installed(self) -> None:
+        if not (Path(self.flink_home) / "bin" / "standalone-job.sh").is_file():
+            raise FlinkSettingsError("flink_home", f"no Flink at {self.flink_home}: run `bash infra/flink.sh install`")
+        if not Path(self.job_jar).is_file():
+            raise FlinkSettingsError("job_jar", f"{self.job_jar} missing: run `bash infra/flink.sh build`")
+
+    def as_dict(self) -> Dict[str, Any]:
+        """For a run's record: every setting, paths as strings."""
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+
+
+def from_mapping(values: Mapping[str, Any]) -> FlinkSettings:
+    """Settings from a mapping of keys (e.g. a config section); an unknown key fails, naming it."""
+    fields = {f.name: f for f in dataclasses.fields(FlinkSettings)}
+    kwargs: Dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise FlinkSettingsError(key, f"unknown key (known: {', '.join(sorted(fields))})")
+        kwargs[key] = _coerce(key, value, getattr(FlinkSettings, key, None))
+    return FlinkSettings(**kwargs).validate()
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    if isinstance(default, Path):
+        return Path(value)
+    if key == "rescale_max_delay_s" and value is None:
+        return None
+    target = str if isinstance(default, str) else (int if isinstance(default, int) else float)
+    if target is not str and isinstance(value, bool):
+        raise FlinkSettingsError(key, f"must be a number, got {value!r}")
+    try:
+        converted = target(value)
+    except (TypeError, ValueError):
+        raise FlinkSettingsError(key, f"must be {target.__name__}, got {value!r}") from None
+    if target is int and isinstance(value, float) and value != converted:
+        raise FlinkSettingsError(key, f"must be a whole number, got {value!r}")
+    return converted
+
+
+def _positive(key: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise FlinkSettingsError(key, f"must be > 0, got {value:g}")
+
+
+def _non_negative(key: str, value: float) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise FlinkSettingsError(key, f"must be >= 0, got {value:g}")
+
+
+def flink_config(s: FlinkSettings, checkpoint_dir: Path, java_opts: str) -> Dict[str, str]:
+    """The cluster's config.yaml (flat keys); per-process ports are passed as -D options."""
+    conf = {
+        "env.java.opts.all": java_opts,
+        "jobmanager.rpc.address": "localhost",
+        "jobmanager.bind-host": "localhost",
+        "taskmanager.host": "localhost",
+        "taskmanager.bind-host": "localhost",
+        "rest.address": "localhost",
+        "rest.bind-address": "localhost",
+        "jobmanager.memory.process.size": f"{s.jm_memory_mb}m",
+        "taskmanager.memory.process.size": f"{s.tm_memory_mb}m",
+        "taskmanager.numberOfTaskSlots": "1",
+        # no managed memory (the heap state backend does not use it) and a smaller metaspace, so that a
+        # small TaskManager still has a task heap: Flink's defaults need about 1 GB per process
+        "taskmanager.memory.managed.size": "0m",
+        "taskmanager.memory.jvm-metaspace.size": "160m",
+        "taskmanager.memory.jvm-overhead.min": "128m",
+        "scheduler-mode": "reactive",
+        "jobmanager.adaptive-scheduler.submission.resource-stabilization-timeout": _ms(s.stabilization_s),
+        "jobmanager.adaptive-scheduler.executing.resource-stabilization-timeout": _ms(s.stabilization_s),
+        "jobmanager.adaptive-scheduler.executing.cooldown-after-rescaling": _ms(s.cooldown_s),
+        "execution.checkpointing.interval": _ms(s.checkpoint_s),
+        "execution.checkpointing.storage": "filesystem",
+        "execution.checkpointing.dir": checkpoint_dir.resolve().as_uri(),
+        "execution.checkpointing.num-retained": "2",
+        "heartbeat.interval": str(int(s.heartbeat_interval_s * 1000)),
+        "heartbeat.timeout": str(int(s.heartbeat_timeout_s * 1000)),
+        "restart-strategy.type": "fixed-delay",
+        "restart-strategy.fixed-delay.attempts": "2147483647",
+        "restart-strategy.fixed-delay.delay": _ms(s.restart_delay_s),
+        "metrics.fetcher.update-interval": "1000",
+        "metrics.reporter.prom.factory.class": "org.apache.flink.metrics.prometheus.PrometheusReporterFactory",
+        "execution.shutdown-on-application-finish": "false",
+    }
+    if s.rescale_max_delay_s is not None:
+        conf["jobmanager.adaptive-scheduler.rescale-trigger.max-delay"] = _ms(s.rescale_max_delay_s)
+    return conf
+
+
+def _ms(seconds: float) -> str:
+    return f"{int(round(seconds * 1000))} ms"

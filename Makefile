@@ -39,7 +39,7 @@ OVERRIDES := $(if $(EVAL),evaluation=$(EVAL)) \
 	$(if $(SCALE),load_scale=$(SCALE)) \
 	$(ARGS)
 
-.PHONY: setup constraints experiment report test test-unit bench patterns clean infra-up infra-down images
+.PHONY: setup constraints experiment report test test-unit bench patterns clean infra-up infra-down images flink flink-test flink-bench
 
 setup: $(STAMP)
 
@@ -91,6 +91,18 @@ test: $(STAMP)
 # or browser (markers integration, live, slow; pyproject.toml); `make test` runs everything
 test-unit: $(STAMP)
 	$(BIN)/pytest -q -m "not integration and not live and not slow"
+
+# Apache Flink for the job mode (docs/flink.md): install it from PyPI into .flink/ and build the
+# WordCount job; its tests and measurements are opt-in and take /tmp/testbed-flink.lock (one cluster
+# at a time on the machine).
+flink:
+	bash infra/flink.sh build
+
+flink-test: $(STAMP) flink
+	TESTBED_FLINK_TESTS=1 flock /tmp/testbed-flink.lock $(BIN)/pytest -q tests/integration/test_flink_engine.py
+
+flink-bench: $(STAMP) flink
+	flock /tmp/testbed-flink.lock $(BIN)/python benchmarks/bench_flink.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py

@@ -94,6 +94,10 @@ class FlinkCluster:
 
     def start(self) -> None:
         """The JobManager with the job (it waits for TaskManagers); returns once its REST API answers."""
+        self._launch_jobmanager()
+        self.wait_until(lambda r: "rest" not in r.errors, "the JobManager's REST API answers", read=self._rest_only)
+
+    def _launch_jobmanager(self) -> None:
         if self.jobmanager is not None:
             raise FlinkClusterError("the JobManager runs already")
         self.settings.check_installed()
@@ -107,7 +111,12 @@ class FlinkCluster:
                 "--schedule", str(schedule_file), "--words-per-sentence", str(s.words_per_sentence),
                 "--vocabulary", str(s.vocabulary), "--zipf", str(s.zipf), "--seed", str(s.seed)]
         self.jobmanager = processes.launch("jobmanager", argv, self._env(), self.work_dir / "log" / "jobmanager.out", prom)
-        self.wait_until(lambda r: "rest" not in r.errors, "the JobManager's REST API answers", read=self._rest_only)
+
+    def start_processes(self, taskmanagers: int) -> None:
+        """Launches the JobManager and TaskManagers without waiting for any of them."""
+        self._launch_jobmanager()
+        for _ in range(taskmanagers):
+            self.add_taskmanager()
 
     def add_taskmanager(self) -> str:
         """Starts one TaskManager (one slot); returns its name (= its resource id). Does not wait."""

@@ -80,6 +80,7 @@ class SubtaskReading:
     """The counting operator's subtask on one TaskManager."""
 
     subtask: int
+    attempt: str  # the task attempt's id: a restart starts new attempts (and their counters at 0)
     records_in: float  # words processed by this attempt (a restart starts again at 0)
     counted: float  # words in its keyed state (checkpointed; replays are not counted twice)
     busy_ms_per_s: float  # the counting task's busy time
@@ -123,7 +124,7 @@ def _subtasks(samples: List[Sample]) -> Iterable[SubtaskReading]:
         busy = [b.value for b in select(samples, TASK_BUSY, subtask_index=idx)
                 if b.labels.get("task_name", "").startswith(COUNT_OPERATOR)]
         yield SubtaskReading(
-            subtask=int(idx), records_in=first(samples, OP_RECORDS_IN, **on) or 0.0, counted=s.value,
+            subtask=int(idx), attempt=s.labels.get("task_attempt_id", ""), records_in=first(samples, OP_RECORDS_IN, **on) or 0.0, counted=s.value,
             busy_ms_per_s=busy[0] if busy else math.nan,
             latency_p50_ms=_nan(first(samples, LATENCY, quantile="0.5", **on)),
             latency_p95_ms=_nan(first(samples, LATENCY, quantile="0.95", **on)),
@@ -160,6 +161,10 @@ class JobReading:
     def counted(self) -> float:
         """Words in the keyed state over every subtask."""
         return sum(st.counted for tm in self.taskmanagers for st in tm.subtasks)
+
+    def attempts(self) -> Dict[str, float]:
+        """Words processed so far per task attempt of the counting operator."""
+        return {st.attempt: st.records_in for tm in self.taskmanagers for st in tm.subtasks}
 
     def subtask_count(self) -> int:
         return sum(len(tm.subtasks) for tm in self.taskmanagers)

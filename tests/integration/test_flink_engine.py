@@ -1,0 +1,170 @@
+"""A real Apache Flink in reactive mode (testbed/flink, docs/flink.md): the project's script installs
+Flink and builds the WordCount job; a cluster runs it at a modest rate while it is scaled 1 -> 2 -> 1
+TaskManagers (the second one killed); every record the schedule generated must end counted once in
+the keyed state, and no Flink process may outlive a test or an interrupted controller.
+
+Opt-in (a Flink cluster takes most of a 2-core machine while it starts): `make flink-test`, which
+runs the file under `flock /tmp/testbed-flink.lock` with TESTBED_FLINK_TESTS=1, so that one Flink
+cluster runs at a time on the machine (a measurement takes the same lock)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from testbed.flink.cluster import FlinkCluster
+from testbed.flink.metrics import JobReading
+from testbed.flink.schedule import RateSchedule
+from testbed.flink.settings import FlinkSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.integration, pytest.mark.live, pytest.mark.slow, pytest.mark.usefixtures("cpu_hog"),
+    pytest.mark.skipif(os.environ.get("TESTBED_FLINK_TESTS") != "1",
+                       reason="Flink engine tests are opt-in: TESTBED_FLINK_TESTS=1 (make flink-test)"),
+]
+
+RATE = 150.0  # sentences/s (8 words each): a small share of one TaskManager's capacity
+SETTINGS = FlinkSettings(checkpoint_s=2.0, stabilization_s=1.0, cooldown_s=1.0, heartbeat_interval_s=1.0,
+                         heartbeat_timeout_s=5.0, restart_delay_s=0.5, stop_mode="kill")
+
+
+@pytest.fixture(scope="module")
+def flink_installed() -> FlinkSettings:
+    """Flink installed and the job built by the project's script (idempotent)."""
+    done = subprocess.run(["bash", str(ROOT / "infra" / "flink.sh"), "build"], capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr
+    return SETTINGS
+
+
+def flink_alive(pids: List[int]) -> List[int]:
+    """Those of `pids` that are still a running Java process (a reused pid is not ours)."""
+    alive = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and (b"java" in cmd or b"flink" in cmd):
+            alive.append(pid)
+    return alive
+
+
+def wait_gone(pids: List[int], timeout_s: float) -> List[int]:
+    deadline = time.monotonic() + timeout_s
+    while flink_alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return flink_alive(pids)
+
+
+class Recorder:
+    """Reads the cluster every `every_s` and keeps what the checks need."""
+
+    def __init__(self, cluster: FlinkCluster):
+        self.cluster = cluster
+        self.readings: List[JobReading] = []
+
+    def read(self) -> JobReading:
+        r = self.cluster.read()
+        self.readings.append(r)
+        return r
+
+    def until(self, ok, what: str, timeout_s: float) -> JobReading:
+        return self.cluster.wait_until(ok, what, timeout_s=timeout_s, read=self.read, every_s=0.25)
+
+    def parallelisms(self) -> List[int]:
+        """The parallelism of the counting vertex over time, repeats and restarts (0) left out."""
+        seen: List[int] = []
+        for r in self.readings:
+            if r.parallelism and (not seen or seen[-1] != r.parallelism):
+                seen.append(r.parallelism)
+        return seen
+
+    def processed(self) -> float:
+        """Words the counting operator processed over all its task attempts (as last read), replays
+        included: an attempt that a restart ended may have processed more after its last reading."""
+        last: dict = {}
+        for r in self.readings:
+            last.update(r.attempts())
+        return sum(last.values())
+
+
+def test_wordcount_rescales_1_2_1_and_counts_every_record_once(flink_installed, tmp_path):
+    s = flink_installed
+    run_s = 75.0
+    schedule = RateSchedule.of([(0, RATE), (run_s, 0)])  # then nothing: the backlog drains, totals settle
+    t0 = time.monotonic()
+    with FlinkCluster(s, schedule, tmp_path / "flink") as cluster:
+        rec = Recorder(cluster)
+        cluster.start()
+        cluster.add_taskmanager()
+        rec.until(lambda r: r.parallelism == 1 and r.subtask_count() == 1, "parallelism 1", s.start_timeout_s)
+        rec.until(lambda r: r.source is not None and r.source.emitted >= 5 * RATE, "5 s of records", s.start_timeout_s)
+        cluster.add_taskmanager()
+        rec.until(lambda r: r.parallelism == 2 and r.subtask_count() == 2, "parallelism 2", s.start_timeout_s)
+        target = rec.readings[-1].source.emitted + 5 * RATE
+        rec.until(lambda r: r.source is not None and r.source.emitted >= target, "5 s more at 2", s.start_timeout_s)
+        pids_before = cluster.pids()
+        cluster.stop_taskmanager("tm-2", mode="kill")
+        rec.until(lambda r: r.parallelism == 1 and r.subtask_count() == 1, "parallelism 1 again",
+                  s.start_timeout_s + s.heartbeat_timeout_s)
+        total = schedule.total()
+        # the schedule ran for run_s at a rate one TaskManager carries: its end plus one more restart's allowance
+        drain_s = max(0.0, run_s - cluster.now()) + run_s + s.start_timeout_s
+        final = rec.until(lambda r: r.source is not None and r.source.emitted == total and r.source.pending == 0
+                          and r.subtask_count() == 1 and r.counted() == s.words_per_sentence * total,
+                          "every record counted", drain_s)
+        pids = cluster.pids()
+    wall = time.monotonic() - t0
+    assert rec.parallelisms()[:3] == [1, 2, 1], rec.parallelisms()
+    assert final.counted() == s.words_per_sentence * total  # not more: replays are not counted twice
+    assert final.source.scheduled == total
+    assert not wait_gone(pids_before + pids, 5.0), "Flink processes left after the cluster closed"
+    processed = rec.processed()
+    assert processed >= final.counted()
+    print(f"\n{total} sentences, {final.counted():.0f} words counted, {processed:.0f} processed (at least "
+          f"{processed - final.counted():.0f} replayed after restarts); parallelism {rec.parallelisms()}; {wall:.0f} s")
+
+
+def controller(tmp_path: Path, *extra: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "testbed.flink", "run", "--rate", "50", "--seconds", "600",
+            "--work-dir", str(tmp_path / "flink"), *extra]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+def started_pids(proc: subprocess.Popen) -> List[int]:
+    for line in proc.stdout:
+        event = json.loads(line)
+        if event["event"] == "started":
+            return event["pids"]
+    raise AssertionError(f"the controller ended before starting Flink: {proc.stderr.read()[-2000:]}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
+def test_an_interrupted_controller_leaves_no_flink_process(flink_installed, tmp_path, sig):
+    proc = controller(tmp_path, "--no-wait", "--set", f"stop_timeout_s={flink_installed.stop_timeout_s}")
+    try:
+        pids = started_pids(proc)
+        assert len(flink_alive(pids)) == 2, "the JobManager and a TaskManager run"
+        time.sleep(3.0)  # mid-start: the JVMs are loading
+        proc.send_signal(sig)
+        proc.wait(flink_installed.stop_timeout_s + 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # SIGINT: the controller stops them itself; SIGKILL: Linux's parent-death signal kills them
+    assert not wait_gone(pids, 10.0), f"Flink processes left after {sig.name}"
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130, proc.stderr.read()[-2000:]

@@ -82,23 +82,23 @@ def registered(name: str):
     return lambda r: name in r.registered
 
 
-def scale_out(probe: Probe, fig: Dict[str, float], p: int) -> None:
+def scale_out(probe: Probe, fig: Dict[str, float], p: int, tag: str) -> None:
     t = probe.cluster.now()
     name = probe.cluster.add_taskmanager()
     fig[f"tm_registration_s[{name}]"] = probe.until(registered(name), f"{name} registered")
-    fig[f"rescale_{p - 1}_to_{p}_after_registration_s"] = probe.until(at(p), f"parallelism {p}")
-    fig[f"rescale_{p - 1}_to_{p}_downtime_s"] = probe.downtime(t)
-    fig[f"catch_up_{p}_sentences_per_s"] = catch_up_rate(probe, t)
+    fig[f"rescale_to_{p}_after_registration_s[{tag}]"] = probe.until(at(p), f"parallelism {p}")
+    fig[f"rescale_to_{p}_downtime_s[{tag}]"] = probe.downtime(t)
+    catch_up(probe, fig, tag)
 
 
-def catch_up_rate(probe: Probe, since: float) -> float:
-    """The source's emission rate while it had a backlog after a restart (0 if it had none)."""
-    start = next((r for r in probe.log if r.t >= since and r.parallelism and r.source), None)
-    probe.until(lambda r: r.source is not None and r.source.pending <= LOW_RATE * 0.5, "the backlog caught up")
-    end = probe.log[-1]
-    if start is None or end.t - start.t <= 0 or start.source.pending <= LOW_RATE:
-        return 0.0
-    return (end.source.emitted - start.source.emitted) / (end.t - start.t)
+def catch_up(probe: Probe, fig: Dict[str, float], tag: str) -> None:
+    """The backlog a restart left (downtime's arrivals + the replay since the checkpoint) and how long
+    the job took to work it off once running again."""
+    t = probe.cluster.now()
+    probe.until(lambda r: r.source is not None and r.source.pending <= LOW_RATE * 0.25, "the backlog caught up")
+    pending = [r.source.pending for r in probe.log if r.t >= t and r.source]
+    fig[f"backlog_after_restart_sentences[{tag}]"] = max(pending, default=0.0)
+    fig[f"catch_up_s[{tag}]"] = probe.log[-1].t - t
 
 
 def scale_in(probe: Probe, fig: Dict[str, float], mode: str) -> None:
@@ -107,10 +107,12 @@ def scale_in(probe: Probe, fig: Dict[str, float], mode: str) -> None:
     probe.cluster.stop_taskmanager(name, mode=mode)
     fig[f"scale_in_{mode}_s"] = probe.until(at(1), f"parallelism 1 after the {mode} stop")
     fig[f"scale_in_{mode}_downtime_s"] = probe.downtime(t)
+    catch_up(probe, fig, f"scale-in {mode}")
 
 
 def latency_floor(probe: Probe, fig: Dict[str, float]) -> None:
     readings = [r for r in probe.watch(15.0) if r.taskmanagers]
+    readings = [r for r in readings if r.source is not None and r.source.pending <= LOW_RATE]
     p50 = [st.latency_p50_ms for r in readings for tm in r.taskmanagers for st in tm.subtasks]
     p95 = [st.latency_p95_ms for r in readings for tm in r.taskmanagers for st in tm.subtasks]
     fig["latency_p50_ms_at_low_rate"] = statistics.median(p50)
@@ -136,9 +138,9 @@ def timings(settings: FlinkSettings, work: Path) -> Dict[str, float]:
         fig["first_start_after_registration_s"] = probe.until(at(1), "parallelism 1")
         latency_floor(probe, fig)
         memory(cluster, fig)
-        scale_out(probe, fig, 2)
+        scale_out(probe, fig, 2, "first")
         scale_in(probe, fig, "graceful")
-        scale_out(probe, fig, 2)
+        scale_out(probe, fig, 2, "second")
         scale_in(probe, fig, "kill")
     return fig
 

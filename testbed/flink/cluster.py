@@ -109,7 +109,8 @@ class FlinkCluster:
                 "--job-classname", JOB_CLASS, "--jars", str(Path(s.job_jar).resolve()), "--job-id", self.job_id,
                 f"-Dmetrics.reporter.prom.port={prom}",
                 "--schedule", str(schedule_file), "--words-per-sentence", str(s.words_per_sentence),
-                "--vocabulary", str(s.vocabulary), "--zipf", str(s.zipf), "--seed", str(s.seed)]
+                "--vocabulary", str(s.vocabulary), "--zipf", str(s.zipf), "--seed", str(s.seed),
+                "--work-us", str(s.work_us)]
         self.jobmanager = processes.launch("jobmanager", argv, self._env(), self.work_dir / "log" / "jobmanager.out", prom)
 
     def start_processes(self, taskmanagers: int) -> None:

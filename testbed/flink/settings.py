@@ -48,6 +48,7 @@ class FlinkSettings:
     vocabulary: int = 10000
     zipf: float = 1.0
     seed: int = 1
+    work_us: int = 0  # CPU time the counting operator spends per word: sets one TaskManager's capacity
 
     def validate(self) -> "FlinkSettings":
         for key in ("jm_memory_mb", "tm_memory_mb", "words_per_sentence", "vocabulary"):
@@ -55,6 +56,8 @@ class FlinkSettings:
                 raise FlinkSettingsError(key, f"must be >= 1, got {getattr(self, key)}")
         for key in ("checkpoint_s", "heartbeat_interval_s", "heartbeat_timeout_s", "start_timeout_s", "stop_timeout_s"):
             _positive(key, getattr(self, key))
+        if self.work_us < 0:
+            raise FlinkSettingsError("work_us", f"must be >= 0, got {self.work_us}")
         for key in ("stabilization_s", "cooldown_s", "restart_delay_s", "zipf"):
             _non_negative(key, getattr(self, key))
         if self.rescale_max_delay_s is not None:
@@ -150,6 +153,7 @@ def flink_config(s: FlinkSettings, checkpoint_dir: Path, java_opts: str) -> Dict
         "restart-strategy.fixed-delay.attempts": "2147483647",
         "restart-strategy.fixed-delay.delay": _ms(s.restart_delay_s),
         "metrics.fetcher.update-interval": "1000",
+        "web.refresh-interval": "250",  # the REST API's job status is cached this long (default 3 s)
         "metrics.reporter.prom.factory.class": "org.apache.flink.metrics.prometheus.PrometheusReporterFactory",
         "execution.shutdown-on-application-finish": "false",
     }

@@ -112,7 +112,8 @@ def test_wordcount_rescales_1_2_1_and_counts_every_record_once(flink_installed, 
         rec.until(lambda r: r.source is not None and r.source.emitted >= 5 * RATE, "5 s of records", s.start_timeout_s)
         cluster.add_taskmanager()
         rec.until(lambda r: r.parallelism == 2 and r.subtask_count() == 2, "parallelism 2", s.start_timeout_s)
-        target = rec.readings[-1].source.emitted + 5 * RATE
+        last = rec.readings[-1].source
+        target = (last.emitted if last else 0.0) + 5 * RATE
         rec.until(lambda r: r.source is not None and r.source.emitted >= target, "5 s more at 2", s.start_timeout_s)
         pids_before = cluster.pids()
         cluster.stop_taskmanager("tm-2", mode="kill")

@@ -71,6 +71,7 @@ def test_default_settings_are_valid():
     ({"tm_memory_mb": 256}, "tm_memory_mb"),
     ({"vocabulary": 0}, "vocabulary"),
     ({"rescale_max_delay_s": -2}, "rescale_max_delay_s"),
+    ({"work_us": -1}, "work_us"),
     ({"start_timeout_s": math.inf}, "start_timeout_s"),
 ])
 def test_a_bad_value_names_its_key(values, key):

@@ -13,7 +13,8 @@ import org.apache.flink.util.Collector;
  * WordCount as in the Daedalus paper's Flink job: sentences from a source, split into words, a
  * running count per word (keyed). Arguments: --schedule FILE (seconds rate per line) and optionally
  * --words-per-sentence (8), --vocabulary (10000), --zipf (1.0: word frequencies ~ 1/rank),
- * --sentences (4096 distinct sentences, cycled), --seed (1). The source runs at parallelism 1
+ * --sentences (4096 distinct sentences, cycled), --seed (1), --work-us (0: CPU time spent per
+ * counted word, to set a TaskManager's capacity). The source runs at parallelism 1
  * (max parallelism 1, so reactive mode keeps it there); split and count scale with the cluster.
  */
 public final class WordCountJob {
@@ -28,7 +29,7 @@ public final class WordCountJob {
                 .rebalance() // not chained to the source, so the splitting scales with the cluster
                 .flatMap(new Splitter()).name("split").uid("split")
                 .keyBy(w -> w.word)
-                .process(new WordCounter()).name("count").uid("count")
+                .process(new WordCounter(params.getLong("work-us", 0))).name("count").uid("count")
                 .sinkTo(new DiscardingSink<>()).name("discard").uid("discard");
         env.execute("testbed-wordcount");
     }

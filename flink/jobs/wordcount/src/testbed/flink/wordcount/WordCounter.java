@@ -1,5 +1,7 @@
 package testbed.flink.wordcount;
 
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.state.ListState;
 import org.apache.flink.api.common.state.ListStateDescriptor;
@@ -18,17 +20,27 @@ import org.apache.flink.util.Collector;
  * redistributed on rescaling without loss: summed over subtasks it is the total of all counts, so
  * a replay after a restart that counted twice would show as a total above the words emitted.
  * Latency (processing time - the sentence's scheduled time) goes to latencyMs and latencySumMs.
+ * workMicros of the task thread's own CPU time are spent per word (0: none), so that a TaskManager's
+ * capacity can be set below what the one source emits; CPU time, not wall time, so that contention
+ * slows the work down instead of shortening it.
  */
 public final class WordCounter extends KeyedProcessFunction<String, Word, Long> implements CheckpointedFunction {
     private static final long serialVersionUID = 1L;
+    private final long workNanos;
+    private transient ThreadMXBean threads;
     private transient ValueState<Long> count;
     private transient ListState<Long> countedState;
     private transient long counted;
     private transient WindowHistogram latency;
     private transient Counter latencySum;
 
+    public WordCounter(long workMicros) {
+        this.workNanos = workMicros * 1000L;
+    }
+
     @Override
     public void open(OpenContext openContext) {
+        threads = ManagementFactory.getThreadMXBean();
         count = getRuntimeContext().getState(new ValueStateDescriptor<>("count", Long.class));
         var metrics = getRuntimeContext().getMetricGroup();
         metrics.gauge("countedWords", () -> counted);
@@ -38,6 +50,12 @@ public final class WordCounter extends KeyedProcessFunction<String, Word, Long> 
 
     @Override
     public void processElement(Word word, Context ctx, Collector<Long> out) throws Exception {
+        if (workNanos > 0) {
+            long end = threads.getCurrentThreadCpuTime() + workNanos;
+            while (threads.getCurrentThreadCpuTime() < end) {
+                // burn the word's CPU time
+            }
+        }
         Long c = count.value();
         count.update(c == null ? 1L : c + 1);
         counted++;

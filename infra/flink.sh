@@ -90,6 +90,7 @@ taskmanager.numberOfTaskSlots: 1
 scheduler-mode: reactive
 execution.checkpointing.interval: 2 s
 execution.checkpointing.dir: file://$RUN_DIR/checkpoints
+user.artifacts.base-dir: $RUN_DIR/artifacts
 metrics.reporter.prom.factory.class: org.apache.flink.metrics.prometheus.PrometheusReporterFactory
 metrics.reporter.prom.port: 9250-9299
 YAML

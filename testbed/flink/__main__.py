@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -29,7 +30,8 @@ def _args(argv):
     run.add_argument("--every", type=float, default=1.0, help="seconds between readings")
     run.add_argument("--work-dir", type=Path, default=None, help="config, logs, checkpoints (default: a temp dir)")
     run.add_argument("--no-wait", action="store_true", help="print the pids as soon as the processes are launched")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting (testbed/flink/settings.py)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="a setting (testbed/flink/settings.py)")
     return p.parse_args(argv)
 
 
@@ -61,7 +63,15 @@ def run(args) -> int:
     return 0
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv=None) -> int:
+    # a controller started in the background may inherit SIGINT ignored: take it (and SIGTERM)
+    # explicitly, so that either stops the cluster before exiting
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     args = _args(argv)
     try:
         return run(args)

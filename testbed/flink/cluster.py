@@ -88,7 +88,7 @@ class FlinkCluster:
             (conf_dir / name).write_bytes((home / "conf" / name).read_bytes())
         defaults = yaml.safe_load((home / "conf" / "config.yaml").read_text()) or {}
         java_opts = defaults.get("env", {}).get("java", {}).get("opts", {}).get("all", "")
-        conf = flink_config(self.settings, self.work_dir / "checkpoints", java_opts)
+        conf = flink_config(self.settings, self.work_dir, java_opts)
         conf.update({key: str(port) for key, port in ports.items()})  # every process reads these
         (conf_dir / "config.yaml").write_text(yaml.safe_dump(conf, default_flow_style=False, sort_keys=True))
 
@@ -111,7 +111,8 @@ class FlinkCluster:
                 "--schedule", str(schedule_file), "--words-per-sentence", str(s.words_per_sentence),
                 "--vocabulary", str(s.vocabulary), "--zipf", str(s.zipf), "--seed", str(s.seed),
                 "--work-us", str(s.work_us)]
-        self.jobmanager = processes.launch("jobmanager", argv, self._env(), self.work_dir / "log" / "jobmanager.out", prom)
+        log_file = self.work_dir / "log" / "jobmanager.out"
+        self.jobmanager = processes.launch("jobmanager", argv, self._env(), log_file, prom)
 
     def start_processes(self, taskmanagers: int) -> None:
         """Launches the JobManager and TaskManagers without waiting for any of them."""

@@ -124,7 +124,8 @@ def _subtasks(samples: List[Sample]) -> Iterable[SubtaskReading]:
         busy = [b.value for b in select(samples, TASK_BUSY, subtask_index=idx)
                 if b.labels.get("task_name", "").startswith(COUNT_OPERATOR)]
         yield SubtaskReading(
-            subtask=int(idx), attempt=s.labels.get("task_attempt_id", ""), records_in=first(samples, OP_RECORDS_IN, **on) or 0.0, counted=s.value,
+            subtask=int(idx), attempt=s.labels.get("task_attempt_id", ""),
+            records_in=first(samples, OP_RECORDS_IN, **on) or 0.0, counted=s.value,
             busy_ms_per_s=busy[0] if busy else math.nan,
             latency_p50_ms=_nan(first(samples, LATENCY, quantile="0.5", **on)),
             latency_p95_ms=_nan(first(samples, LATENCY, quantile="0.95", **on)),

@@ -121,9 +121,12 @@ def _non_negative(key: str, value: float) -> None:
         raise FlinkSettingsError(key, f"must be >= 0, got {value:g}")
 
 
-def flink_config(s: FlinkSettings, checkpoint_dir: Path, java_opts: str) -> Dict[str, str]:
+def flink_config(s: FlinkSettings, work_dir: Path, java_opts: str) -> Dict[str, str]:
     """The cluster's config.yaml (flat keys); per-process ports are passed as -D options."""
     conf = {
+        # application mode copies the job jar here and keeps a copy of the same name that exists
+        # already: the default (/opt/flink/artifacts) would run a stale jar after a rebuild
+        "user.artifacts.base-dir": str((work_dir / "artifacts").resolve()),
         "env.java.opts.all": java_opts,
         "jobmanager.rpc.address": "localhost",
         "jobmanager.bind-host": "localhost",
@@ -145,7 +148,7 @@ def flink_config(s: FlinkSettings, checkpoint_dir: Path, java_opts: str) -> Dict
         "jobmanager.adaptive-scheduler.executing.cooldown-after-rescaling": _ms(s.cooldown_s),
         "execution.checkpointing.interval": _ms(s.checkpoint_s),
         "execution.checkpointing.storage": "filesystem",
-        "execution.checkpointing.dir": checkpoint_dir.resolve().as_uri(),
+        "execution.checkpointing.dir": (work_dir / "checkpoints").resolve().as_uri(),
         "execution.checkpointing.num-retained": "2",
         "heartbeat.interval": str(int(s.heartbeat_interval_s * 1000)),
         "heartbeat.timeout": str(int(s.heartbeat_timeout_s * 1000)),

@@ -105,10 +105,11 @@ def test_missing_installation_says_how_to_install(tmp_path: Path):
 def test_cluster_config_sets_reactive_mode_and_the_timings(tmp_path: Path):
     s = FlinkSettings(checkpoint_s=2.5, stabilization_s=1, cooldown_s=0, heartbeat_interval_s=1,
                       heartbeat_timeout_s=4, restart_delay_s=0.5, rescale_max_delay_s=3)
-    conf = flink_config(s, tmp_path / "cp", "-Dx=1")
+    conf = flink_config(s, tmp_path, "-Dx=1")
     assert conf["scheduler-mode"] == "reactive" and conf["taskmanager.numberOfTaskSlots"] == "1"
     assert conf["execution.checkpointing.interval"] == "2500 ms"
-    assert conf["execution.checkpointing.dir"] == (tmp_path / "cp").as_uri()
+    assert conf["execution.checkpointing.dir"] == (tmp_path / "checkpoints").as_uri()
+    assert conf["user.artifacts.base-dir"] == str(tmp_path / "artifacts")
     assert conf["jobmanager.adaptive-scheduler.executing.resource-stabilization-timeout"] == "1000 ms"
     assert conf["jobmanager.adaptive-scheduler.submission.resource-stabilization-timeout"] == "1000 ms"
     assert conf["jobmanager.adaptive-scheduler.executing.cooldown-after-rescaling"] == "0 ms"

@@ -67,8 +67,9 @@ final class ScheduleReader implements SourceReader<Sentence, ScheduledSplit> {
             return splitArrived;
         }
         double next = schedule.timeOf(split.emitted);
-        long wait = Double.isInfinite(next) ? MAX_WAIT_MS
-                : Math.max(1, Math.min(MAX_WAIT_MS, split.startMs + (long) Math.ceil(next * 1000.0) - System.currentTimeMillis()));
+        long untilNext = Double.isInfinite(next) ? MAX_WAIT_MS
+                : split.startMs + (long) Math.ceil(next * 1000.0) - System.currentTimeMillis();
+        long wait = Math.max(1, Math.min(MAX_WAIT_MS, untilNext));
         return CompletableFuture.runAsync(() -> {}, CompletableFuture.delayedExecutor(wait, TimeUnit.MILLISECONDS));
     }
 

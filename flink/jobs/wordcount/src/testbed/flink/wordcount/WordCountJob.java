@@ -26,8 +26,10 @@ public final class WordCountJob {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
         env.fromSource(new ScheduledSource(schedule, sentences), WatermarkStrategy.noWatermarks(), "source")
                 .setParallelism(1).setMaxParallelism(1).uid("source")
-                .rebalance() // not chained to the source, so the splitting scales with the cluster
-                .flatMap(new Splitter()).name("split").uid("split")
+                .rebalance()
+                // never chained to the source (Flink chains them across the rebalance while both
+                // run at parallelism 1), so that the splitting scales with the cluster
+                .flatMap(new Splitter()).name("split").uid("split").disableChaining()
                 .keyBy(w -> w.word)
                 .process(new WordCounter(params.getLong("work-us", 0))).name("count").uid("count")
                 .sinkTo(new DiscardingSink<>()).name("discard").uid("discard");

@@ -179,3 +179,47 @@ def test_last_error_prefers_an_exception_line(tmp_path: Path):
     log.write_text("INFO starting\nException in thread main: memory\n\tat x\nINFO bye\n")
     assert last_error(log) == "Exception in thread main: memory"
     assert last_error(tmp_path / "none") == "no log"
+
+
+# -- processes (with `sleep` standing in for a JVM: what matters is the pid bookkeeping) ------------
+def _gone(pid: int, timeout_s: float = 5.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_stopping_processes_gracefully_and_at_once(tmp_path: Path):
+    from testbed.flink import processes
+
+    a = processes.launch("a", ["sleep", "60"], {"PATH": "/usr/bin:/bin"}, tmp_path / "a.out", 0)
+    b = processes.launch("b", ["sleep", "60"], {"PATH": "/usr/bin:/bin"}, tmp_path / "b.out", 0)
+    assert {a.pid, b.pid} <= set(processes.live_pids()) and a.rss_mb() is not None and a.cpu_s() is not None
+    assert processes.stop(a, graceful=True, timeout_s=5) < 5
+    processes.stop_all([b], timeout_s=5)
+    assert not a.alive() and not b.alive() and not {a.pid, b.pid} & set(processes.live_pids())
+    assert a.rss_mb() is None
+
+
+def test_a_killed_controller_takes_its_processes_along(tmp_path: Path):
+    import subprocess
+    import sys
+
+    code = ("import sys, time; from pathlib import Path; from testbed.flink import processes; "
+            "p = processes.launch('x', ['sleep', '60'], {'PATH': '/usr/bin:/bin'}, Path(sys.argv[1]), 0); "
+            "print(p.pid, flush=True); time.sleep(60)")
+    root = Path(__file__).resolve().parents[2]
+    ctl = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "x.out")], stdout=subprocess.PIPE, text=True,
+                           cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    pid = int(ctl.stdout.readline())
+    ctl.kill()
+    ctl.wait()
+    assert _gone(pid), "the child outlived its killed controller"

@@ -169,3 +169,45 @@ class JobReading:
 
     def subtask_count(self) -> int:
         return sum(len(tm.subtasks) for tm in self.taskmanagers)
+
+
+@dataclass(frozen=True)
+class JobRates:
+    """What happened between two readings, per second: the inputs a job-mode controller samples."""
+
+    t: float  # time of the newer reading
+    dt: float
+    workload: float  # sentences the schedule made due per second
+    emitted: float  # sentences the source emitted per second (negative across a restart's rollback)
+    lag: float  # sentences due and not yet emitted, now
+    throughput: Mapping[str, float]  # words counted per second, per TaskManager
+    cpu: Mapping[str, float]  # cores used per TaskManager (its JVM's CPU time over the interval)
+    busy: Mapping[str, float]  # the counting task's busy fraction per TaskManager
+    parallelism: int
+    status: str
+
+
+def rates(prev: JobReading, cur: JobReading) -> JobRates:
+    """Per-second rates between two readings of the same cluster. A subtask attempt that is new in
+    `cur` (the job restarted) counts from 0; a TaskManager missing from either reading is left out."""
+    dt = cur.t - prev.t
+    if dt <= 0:
+        raise ValueError(f"readings out of order: {prev.t:.3f} then {cur.t:.3f}")
+    before = {tm.name: tm for tm in prev.taskmanagers}
+    throughput, cpu, busy = {}, {}, {}
+    for tm in cur.taskmanagers:
+        old = before.get(tm.name)
+        if old is None:
+            continue
+        seen = {st.attempt: st.records_in for st in old.subtasks}
+        throughput[tm.name] = sum(st.records_in - seen.get(st.attempt, 0.0) for st in tm.subtasks) / dt
+        if tm.cpu_time_s is not None and old.cpu_time_s is not None:
+            cpu[tm.name] = max(0.0, tm.cpu_time_s - old.cpu_time_s) / dt
+        busy[tm.name] = sum(st.busy_ms_per_s for st in tm.subtasks if not math.isnan(st.busy_ms_per_s)) / 1000.0
+    src0, src1 = prev.source, cur.source
+    both = src0 is not None and src1 is not None
+    return JobRates(
+        t=cur.t, dt=dt, workload=(src1.scheduled - src0.scheduled) / dt if both else math.nan,
+        emitted=(src1.emitted - src0.emitted) / dt if both else math.nan,
+        lag=src1.pending if src1 is not None else math.nan,
+        throughput=throughput, cpu=cpu, busy=busy, parallelism=cur.parallelism, status=cur.status)

@@ -223,3 +223,33 @@ def test_a_killed_controller_takes_its_processes_along(tmp_path: Path):
     ctl.kill()
     ctl.wait()
     assert _gone(pid), "the child outlived its killed controller"
+
+
+# -- rates between readings -------------------------------------------------------------------------
+def _tm(name, cpu_s, subtasks, source=None):
+    from testbed.flink.metrics import TaskManagerReading
+
+    return TaskManagerReading(name, 0.1, cpu_s, 100.0, tuple(subtasks), source)
+
+
+def _st(attempt, records_in, busy=500.0):
+    from testbed.flink.metrics import SubtaskReading
+
+    return SubtaskReading(0, attempt, records_in, records_in, busy, 1.0, 2.0, 0.0)
+
+
+def test_rates_between_two_readings():
+    from testbed.flink.metrics import JobReading, SourceReading, rates
+
+    src0, src1 = SourceReading(1000, 990, 10, 0), SourceReading(1200, 1150, 50, 0)
+    prev = JobReading(10.0, "RUNNING", 2, ("tm-1", "tm-2"),
+                      (_tm("tm-1", 5.0, [_st("a", 800)], src0), _tm("tm-2", 3.0, [_st("b", 400)])), src0)
+    cur = JobReading(12.0, "RUNNING", 2, ("tm-1", "tm-2", "tm-3"),
+                     (_tm("tm-1", 6.0, [_st("a", 1800, 900)], src1), _tm("tm-2", 4.5, [_st("c", 300)]),
+                      _tm("tm-3", 1.0, [_st("d", 10)])), src1)
+    r = rates(prev, cur)
+    assert (r.dt, r.workload, r.emitted, r.lag) == (2.0, 100.0, 80.0, 50)
+    assert r.throughput == {"tm-1": 500.0, "tm-2": 150.0}  # tm-2 restarted: its new attempt counts from 0
+    assert r.cpu == {"tm-1": 0.5, "tm-2": 0.75} and r.busy == {"tm-1": 0.9, "tm-2": 0.5}
+    with pytest.raises(ValueError, match="out of order"):
+        rates(cur, prev)

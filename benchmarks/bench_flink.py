@@ -1,7 +1,7 @@
 """What a real Flink 2.3 in reactive mode costs on this machine, with the project's WordCount
 (docs/flink.md#measured). Two clusters, one after the other:
 
-* timings, at a low rate (LOW_RATE sentences/s): the JobManager's start, each TaskManager's
+* timings, at a low rate (--rate, LOW_RATE sentences/s): the JobManager's start, each TaskManager's
   registration, the first start of the job, the rescale 1 -> 2 (registration -> running at 2, and
   the downtime), the catch-up after it, a graceful scale-in 2 -> 1 (SIGTERM), a killed one (SIGKILL:
   found by a failed connection or the heartbeat timeout), the latency floor and each JVM's memory;
@@ -9,6 +9,7 @@
   counted at parallelism 1 (one TaskManager, which also runs the source), then at 2.
 
     flock /tmp/testbed-flink.lock .venv/bin/python benchmarks/bench_flink.py [--out FILE.json] [--set KEY=VALUE]
+        [--only timings|capacity] [--rate SENTENCES_PER_S]
 
 Prints one line per figure and writes them with the settings as JSON (--out). Needs
 `bash infra/flink.sh build`; take the lock so no other Flink cluster runs meanwhile.
@@ -173,11 +174,14 @@ def throughput(probe: Probe, cluster: FlinkCluster, p: int, seconds: float) -> D
 
 
 def main(argv=None) -> int:
+    global LOW_RATE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--only", choices=("timings", "capacity"))
+    ap.add_argument("--rate", type=float, default=LOW_RATE, help="sentences/s of the timings run")
     args = ap.parse_args(argv)
+    LOW_RATE = args.rate
     settings = from_mapping({**BENCH, **dict(kv.split("=", 1) for kv in args.set)})
     work = Path(tempfile.mkdtemp(prefix="bench-flink-"))
     fig: Dict[str, float] = {}

@@ -40,6 +40,7 @@ class FlinkSettings:
     heartbeat_interval_s: float = 3.0
     heartbeat_timeout_s: float = 15.0  # a killed TaskManager is declared lost after this
     restart_delay_s: float = 1.0  # fixed-delay restart strategy after a failure
+    buffer_timeout_ms: float = 100.0  # a network buffer is sent at the latest after this (Flink's default)
     stop_mode: str = "graceful"  # how stop_taskmanager ends a TaskManager: graceful | kill
     start_timeout_s: float = 180.0  # a process must answer (REST up, TaskManager registered) within this
     stop_timeout_s: float = 30.0  # a graceful stop waits this long before SIGKILL
@@ -58,7 +59,7 @@ class FlinkSettings:
             _positive(key, getattr(self, key))
         if self.work_us < 0:
             raise FlinkSettingsError("work_us", f"must be >= 0, got {self.work_us}")
-        for key in ("stabilization_s", "cooldown_s", "restart_delay_s", "zipf"):
+        for key in ("stabilization_s", "cooldown_s", "restart_delay_s", "zipf", "buffer_timeout_ms"):
             _non_negative(key, getattr(self, key))
         if self.rescale_max_delay_s is not None:
             _non_negative("rescale_max_delay_s", self.rescale_max_delay_s)
@@ -155,6 +156,7 @@ def flink_config(s: FlinkSettings, work_dir: Path, java_opts: str) -> Dict[str, 
         "restart-strategy.type": "fixed-delay",
         "restart-strategy.fixed-delay.attempts": "2147483647",
         "restart-strategy.fixed-delay.delay": _ms(s.restart_delay_s),
+        "execution.buffer-timeout.interval": f"{int(round(s.buffer_timeout_ms))} ms",
         "metrics.fetcher.update-interval": "1000",
         "web.refresh-interval": "250",  # the REST API's job status is cached this long (default 3 s)
         "metrics.reporter.prom.factory.class": "org.apache.flink.metrics.prometheus.PrometheusReporterFactory",

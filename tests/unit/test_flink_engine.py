@@ -72,6 +72,7 @@ def test_default_settings_are_valid():
     ({"vocabulary": 0}, "vocabulary"),
     ({"rescale_max_delay_s": -2}, "rescale_max_delay_s"),
     ({"work_us": -1}, "work_us"),
+    ({"buffer_timeout_ms": -5}, "buffer_timeout_ms"),
     ({"start_timeout_s": math.inf}, "start_timeout_s"),
 ])
 def test_a_bad_value_names_its_key(values, key):
@@ -116,6 +117,7 @@ def test_cluster_config_sets_reactive_mode_and_the_timings(tmp_path: Path):
     assert conf["jobmanager.adaptive-scheduler.rescale-trigger.max-delay"] == "3000 ms"
     assert (conf["heartbeat.interval"], conf["heartbeat.timeout"]) == ("1000", "4000")
     assert conf["restart-strategy.fixed-delay.delay"] == "500 ms"
+    assert conf["execution.buffer-timeout.interval"] == "100 ms"
     assert conf["env.java.opts.all"] == "-Dx=1"
     assert "jobmanager.adaptive-scheduler.rescale-trigger.max-delay" not in flink_config(FlinkSettings(), tmp_path, "")
 

@@ -93,12 +93,14 @@ def scale_out(probe: Probe, fig: Dict[str, float], p: int, tag: str) -> None:
 
 
 def catch_up(probe: Probe, fig: Dict[str, float], tag: str) -> None:
-    """The backlog a restart left (downtime's arrivals + the replay since the checkpoint) and how long
-    the job took to work it off once running again."""
+    """The backlog a restart left (downtime's arrivals + the replay since the checkpoint: due and not
+    yet counted, in-flight buffers included) and how long the job took to work it off once running
+    again (back to at most a quarter second of arrivals)."""
     t = probe.cluster.now()
-    probe.until(lambda r: r.source is not None and r.source.pending <= LOW_RATE * 0.25, "the backlog caught up")
-    pending = [r.source.pending for r in probe.log if r.t >= t and r.source]
-    fig[f"backlog_after_restart_sentences[{tag}]"] = max(pending, default=0.0)
+    wps = probe.cluster.settings.words_per_sentence
+    probe.until(lambda r: r.backlog(wps) <= LOW_RATE * 0.25, "the backlog caught up")
+    backlog = [r.backlog(wps) for r in probe.log if r.t >= t - 0.5 and r.source]
+    fig[f"backlog_after_restart_sentences[{tag}]"] = max(backlog, default=0.0)
     fig[f"catch_up_s[{tag}]"] = probe.log[-1].t - t
 
 

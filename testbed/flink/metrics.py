@@ -163,6 +163,13 @@ class JobReading:
         """Words in the keyed state over every subtask."""
         return sum(st.counted for tm in self.taskmanagers for st in tm.subtasks)
 
+    def backlog(self, words_per_sentence: int) -> float:
+        """Sentences due and not yet counted: the source's pending records plus what is in flight
+        in the network buffers (which `pendingRecords` does not see). NaN without the source."""
+        if self.source is None:
+            return math.nan
+        return max(0.0, self.source.scheduled - self.counted() / words_per_sentence)
+
     def attempts(self) -> Dict[str, float]:
         """Words processed so far per task attempt of the counting operator."""
         return {st.attempt: st.records_in for tm in self.taskmanagers for st in tm.subtasks}

@@ -249,6 +249,8 @@ def test_rates_between_two_readings():
     cur = JobReading(12.0, "RUNNING", 2, ("tm-1", "tm-2", "tm-3"),
                      (_tm("tm-1", 6.0, [_st("a", 1800, 900)], src1), _tm("tm-2", 4.5, [_st("c", 300)]),
                       _tm("tm-3", 1.0, [_st("d", 10)])), src1)
+    assert cur.backlog(8) == 1200 - (1800 + 300 + 10) / 8
+    assert JobReading(0.0, "NONE", 0, ()).backlog(8) != JobReading(0.0, "NONE", 0, ()).backlog(8)  # NaN
     r = rates(prev, cur)
     assert (r.dt, r.workload, r.emitted, r.lag) == (2.0, 100.0, 80.0, 50)
     assert r.throughput == {"tm-1": 500.0, "tm-2": 150.0}  # tm-2 restarted: its new attempt counts from 0

@@ -165,7 +165,8 @@ class JobReading:
 
     def backlog(self, words_per_sentence: int) -> float:
         """Sentences due and not yet counted: the source's pending records plus what is in flight
-        in the network buffers (which `pendingRecords` does not see). NaN without the source."""
+        in the network buffers (which `pendingRecords` does not see). NaN without the source.
+        Around a restart the subtasks read may mix old and new attempts, and the total with them."""
         if self.source is None:
             return math.nan
         return max(0.0, self.source.scheduled - self.counted() / words_per_sentence)

@@ -87,6 +87,9 @@ rest.port: ${FLINK_REST_PORT:-8081}
 jobmanager.memory.process.size: 640m
 taskmanager.memory.process.size: 768m
 taskmanager.numberOfTaskSlots: 1
+taskmanager.memory.managed.size: 0m
+taskmanager.memory.jvm-metaspace.size: 160m
+taskmanager.memory.jvm-overhead.min: 128m
 scheduler-mode: reactive
 execution.checkpointing.interval: 2 s
 execution.checkpointing.dir: file://$RUN_DIR/checkpoints
@@ -103,11 +106,12 @@ running_pids() { cat "$RUN_DIR"/*.pid 2>/dev/null | while read -r pid; do kill -
 start() {
   build
   if [ -n "$(running_pids)" ]; then echo "flink cluster running (pids $(running_pids | xargs))"; return 0; fi
-  write_conf
+  rm -rf "$RUN_DIR" && write_conf
   flink_env
   say "starting the JobManager (WordCount at ${FLINK_RATE:-100} records/s; REST on port ${FLINK_REST_PORT:-8081})…"
-  "$FLINK_HOME/bin/standalone-job.sh" start --job-classname testbed.flink.wordcount.WordCountJob \
-    --jars "$JOB_JAR" --schedule "$RUN_DIR/schedule.txt" >/dev/null
+  # --jars takes every argument up to the next option: it goes before --job-classname
+  "$FLINK_HOME/bin/standalone-job.sh" start --jars "$JOB_JAR" \
+    --job-classname testbed.flink.wordcount.WordCountJob --schedule "$RUN_DIR/schedule.txt" >/dev/null
   for _ in $(seq 1 "${FLINK_TASKMANAGERS:-1}"); do
     say "starting a TaskManager…"
     "$FLINK_HOME/bin/taskmanager.sh" start >/dev/null

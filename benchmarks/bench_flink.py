@@ -4,7 +4,8 @@
 * timings, at a low rate (--rate, LOW_RATE sentences/s): the JobManager's start, each TaskManager's
   registration, the first start of the job, the rescale 1 -> 2 (registration -> running at 2, and
   the downtime), the catch-up after it, a graceful scale-in 2 -> 1 (SIGTERM), a killed one (SIGKILL:
-  found by a failed connection or the heartbeat timeout), the latency floor and each JVM's memory;
+  its closed connections give it away), a frozen one (SIGSTOP: only the heartbeat timeout finds
+  it), the latency floor and each JVM's memory;
 * capacity: a schedule far above what the job carries, so the source is always behind; the rate
   counted at parallelism 1 (one TaskManager, which also runs the source), then at 2.
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -28,6 +31,7 @@ from typing import Dict, List, Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from testbed.flink import processes  # noqa: E402
 from testbed.flink.cluster import FlinkCluster  # noqa: E402
 from testbed.flink.metrics import JobReading  # noqa: E402
 from testbed.flink.schedule import RateSchedule  # noqa: E402
@@ -113,6 +117,21 @@ def scale_in(probe: Probe, fig: Dict[str, float], mode: str) -> None:
     catch_up(probe, fig, f"scale-in {mode}")
 
 
+def scale_in_frozen(probe: Probe, fig: Dict[str, float]) -> None:
+    """A TaskManager that stops answering without closing its connections (SIGSTOP: a hung JVM,
+    or a network cut): only the heartbeat timeout finds it. It is SIGKILLed afterwards."""
+    t = probe.cluster.now()
+    name = list(probe.cluster.taskmanagers)[-1]
+    proc = probe.cluster.taskmanagers.pop(name)  # not scraped meanwhile: a frozen endpoint only times out
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        timeout = probe.cluster.settings.heartbeat_timeout_s + probe.cluster.settings.start_timeout_s
+        fig["scale_in_frozen_s"] = probe.until(at(1), "parallelism 1 after the freeze", timeout_s=timeout)
+        fig["scale_in_frozen_downtime_s"] = probe.downtime(t)
+    finally:
+        processes.stop(proc, graceful=False, timeout_s=0)
+
+
 def latency_floor(probe: Probe, fig: Dict[str, float]) -> None:
     readings = [r for r in probe.watch(15.0) if r.taskmanagers]
     readings = [r for r in readings if r.source is not None and r.source.pending <= LOW_RATE]
@@ -145,6 +164,8 @@ def timings(settings: FlinkSettings, work: Path) -> Dict[str, float]:
         scale_in(probe, fig, "graceful")
         scale_out(probe, fig, 2, "second")
         scale_in(probe, fig, "kill")
+        scale_out(probe, fig, 2, "third")
+        scale_in_frozen(probe, fig)
     return fig
 
 

@@ -28,7 +28,7 @@ from testbed.flink import processes
 from testbed.flink.metrics import JobReading, MetricsFormatError, parse_prometheus, read_taskmanager
 from testbed.flink.processes import FlinkProcess, free_port
 from testbed.flink.schedule import RateSchedule
-from testbed.flink.settings import JOB_CLASS, FlinkSettings, flink_config
+from testbed.flink.settings import FLINK_VERSION, JOB_CLASS, FlinkSettings, flink_config
 
 log = logging.getLogger(__name__)
 COUNT_VERTEX = "count"  # the counting vertex's name starts with this (chained with its sink)
@@ -144,15 +144,25 @@ class FlinkCluster:
 
     def close(self) -> None:
         """Stops every process of the cluster (TaskManagers and JobManager together)."""
-        procs = list(self.taskmanagers.values()) + ([self.jobmanager] if self.jobmanager else [])
+        procs = self._procs()
         self.taskmanagers.clear()
         self.jobmanager = None
         if procs:
             processes.stop_all(procs, timeout_s=self.settings.stop_timeout_s)
 
+    def record(self) -> dict:
+        """What a run records about its engine: the Flink version, every setting (the stop mode and
+        heartbeat among them), the schedule, the job id and where the logs are."""
+        return {"engine": "flink", "flink_version": FLINK_VERSION, "settings": self.settings.as_dict(),
+                "schedule": {"times": list(self.schedule.times), "rates": list(self.schedule.rates)},
+                "job_id": self.job_id, "work_dir": str(self.work_dir),
+                "processes": {p.name: {"pid": p.pid, "prom_port": p.prom_port} for p in self._procs()}}
+
+    def _procs(self) -> List[FlinkProcess]:
+        return ([self.jobmanager] if self.jobmanager else []) + list(self.taskmanagers.values())
+
     def pids(self) -> List[int]:
-        procs = list(self.taskmanagers.values()) + ([self.jobmanager] if self.jobmanager else [])
-        return [p.pid for p in procs]
+        return [p.pid for p in self._procs()]
 
     # -- reading -----------------------------------------------------------------------------------
     def _rest(self, path: str) -> dict:
@@ -200,8 +210,7 @@ class FlinkCluster:
 
     def _check_alive(self, what: str) -> None:
         """FlinkClusterError if a process exited that nobody stopped (with its log's last line)."""
-        procs = ([self.jobmanager] if self.jobmanager else []) + list(self.taskmanagers.values())
-        for p in procs:
+        for p in self._procs():
             if not p.alive():
                 raise FlinkClusterError(f"{p.name} exited (status {p.popen.returncode}) before {what}: "
                                         f"{last_error(p.log)} (log: {p.log})")

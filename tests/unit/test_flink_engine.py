@@ -257,3 +257,17 @@ def test_rates_between_two_readings():
     assert r.cpu == {"tm-1": 0.5, "tm-2": 0.75} and r.busy == {"tm-1": 0.9, "tm-2": 0.5}
     with pytest.raises(ValueError, match="out of order"):
         rates(cur, prev)
+
+
+def test_a_cluster_records_its_settings_before_anything_runs(tmp_path: Path):
+    from testbed.flink.cluster import FlinkCluster
+
+    cluster = FlinkCluster(FlinkSettings(stop_mode="kill", heartbeat_timeout_s=8), RateSchedule.constant(5, 10),
+                           tmp_path)
+    rec = cluster.record()
+    assert rec["flink_version"] == "2.3.0" and rec["settings"]["stop_mode"] == "kill"
+    assert rec["settings"]["heartbeat_timeout_s"] == 8 and rec["schedule"] == {"times": [0.0, 10.0], "rates": [5.0, 0.0]}
+    assert rec["processes"] == {} and cluster.pids() == []
+    cluster.close()  # nothing to stop
+    with pytest.raises(FlinkSettingsError, match="stop_mode"):
+        FlinkCluster(FlinkSettings(stop_mode="soft"), RateSchedule.constant(1), tmp_path)

@@ -93,13 +93,13 @@ test-unit: $(STAMP)
 	$(BIN)/pytest -q -m "not integration and not live and not slow"
 
 # Apache Flink for the job mode (docs/flink.md): install it from PyPI into .flink/ and build the
-# WordCount job; its tests and measurements are opt-in and take /tmp/testbed-flink.lock (one cluster
-# at a time on the machine).
+# WordCount job. flink-test runs the engine's integration tests alone (make test runs them too);
+# both it and the measurements take /tmp/testbed-flink.lock (one cluster at a time on the machine).
 flink:
 	bash infra/flink.sh build
 
 flink-test: $(STAMP) flink
-	TESTBED_FLINK_TESTS=1 flock /tmp/testbed-flink.lock $(BIN)/pytest -q tests/integration/test_flink_engine.py
+	flock /tmp/testbed-flink.lock $(BIN)/pytest -q tests/integration/test_flink_engine.py
 
 flink-bench: $(STAMP) flink
 	flock /tmp/testbed-flink.lock $(BIN)/python benchmarks/bench_flink.py

@@ -3,9 +3,9 @@ Flink and builds the WordCount job; a cluster runs it at a modest rate while it 
 TaskManagers (the second one killed); every record the schedule generated must end counted once in
 the keyed state, and no Flink process may outlive a test or an interrupted controller.
 
-Opt-in (a Flink cluster takes most of a 2-core machine while it starts): `make flink-test`, which
-runs the file under `flock /tmp/testbed-flink.lock` with TESTBED_FLINK_TESTS=1, so that one Flink
-cluster runs at a time on the machine (a measurement takes the same lock)."""
+Part of `make test` (the fixture installs Flink and builds the job on first use: about 330 MB from
+PyPI). `make flink-test` runs this file alone under `flock /tmp/testbed-flink.lock`, so that one
+Flink cluster runs at a time on the machine (a measurement takes the same lock)."""
 from __future__ import annotations
 
 import json
@@ -28,8 +28,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.integration, pytest.mark.live, pytest.mark.slow, pytest.mark.usefixtures("cpu_hog"),
-    pytest.mark.skipif(os.environ.get("TESTBED_FLINK_TESTS") != "1",
-                       reason="Flink engine tests are opt-in: TESTBED_FLINK_TESTS=1 (make flink-test)"),
 ]
 
 RATE = 150.0  # sentences/s (8 words each): a small share of one TaskManager's capacity

@@ -36,11 +36,19 @@ pip_cmd() {
   else echo "python3 -m pip"; fi
 }
 
+# Java 17 with javac and jar: Debian's JDK, installed when missing (the machine may be new)
+jdk() {
+  command -v javac >/dev/null && command -v jar >/dev/null && command -v java >/dev/null && return 0
+  say "installing Debian's openjdk-17-jdk-headless (javac, jar)…"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless >/dev/null
+}
+
 installed() { [ -f "$PKG_DIR/.complete" ] && [ -x "$FLINK_HOME/bin/standalone-job.sh" ]; }
 
 install() {
   installed && return 0
-  command -v java >/dev/null || { say "needs Java 17 (Debian: openjdk-17-jdk-headless)"; exit 1; }
+  jdk
   say "installing apache-flink $FLINK_VERSION and apache-flink-libraries $FLINK_VERSION from PyPI into $PKG_DIR (about 330 MB)…"
   rm -rf "$PKG_DIR.partial"
   $(pip_cmd) install --quiet --no-deps --no-compile --target "$PKG_DIR.partial" \
@@ -56,7 +64,7 @@ build() {
   local sources
   sources=$(find "$JOB_SRC/src" -name '*.java' | sort)
   if [ -f "$JOB_JAR" ] && [ -z "$(find "$JOB_SRC/src" -name '*.java' -newer "$JOB_JAR")" ]; then return 0; fi
-  command -v javac >/dev/null || { say "needs javac (Debian: openjdk-17-jdk-headless)"; exit 1; }
+  jdk
   say "building the WordCount job ($JOB_JAR)…"
   rm -rf "$BUILD_DIR/classes" && mkdir -p "$BUILD_DIR/classes"
   # shellcheck disable=SC2086

@@ -124,7 +124,7 @@ def main() -> None:
                 per = [testbed("experiment", f"pattern={p}", f"out={out / f'matrix{r}'}", "summary=false")
                        for p in PATTERNS]
                 totals.append(sum(per))
-                print(f"   {totals[-1]:6.1f} s wall ({', '.join(f'{p} {s:.1f} s' for p, s in zip(PATTERNS, per))})")
+                print(f"   {totals[-1]:6.1f} s wall ({', '.join(f'{p} {s:.1f} s' for p, s in zip(PATTERNS, per, strict=True))})")
             print(f"   median: {median(totals):.1f} s ({median(totals) / 48:.2f} s per run)   target < 45 s")
         print(f"\npeak memory: this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB, "
               f"largest child {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MiB   target <= 1024 MiB")

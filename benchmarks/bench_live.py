@@ -32,12 +32,12 @@ from operators.envelope import Envelope, amqp_properties  # noqa: E402
 from operators.transports import declare_wiring  # noqa: E402
 from operators.wiring import wiring_for  # noqa: E402
 from testbed.config import CONF_DIR, register, to_typed, validate  # noqa: E402
+from testbed.experiment import config_for, plan_runs, policy_for  # noqa: E402
 from testbed.live.executor import LiveExecutor  # noqa: E402
 from testbed.live.hostpool import HostPool  # noqa: E402
 from testbed.live.monitor import LiveMonitor  # noqa: E402
 from testbed.live.run import delete_wiring, operator_environment  # noqa: E402
 from testbed.model import InstanceState, LeaseHost, ScaleUp  # noqa: E402
-from testbed.experiment import config_for, plan_runs, policy_for  # noqa: E402
 from testbed.topology import Topology  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,10 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from data_provider.display_image import render_display  # noqa: E402
-from testbed.workloads.payloads import Machine  # noqa: E402
 from operators.api import OperatorContext  # noqa: E402
 from operators.envelope import Envelope, image_payload  # noqa: E402
 from operators.oee.ocr_parse import OcrParse  # noqa: E402
+from testbed.workloads.payloads import Machine  # noqa: E402
 
 
 def main(n: int) -> None:

@@ -29,10 +29,10 @@ import pika  # noqa: E402
 
 from data_provider.config import DEFAULT_AMQP_URL, compose_provider  # noqa: E402
 from data_provider.emitter import Emitter, SystemClock  # noqa: E402
-from testbed.workloads.patterns import make_pattern  # noqa: E402
 from data_provider.provider import Provider, source_specs  # noqa: E402
 from data_provider.transports import RabbitPublisher  # noqa: E402
 from operators.wiring import delete, wiring_for  # noqa: E402
+from testbed.workloads.patterns import make_pattern  # noqa: E402
 
 MACHINES = 8
 

@@ -18,9 +18,9 @@ from typing import Dict, List
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from testbed.config import CONF_DIR, ConfigError, TopologyConfig
 from testbed.workloads.patterns import PatternConfig, PatternError, validate_pattern
 from testbed.workloads.payloads import KINDS, PayloadConfig, PayloadConfigError, validate_payloads
-from testbed.config import CONF_DIR, ConfigError, TopologyConfig
 
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:9092"

@@ -29,8 +29,8 @@ from typing import Dict, Optional, Tuple
 
 from PIL import Image, ImageDraw, ImageFont
 
-from testbed.workloads.payloads import MACHINE_TYPES, STATUSES, ProductionRecord
 from operators.oee.display_parser import LABELS as DISPLAY_LABELS
+from testbed.workloads.payloads import MACHINE_TYPES, STATUSES, ProductionRecord
 
 WIDTH, HEIGHT = 850, 300
 FONT_SIZE = 24

@@ -20,17 +20,30 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from data_provider.config import (ProviderConfig, TransportName, amqp_url, kafka_bootstrap, parse_duration,
-                                  to_plain, validate_provider)
+from data_provider.config import (
+    ProviderConfig,
+    TransportName,
+    amqp_url,
+    kafka_bootstrap,
+    parse_duration,
+    to_plain,
+    validate_provider,
+)
 from data_provider.display_image import render_display
 from data_provider.emitter import Clock, Emitter, SystemClock, Tick, TickResult, ticks_for
-from testbed.workloads.patterns import Pattern, make_pattern
-from testbed.workloads.payloads import AVAILABILITY, PRODUCTION, TEMPERATURE, Machine, PayloadConfig
-from data_provider.transports import (ConfirmCallback, KafkaPublisher, MemoryTransport, OutMessage,
-                                      RabbitPublisher, Transport)
+from data_provider.transports import (
+    ConfirmCallback,
+    KafkaPublisher,
+    MemoryTransport,
+    OutMessage,
+    RabbitPublisher,
+    Transport,
+)
 from operators.envelope import Envelope, amqp_properties, image_payload
 from operators.wiring import Wiring, wiring_for
 from testbed.rng import stream
+from testbed.workloads.patterns import Pattern, make_pattern
+from testbed.workloads.payloads import AVAILABILITY, PRODUCTION, TEMPERATURE, Machine, PayloadConfig
 
 
 class ProviderError(RuntimeError):
@@ -123,7 +136,7 @@ class Provider:
                                 for ts in stamps]
                 else:
                     raise ProviderError(f"source {src.name}: unknown payload kind {src.kind!r}")
-                for i, (payload, ts) in enumerate(zip(payloads, stamps)):
+                for i, (payload, ts) in enumerate(zip(payloads, stamps, strict=True)):
                     item_id = f"{machine.machine_id}/{src.name}/{tick.k}/{i}"
                     env = Envelope(item_id, machine.machine_id, src.kind, int(ts), sent_ms, payload)
                     messages.append(OutMessage(src.name, item_id, machine.machine_id, env.encode(),

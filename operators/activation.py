@@ -6,8 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Protocol
 
-from operators.api import (ACTIVE, INACTIVE_FLAG, InstanceReport, activation_key, activation_wanted,
-                           instance_state_hash)
+from operators.api import ACTIVE, INACTIVE_FLAG, InstanceReport, activation_key, activation_wanted, instance_state_hash
 
 # Report "active" only while the flag is not "0", in one step: a switch-off that comes while the
 # instance is switching on is never answered by a stale "inactive" (api.py).

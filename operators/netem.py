@@ -431,7 +431,7 @@ class EmulatedSender:
         counted = self._count_losses(losses)
         now, direct, finished = self.clock(), [], []
         with self._cond:
-            for loss, new in zip(losses, counted):
+            for loss, new in zip(losses, counted, strict=True):
                 if new is None:
                     self._send(loss.group, loss.edge, loss.instance, loss.host, loss.link, now, direct)
                     continue

@@ -73,8 +73,18 @@ from dataclasses import dataclass, field  # noqa: E402
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
 from operators.activation import ActivationStore, RedisActivation
-from operators.api import (INACTIVE, STOPPED, Emission, Operator, OperatorContext, PoisonItem, emitted_hash,
-                           processed_hash, seen_key, timeout_hash)
+from operators.api import (
+    INACTIVE,
+    STOPPED,
+    Emission,
+    Operator,
+    OperatorContext,
+    PoisonItem,
+    emitted_hash,
+    processed_hash,
+    seen_key,
+    timeout_hash,
+)
 from operators.envelope import Envelope, EnvelopeError, amqp_properties
 from operators.metrics import Metrics
 from operators.netem import COUNT_ONCE_LUA, EmulatedSender, unavailable_hash
@@ -311,7 +321,7 @@ class Runner:
                 self._dead(d)
         seen = self._seen(decoded)
         fresh = []
-        for (d, env), done_before in zip(decoded, seen):
+        for (d, env), done_before in zip(decoded, seen, strict=True):
             if done_before:
                 with self._lock:
                     self.stats.duplicates += 1

@@ -404,7 +404,7 @@ class KafkaSource:
     def _wait_all(self, event: Callable[[_EdgeState], threading.Event], timeout_s: float) -> bool:
         """Wait for each running poll thread's event (a thread that ended holds nothing)."""
         deadline = time.monotonic() + timeout_s
-        for state, thread in zip(self._states, self._threads):
+        for state, thread in zip(self._states, self._threads, strict=False):
             while thread.is_alive() and not event(state).wait(min(0.1, max(0.0, deadline - time.monotonic()))):
                 if time.monotonic() >= deadline:
                     return False

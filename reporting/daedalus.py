@@ -275,17 +275,17 @@ def check_claims(res: pd.DataFrame) -> pd.DataFrame:
     cap = dd[dd.metric == "capacity_error_pct"]["mean"].dropna()
     add("D6", "Capacity estimates within 5 % of the observed maxima, mostly 0-3 %", bool(len(cap)) and bool((cap <= 5).all()),
         "median error of C(p_cur) against the true μ / max s_w per workload: " + ", ".join(
-            f"{p} {_fmt(v)} %" for p, v in zip(dd[dd.metric == "capacity_error_pct"].pattern, cap)))
+            f"{p} {_fmt(v)} %" for p, v in zip(dd[dd.metric == "capacity_error_pct"].pattern, cap, strict=True)))
     wape = dd[dd.metric == "forecast_wape_below_5_pct"]
     fb = dd[dd.metric == "fallback_loops"]
     add("D7", "Forecast errors mostly below 5 %; WAPE never reaches 25 %, so the fallback is unused",
         bool(len(wape)) and bool((wape["mean"] > 50).all()) and bool((fb["mean"] <= 1).all()),
-        "loops with WAPE < 5 %: " + ", ".join(f"{p} {_fmt(v)} %" for p, v in zip(wape.pattern, wape["mean"]))
+        "loops with WAPE < 5 %: " + ", ".join(f"{p} {_fmt(v)} %" for p, v in zip(wape.pattern, wape["mean"], strict=True))
         + "; fallback loops per run (the first loop has no previous forecast and always falls back): "
-        + ", ".join(f"{p} {_fmt(v)}" for p, v in zip(fb.pattern, fb["mean"])))
+        + ", ".join(f"{p} {_fmt(v)}" for p, v in zip(fb.pattern, fb["mean"], strict=True)))
     ge = dd[dd.metric == "rt_predicted_ge_observed_pct"]
     add("D8", "Predicted RT >= measured RT almost always", bool(len(ge)) and bool((ge["mean"] >= 90).all()),
-        "rescales with predicted >= anomaly-observed RT: " + ", ".join(f"{p} {_fmt(v)} %" for p, v in zip(ge.pattern, ge["mean"]))
+        "rescales with predicted >= anomaly-observed RT: " + ", ".join(f"{p} {_fmt(v)} %" for p, v in zip(ge.pattern, ge["mean"], strict=True))
         + "; with predicted >= true RT (until the lag is back): " + ", ".join(
             f"{p} {_fmt(value(res, p, 'daedalus', 'rt_predicted_ge_true_pct'))} %" for p in ge.pattern)
         + "; mean predicted / observed / true (lag back) RT: " + ", ".join(

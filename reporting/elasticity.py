@@ -123,6 +123,6 @@ def elasticity_metrics(sums: pd.DataFrame) -> Tuple[Dict[str, float], Dict[str, 
     per_operator = {}
     for name in ELASTICITY_METRICS:
         kind, unit = name.rsplit("_", 1)
-        for operator, value in zip(sums["operator"], values[name]):
+        for operator, value in zip(sums["operator"], values[name], strict=True):
             per_operator[f"{kind}_{operator}_{unit}"] = float(value)
     return per_run, per_operator

@@ -95,7 +95,7 @@ def summarise_effects(table: pd.DataFrame, metrics: Optional[Sequence[str]] = No
                                "resource_cost"])
     rows = table[table["metric"].isin(metrics)].copy()
     rows["column"] = [f"{m} {'threshold' if c.startswith('threshold') else 'btu'}"
-                      for m, c in zip(rows["metric"], rows["config"])]
+                      for m, c in zip(rows["metric"], rows["config"], strict=True)]
     wide = rows.pivot_table(index=["group", "name", "variant", "distance"], columns="column", values="delta",
                             aggfunc="mean", sort=False).reset_index()
     ordered = [f"{m} {a}" for m in metrics for a in ("threshold", "btu") if f"{m} {a}" in wide.columns]

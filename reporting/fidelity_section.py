@@ -11,9 +11,9 @@ from typing import List, Optional
 
 import pandas as pd
 
+from reporting.fidelity_gaps import FIDELITY_FOLDER, cell_gaps, is_compliance, strongest, summarise_effects
 from reporting.paper_comparison import HOLDS
 from reporting.report_document import Block, Section, Table, number
-from reporting.fidelity_gaps import FIDELITY_FOLDER, cell_gaps, is_compliance, strongest, summarise_effects
 
 CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "experiments" / "calibration"
 

@@ -14,13 +14,13 @@ import matplotlib
 
 matplotlib.use("Agg")  # headless and deterministic; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from reporting.paper_comparison import LEVEL_LABELS  # noqa: E402
 from reporting.metrics import LEVELS  # noqa: E402
+from reporting.paper_comparison import LEVEL_LABELS  # noqa: E402
 
 SOURCES = ("paper", "measured")
 _SERIES = ("data volume [items/s]", "operator instances", "leased VMs")
@@ -50,7 +50,7 @@ def arrival_patterns(arrivals: pd.DataFrame, path: Path, dpi: int = 100) -> Path
     patterns = sorted(arrivals["pattern"].unique())
     with sns.axes_style("whitegrid"):
         fig, axes = plt.subplots(1, len(patterns), figsize=(3.2 * len(patterns), 2.6), sharey=True, squeeze=False)
-        for ax, pattern in zip(axes[0], patterns):
+        for ax, pattern in zip(axes[0], patterns, strict=False):
             own = arrivals[arrivals["pattern"] == pattern]
             sns.lineplot(data=own, x="minute", y="machines", drawstyle="steps-post", ax=ax, errorbar=None)
             ax.set_title(pattern)
@@ -69,7 +69,7 @@ def timeseries(data: pd.DataFrame, pattern: str, order: Sequence[str], path: Pat
     configs = _present(order, own["config"])
     with sns.axes_style("whitegrid"):
         fig, axes = plt.subplots(len(_SERIES), 1, figsize=(9, 7), sharex=True)
-        for ax, series in zip(axes, _SERIES):
+        for ax, series in zip(axes, _SERIES, strict=False):
             rows = own[own["series"] == series]
             sns.lineplot(data=rows, x="minute", y="value", hue="config", hue_order=configs,
                          palette=_palette(configs), errorbar="sd", err_kws={"step": "post"},
@@ -86,7 +86,7 @@ def timeseries(data: pd.DataFrame, pattern: str, order: Sequence[str], path: Pat
 def _bars(ax, table: pd.DataFrame, order: Sequence[str]) -> None:
     """Grouped bars: x = configuration, one bar per source (paper, measured), error bars = sd."""
     width = 0.38
-    colours = dict(zip(SOURCES, sns.color_palette("deep", 2)))
+    colours = dict(zip(SOURCES, sns.color_palette("deep", 2), strict=False))
     x = np.arange(len(order))
     for i, source in enumerate(SOURCES):
         rows = table[table["source"] == source].set_index("label").reindex(order)
@@ -141,7 +141,7 @@ def durations(hist: pd.DataFrame, pattern: str, order: Sequence[str], path: Path
     rows_n = max(1, int(np.ceil(len(operators) / cols)))
     with sns.axes_style("whitegrid"):
         fig, axes = plt.subplots(rows_n, cols, figsize=(3.4 * cols, 2.6 * rows_n), sharex=True, sharey=True, squeeze=False)
-        for ax, operator in zip(axes.flat, operators):
+        for ax, operator in zip(axes.flat, operators, strict=False):
             sns.lineplot(data=own[own["operator"] == operator], x="ratio", y="share", hue="config", hue_order=configs,
                          palette=_palette(configs), drawstyle="steps-post", errorbar=None, ax=ax, linewidth=1.2)
             for _, factor in LEVELS:

@@ -29,8 +29,8 @@ import numpy as np
 import pandas as pd
 
 from testbed.billing import paid_btus, price_per_btu
-from testbed.policies.btu import release_window_s
 from testbed.eventlog import BILLING_MODES, EventLog, Manifest, billing_mode, read_manifest
+from testbed.policies.btu import release_window_s
 
 # compliance levels: a sample complies at a level when duration_ms <= factor * slo_ms
 LEVELS: Tuple[Tuple[str, float], ...] = (("realtime", 1.0), ("near_realtime", 2.0), ("relaxed", 5.0))
@@ -112,7 +112,7 @@ def configurations(df: pd.DataFrame) -> pd.Series:
         return df["config"].astype(str)
     own = {a for a, rows in df.groupby("approach") if not rebilled(rows)}
     btu = pd.to_numeric(df["btu_minutes"], errors="coerce")
-    return pd.Series([f"{a}-{int(b)}" if a in own and not pd.isna(b) else str(a) for a, b in zip(df["approach"], btu)],
+    return pd.Series([f"{a}-{int(b)}" if a in own and not pd.isna(b) else str(a) for a, b in zip(df["approach"], btu, strict=True)],
                      index=df.index)
 
 

@@ -41,7 +41,7 @@ def config_labels(table: pd.DataFrame) -> pd.Series:
     config = configurations(table)
     rebilled_configs = {c for c, rows in table.groupby(config) if rebilled(rows)}
     btu = pd.to_numeric(table["btu_minutes"], errors="coerce")
-    return pd.Series([f"{c}@{int(b)}" if c in rebilled_configs and not pd.isna(b) else c for c, b in zip(config, btu)],
+    return pd.Series([f"{c}@{int(b)}" if c in rebilled_configs and not pd.isna(b) else c for c, b in zip(config, btu, strict=True)],
                      index=table.index)
 
 
@@ -79,7 +79,7 @@ class Verdict:
 def _lookup(table: pd.DataFrame, pattern: str) -> Lookup:
     rows = table[table["pattern"] == pattern]
     values = {}
-    for a, b, m, v in zip(rows["approach"], rows["btu_minutes"], rows["metric"], rows["mean"]):
+    for a, b, m, v in zip(rows["approach"], rows["btu_minutes"], rows["metric"], rows["mean"], strict=True):
         values[(a, None if pd.isna(b) else int(b), m)] = None if pd.isna(v) else float(v)
 
     def get(approach: str, btu: Optional[int], metric: str) -> Optional[float]:

@@ -26,17 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
+from reporting.evaluations import SectionInputs, compare_all, report_for, reports_for
+from reporting.fidelity_section import acceptance_gaps, fidelity_section, load_fidelity
 from reporting.figure_data import FigureData, figure_data
 from reporting.figure_drawing import FigureWorkers
-from reporting.fidelity_section import acceptance_gaps, fidelity_section, load_fidelity
 from reporting.html_report import write_html
 from reporting.markdown_report import write_markdown
-from reporting.evaluations import SectionInputs, compare_all, report_for, reports_for
 from reporting.report_config import ReportConfig, ReportConfigError, parse_overrides
 from reporting.report_document import build_document, config_order
 from reporting.report_metrics import ReportMetrics, report_metrics
-from reporting.run_catalog import (REPORT_TABLES, ReportError, ReportInputError, RunCatalog, load_catalog,
-                                   run_folders)
+from reporting.run_catalog import REPORT_TABLES, ReportError, ReportInputError, RunCatalog, load_catalog, run_folders
 from reporting.spark_passes import collect_aggregates
 from reporting.spark_session import SessionStart, SparkStartError
 from reporting.spark_tables import RunTables

@@ -11,10 +11,10 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import pandas as pd
 
 from reporting.elasticity import ELASTICITY_METRICS
+from reporting.metrics import LEVELS, rebilled
 from reporting.paper_comparison import LEVEL_LABELS
 from reporting.report_metrics import compliance_metric
 from reporting.run_catalog import RunCatalog
-from reporting.metrics import LEVELS, rebilled
 
 
 @dataclass
@@ -116,7 +116,7 @@ def config_order(summary: pd.DataFrame) -> List[str]:
 def _lookup(summary: pd.DataFrame):
     values: Dict[Tuple[str, Optional[int], str], Tuple[float, float, int]] = {}
     for c, b, m, mean, sd, n in zip(summary["config"], summary["btu_minutes"], summary["metric"],
-                                    summary["mean"], summary["sd"], summary["n"]):
+                                    summary["mean"], summary["sd"], summary["n"], strict=True):
         values[(c, None if pd.isna(b) else int(b), m)] = (mean, sd, n)
 
     def get(config: str, btu: Optional[int], metric: str):

@@ -14,12 +14,19 @@ from typing import Dict, List, Sequence, Tuple
 
 import pandas as pd
 
-from reporting.evaluations import evaluation_metrics, metric_order
 from reporting.elasticity import DEMAND_SUPPLY_METRICS, ELASTICITY_METRICS, elasticity_metrics
+from reporting.evaluations import evaluation_metrics, metric_order
+from reporting.metrics import (
+    BTU_INDEPENDENT_METRICS,
+    LEVELS,
+    METRICS,
+    RunTotals,
+    SummaryError,
+    long_rows,
+    metrics_from_totals,
+)
 from reporting.run_catalog import ReportError, RunCatalog, RunInfo
 from reporting.spark_passes import LEASE_COLUMNS, Aggregates
-from reporting.metrics import (BTU_INDEPENDENT_METRICS, LEVELS, METRICS, RunTotals, SummaryError, long_rows,
-                               metrics_from_totals)
 from reporting.summary import mean_sd
 
 RUN_LEVEL_EXTRA_METRICS: Tuple[str, ...] = (*ELASTICITY_METRICS, *DEMAND_SUPPLY_METRICS, "mean_instances", "mean_leased_vms")
@@ -80,7 +87,7 @@ def _run_values(run: RunInfo, part: Dict[str, pd.DataFrame]) -> Dict[str, object
     episodes = part["episodes"].set_index("operator").reindex(counts.index)
     # mean over every episode of every operator
     time_to_adapt = _ratio(float(episodes["episode_sum"].sum(min_count=1)), float(episodes["episodes"].sum()))
-    actions = dict(zip(part["actions"]["action"], part["actions"]["n"]))
+    actions = dict(zip(part["actions"]["action"], part["actions"]["n"], strict=True))
     totals = RunTotals(counts, int(part["items"]["items"].sum()), actions, time_to_adapt,
                        part["leases"][LEASE_COLUMNS].reset_index(drop=True))
     try:

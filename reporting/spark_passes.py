@@ -20,9 +20,9 @@ from typing import Dict, List, Tuple
 import pandas as pd
 
 from reporting.elasticity import elasticity_sums
+from reporting.metrics import LEVELS
 from reporting.run_catalog import RunCatalog
 from reporting.spark_tables import RunTables
-from reporting.metrics import LEVELS
 
 # time resolution of the time-series figures: one point per minute of a 120-min run
 BIN_S = 60.0

@@ -15,8 +15,19 @@ from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tupl
 import pandas as pd
 
 from reporting.evaluations import evaluation_metrics, metric_order, report_for
-from reporting.metrics import (BTU_DEPENDENT_METRICS, BTU_INDEPENDENT_METRICS, COLUMNS, LONG_KEYS, METRICS, PathLike,
-                               SummaryError, configurations, long_rows, rebilled, run_metrics)
+from reporting.metrics import (
+    BTU_DEPENDENT_METRICS,
+    BTU_INDEPENDENT_METRICS,
+    COLUMNS,
+    LONG_KEYS,
+    METRICS,
+    PathLike,
+    SummaryError,
+    configurations,
+    long_rows,
+    rebilled,
+    run_metrics,
+)
 from testbed.eventlog import EventLogError, Manifest, find_runs, read_manifest
 
 # ---- many runs --------------------------------------------------------------------------------
@@ -128,7 +139,7 @@ def _table_rows(df: pd.DataFrame, columns: Sequence[Tuple[str, str, int]] = _TAB
     config = configurations(df)
     rebilled_configs = {c for c, rows in df.groupby(config) if rebilled(rows)}
     values: Dict[Tuple[str, str, Optional[int], str], Tuple[Any, Any]] = {}
-    for a, c, b, m, mean, sd in zip(df["approach"], config, btu, df["metric"], df["mean"], df["sd"]):
+    for a, c, b, m, mean, sd in zip(df["approach"], config, btu, df["metric"], df["mean"], df["sd"], strict=True):
         values[(str(a), str(c), None if pd.isna(b) else int(b), str(m))] = (mean, sd)
     keys = sorted({(a, c, b) for a, c, b, _ in values}, key=lambda k: (k[0], k[1], -1 if k[2] is None else k[2]))
     if not any(m in BTU_DEPENDENT_METRICS for _, m, _ in columns):  # one row per configuration
@@ -163,7 +174,7 @@ def format_summary(df: pd.DataFrame) -> str:
         widths = [max(len(r[i]) for r in [header, *lines]) for i in range(len(header))]
 
         def fmt(r: Sequence[str]) -> str:
-            return "  ".join([r[0].ljust(widths[0])] + [v.rjust(w) for v, w in zip(r[1:], widths[1:])])
+            return "  ".join([r[0].ljust(widths[0])] + [v.rjust(w) for v, w in zip(r[1:], widths[1:], strict=True)])
 
         blocks.append("\n".join([f"pattern: {pattern}", fmt(header), "-" * len(fmt(header))] + [fmt(r) for r in lines]))
     return "\n\n".join(blocks) + "\n" if blocks else "(no complete runs)\n"

@@ -4,6 +4,7 @@ runtime and reports."""
 from __future__ import annotations
 
 import math
+
 # A lease that ends within this many seconds after a BTU boundary is not charged another BTU:
 # float arithmetic on simulated times must not turn 3600.0000001 s into two BTUs.
 BILLING_EPSILON_S = 1e-6

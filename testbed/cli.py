@@ -125,9 +125,9 @@ def one_line(message: str) -> str:
 def patterns(argv: List[str]) -> int:
     from omegaconf import OmegaConf
 
-    from testbed.workloads.patterns import PatternConfig, plot_patterns
     from testbed.config import CONF_DIR
     from testbed.experiment import build_pattern
+    from testbed.workloads.patterns import PatternConfig, plot_patterns
 
     if not argv or argv[0] != "plot":
         print("usage: testbed patterns plot [PNG] [MINUTES]", file=sys.stderr)

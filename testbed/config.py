@@ -563,7 +563,7 @@ def _validate_live(cfg: ExperimentConfig) -> None:
     if not live.engines:
         raise ConfigError("backend.live.engines", "at least one Docker engine is needed")
     for i, engine in enumerate(live.engines):
-        if not engine.url.split("://", 1)[0] in ("unix", "tcp", "ssh", "http", "https"):
+        if engine.url.split("://", 1)[0] not in ("unix", "tcp", "ssh", "http", "https"):
             raise ConfigError(f"backend.live.engines[{i}].url",
                               f"{engine.url!r} is not a Docker engine URL (unix://, tcp://, ssh://)")
         _positive(f"backend.live.engines[{i}].max_hosts", engine.max_hosts)

@@ -169,10 +169,10 @@ def _to_table(table: str, columns: Mapping[str, Column]) -> pa.Table:
             f"(missing: {missing or 'none'}, extra: {extra or 'none'})"
         )
     arrays = [_to_array(table, fld, columns[fld.name]) for fld in schema]
-    lengths = {fld.name: len(a) for fld, a in zip(schema, arrays)}
+    lengths = {fld.name: len(a) for fld, a in zip(schema, arrays, strict=True)}
     if len(set(lengths.values())) > 1:
         raise EventLogError(f"table {table!r}: columns differ in length: {lengths}")
-    for fld, arr in zip(schema, arrays):
+    for fld, arr in zip(schema, arrays, strict=True):
         if not fld.nullable and arr.null_count:
             raise EventLogError(f"table {table!r}, column {fld.name!r}: {arr.null_count} missing value(s)")
     if table == "actions":

@@ -14,28 +14,37 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from testbed.config import (BackendName, BillingMode, ConfigError, ExperimentConfig, RunConfiguration,
-                            placement_config, policy_params, runtime_config, to_plain)
+from testbed import runs_folder
+from testbed.config import (
+    BackendName,
+    BillingMode,
+    ConfigError,
+    ExperimentConfig,
+    RunConfiguration,
+    placement_config,
+    policy_params,
+    runtime_config,
+    to_plain,
+)
 from testbed.eventlog import (
     TABLES,
     EventLog,
     EventLogError,
-    read_manifest,
     Manifest,
     code_revision,
     finish_manifest,
     package_versions,
+    read_manifest,
     run_dir_for,
     utc_now,
     write_manifest,
 )
-from testbed import runs_folder
 from testbed.model import LeaseHost
 from testbed.monitoring import Observer, SnapshotSettings
 from testbed.placement.base import make_placement
-from testbed.progress import Outcome, Progress
 from testbed.policies.base import initial_deployment
 from testbed.policies.registry import Policy, make_policy, policy_entry
+from testbed.progress import Outcome, Progress
 from testbed.rng import stream
 from testbed.topology import Topology
 from testbed.workloads.patterns import Pattern, PatternConfig, make_pattern

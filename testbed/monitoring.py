@@ -139,7 +139,7 @@ def interval_means(operators: Sequence[str], operator: Iterable[str], duration_m
     counterpart of `SampleRecorder.interval_means`. Samples of unknown operators are ignored."""
     sums = {o: 0.0 for o in operators}
     counts = {o: 0 for o in operators}
-    for o, d in zip(operator, duration_ms):
+    for o, d in zip(operator, duration_ms, strict=True):
         if o in sums:
             sums[o] += d
             counts[o] += 1

@@ -7,10 +7,9 @@ import fcntl
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
-
-from contextlib import contextmanager
 
 from testbed.config import ConfigError, ExperimentConfig, to_plain
 from testbed.eventlog import EventLogError, find_runs, read_manifest

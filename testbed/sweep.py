@@ -31,9 +31,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from testbed import runs_folder
 from testbed.config import BackendName, ConfigError, ExperimentConfig, to_plain
 from testbed.eventlog import EventLogError, read_manifest
-from testbed import runs_folder
 from testbed.progress import Outcome, Progress
 
 if TYPE_CHECKING:  # imported where used: a sweep's import stays light

@@ -65,7 +65,7 @@ class OeeJoin:
                                    self.params.join_ttl_s])
         if not reply:
             return []
-        fields: Dict[str, str] = {text(k): text(v) for k, v in zip(reply[0::2], reply[1::2])}
+        fields: Dict[str, str] = {text(k): text(v) for k, v in zip(reply[0::2], reply[1::2], strict=True)}
         a, p, q = (float(fields[name]) for name in (AVAILABILITY, PERFORMANCE, QUALITY))
         value = OeeValue(part.record_id, fields["machine_id"], a, p, q, a * p * q, int(fields["timestamp_ms"]))
         return [Emission(f"{part.record_id}/{self.ctx.operator}", OEE, value.to_payload(),

@@ -75,9 +75,9 @@ def pareto_front(cost: Sequence[float], compliance: Sequence[float]) -> List[boo
     """Whether each point is Pareto-optimal: no other point has cost <= and compliance >=, with one
     of the two strictly better."""
     out = []
-    for i, (c, q) in enumerate(zip(cost, compliance)):
+    for i, (c, q) in enumerate(zip(cost, compliance, strict=True)):
         dominated = any(j != i and c2 <= c and q2 >= q and (c2 < c or q2 > q)
-                        for j, (c2, q2) in enumerate(zip(cost, compliance)))
+                        for j, (c2, q2) in enumerate(zip(cost, compliance, strict=True)))
         out.append(not dominated and not (math.isnan(c) or math.isnan(q)))
     return out
 
@@ -113,7 +113,7 @@ def pareto_figure(boards: Dict[int, pd.DataFrame], pattern: str, out: Path, dpi:
     palette = plt.get_cmap("tab10")
     colour = {c: palette(i % 10) for i, c in enumerate(names)}  # one colour per approach in every panel
     fig, axes = plt.subplots(1, len(boards), figsize=(5.0 * len(boards), 4.2), squeeze=False)
-    for ax, (btu, frame) in zip(axes[0], sorted(boards.items())):
+    for ax, (btu, frame) in zip(axes[0], sorted(boards.items()), strict=False):
         front = frame[frame["pareto"]].sort_values("resource_cost")
         ax.plot(front["resource_cost"], front["realtime_compliance_pct"], color="grey", linewidth=1, zorder=1)
         for _, r in frame.iterrows():

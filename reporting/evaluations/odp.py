@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Mapping, Tuple
 import pandas as pd
 
 from reporting.evaluations import CLAIM_COLUMNS, EvaluationReport, SectionInputs, register_report
-from testbed.placement.odp.runs import PAPER_SOLVE_MS, run_metrics as odp_run_metrics
+from testbed.placement.odp.runs import PAPER_SOLVE_MS
+from testbed.placement.odp.runs import run_metrics as odp_run_metrics
 
 REFERENCE = Path(__file__).resolve().parents[2] / "experiments" / "reference" / "paper_odp_results.csv"
 HOLDS, FAILS, NOT_EVALUABLE = "holds", "does not hold", "not evaluable"
@@ -42,7 +43,7 @@ def load_reference(path: Path = REFERENCE) -> pd.DataFrame:
 def _values(summary: pd.DataFrame) -> Dict[Tuple[str, str, str], float]:
     """(pattern, configuration, metric) -> mean over repetitions."""
     return {(str(p), str(c), str(m)): float(v)
-            for p, c, m, v in zip(summary["pattern"], summary["config"], summary["metric"], summary["mean"])
+            for p, c, m, v in zip(summary["pattern"], summary["config"], summary["metric"], summary["mean"], strict=True)
             if not pd.isna(v)}
 
 
@@ -89,7 +90,7 @@ def _table(summary: pd.DataFrame, pattern: str, configs: List[str], columns, cap
     from reporting.report_document import Table, mean_sd
 
     own = summary[summary["pattern"] == pattern]
-    stats = {(c, m): (mean, sd) for c, m, mean, sd in zip(own["config"], own["metric"], own["mean"], own["sd"])}
+    stats = {(c, m): (mean, sd) for c, m, mean, sd in zip(own["config"], own["metric"], own["mean"], own["sd"], strict=True)}
     rows = []
     for config in configs:
         rows.append([config, "measured"] + [mean_sd(*stats.get((config, m), (None, None)), d) for _, m, d in columns])

@@ -186,7 +186,7 @@ def _values(table: pd.DataFrame, pattern: str) -> Dict[Tuple[str, str], float]:
     if rows.empty:
         return {}
     configs = configurations(rows).map(system_of)
-    return {(c, m): float(v) for c, m, v in zip(configs, rows["metric"], rows["mean"]) if not pd.isna(v)}
+    return {(c, m): float(v) for c, m, v in zip(configs, rows["metric"], rows["mean"], strict=True) if not pd.isna(v)}
 
 
 FALLBACK = {"throughput_degradation": "throughput_degradation_30s"}  # monitoring longer than 5 s (OEE: 15 s)
@@ -251,7 +251,7 @@ def table3(summary: pd.DataFrame, reference: pd.DataFrame, pattern: str):
     paper, rows = _values(reference, pattern), []
     measured = summary[summary["pattern"] == pattern]
     stats = {(system_of(c), m): (mean, sd) for c, m, mean, sd in zip(measured["config"], measured["metric"],
-                                                                  measured["mean"], measured["sd"])}
+                                                                  measured["mean"], measured["sd"], strict=True)}
     for system in ("presps", "dabs"):
         rows.append([system, "paper"] + [f"{paper[(system, m)]:.{d}f}" if (system, m) in paper else "–"
                                          for _, m, d in TABLE3])
@@ -329,10 +329,9 @@ def _unrestarted(runs: Iterable[Any]) -> Any:
 
 
 def _workload_table(runs: Sequence[Any]):
-    from testbed.workloads.presps import REFERENCE_STATS, minute_rms_vs_reference, series_statistics
     from reporting.report_document import Table
-
     from testbed.eventlog import EventLog
+    from testbed.workloads.presps import REFERENCE_STATS, minute_rms_vs_reference, series_statistics
 
     run = _unrestarted(runs)
 
@@ -362,7 +361,7 @@ def metrics_table(summary: pd.DataFrame, columns: Sequence[Tuple[str, str, int]]
 
     independent = summary[summary["btu_minutes"].isna()]
     stats = {(c, m): (mean, sd, n) for c, m, mean, sd, n in zip(independent["config"], independent["metric"],
-                                                                 independent["mean"], independent["sd"], independent["n"])}
+                                                                 independent["mean"], independent["sd"], independent["n"], strict=True)}
     rows = []
     for config in dict.fromkeys(independent["config"]):
         n = stats.get((config, columns[0][1]), (None, None, 0))[2]

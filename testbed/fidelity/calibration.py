@@ -23,8 +23,8 @@ from omegaconf import OmegaConf
 
 from reporting.fidelity_gaps import cell_gaps
 from reporting.paper_comparison import compare, load_reference
-from testbed.config import CONF_DIR, ConfigError
 from testbed.arguments import parse_arguments, parse_command
+from testbed.config import CONF_DIR, ConfigError
 from testbed.fidelity.evaluation import Setting, compose_experiment, evaluate
 from testbed.fidelity.parameters import SEARCH_SPACE, Kind, config_values, current_values, round3
 

@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Sequence, Tuple
 import pandas as pd
 from omegaconf import OmegaConf
 
+from reporting.fidelity_gaps import cell_gaps
 from reporting.paper_comparison import compare
 from testbed.config import CONF_DIR
-from reporting.fidelity_gaps import cell_gaps
 from testbed.fidelity.evaluation import Setting, compose_experiment, evaluate
 from testbed.fidelity.parameters import SEARCH_SPACE, current_values, literal, to_overrides
 

@@ -17,13 +17,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-
 from reporting.fidelity_gaps import FIDELITY_FOLDER
 from reporting.paper_comparison import load_reference
-from testbed.config import CONF_DIR, ConfigError, validate_seed
 from testbed.arguments import parse_arguments, parse_command
+from testbed.config import CONF_DIR, ConfigError, validate_seed
 from testbed.fidelity.evaluation import Setting, run_setting
 from testbed.fidelity.sensitivity import behaviour_variants, parameter_variants, sweep
+
 
 @dataclass
 class FidelityConfig:

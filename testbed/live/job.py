@@ -60,15 +60,29 @@ import numpy as np
 
 from operators.keyed_job import dead_queue, entry_queue, key_exchange, redis_key, worker_name, worker_queue
 from testbed.actions import ActionRecord
-from testbed.job_tables import job_tables
 from testbed.config import ExperimentConfig
+from testbed.job_tables import job_tables
 from testbed.live.engines import INSTANCE_LABEL, RUN_LABEL, EngineError, connect, docker_name, missing_images
 from testbed.live.job_compression import compress_rates
 from testbed.live.job_cpu import cpu_fraction, find_usage_path, read_usage_ns
-from testbed.live.job_flow import ItemSource, Router, connect as amqp_connect
-from testbed.live.job_routing import (RING_WEIGHT, InflightGate, Outage, capacity, committed_id, inflight_limit,
-                                      key_names, last_log_line, one_line, parse_ids, rebinding, redis_loss,
-                                      retry_until, worker_shares)
+from testbed.live.job_flow import ItemSource, Router
+from testbed.live.job_flow import connect as amqp_connect
+from testbed.live.job_routing import (
+    RING_WEIGHT,
+    InflightGate,
+    Outage,
+    capacity,
+    committed_id,
+    inflight_limit,
+    key_names,
+    last_log_line,
+    one_line,
+    parse_ids,
+    rebinding,
+    redis_loss,
+    retry_until,
+    worker_shares,
+)
 from testbed.live.run import run_prefix
 from testbed.model import ScaleDown
 from testbed.policies.contract import Policy
@@ -208,7 +222,7 @@ class LiveJobRun:
             self.redis_run_id = self._redis_id(self.redis)
             self._declare()
             owners = self._probe()
-            shares = {n: worker_shares(owners[n], dict(zip(self.keys, self.weights)), n) for n in owners}
+            shares = {n: worker_shares(owners[n], dict(zip(self.keys, self.weights, strict=True)), n) for n in owners}
             self.capacity = {n: capacity(self.settings.worker_rate, s) for n, s in shares.items()}
             peak = float(self.pattern_rates.max()) if len(self.pattern_rates) else 0.0
             target_peak = self.job.peak_fraction * self.capacity[min(self.job.capacity_workers, self.top)]
@@ -414,12 +428,12 @@ class LiveJobRun:
             raise LiveJobError(f"{self._exit_message(*first)} at t={t:.0f} s, with {len(self.recoveries)} worker(s) "
                                f"replaced already (backend.live.job.max_recoveries = {self.settings.max_recoveries})")
         messages = [self._exit_message(*e) for e in exited]
-        for (w, wc, code), msg in zip(exited, messages):
+        for (w, wc, code), msg in zip(exited, messages, strict=True):
             print(f"live job {self.run_id}: {msg} at t={t:.0f} s: replacing it, the job restarts from its checkpoints",
                   file=sys.stderr, flush=True)
         t_s = float(len(self.series))
         info = self._restart(t_s, self.n, router, replace=[e[0] for e in exited])
-        for (w, wc, code), msg in zip(exited, messages):
+        for (w, wc, code), msg in zip(exited, messages, strict=True):
             self.records.append(ActionRecord(t_s, "replace", JOB_OPERATOR, worker_name(w), None,
                                              None, f"{msg} at t={t:.0f} s: replaced, the job restarted from its "
                                                    f"checkpoints with {self.n} workers (downtime "
@@ -558,7 +572,7 @@ class LiveJobRun:
                 lost = self._redis_lost()  # a restarted Redis forgot the phases: that is the reason
                 if lost:
                     raise LiveJobError(lost)
-                late = [n for n, g in zip(names, got) if g != phase]
+                late = [n for n, g in zip(names, got, strict=True) if g != phase]
                 raise LiveJobError(f"workers {late} did not report {phase!r} within {timeout_s:.0f} s ({what}, "
                                    f"t={self.now():.0f} s)")
             time.sleep(0.1)

@@ -72,7 +72,7 @@ def key_names(keys: int) -> List[str]:
 
 
 def weights_by_key(weights: Sequence[float]) -> Dict[str, float]:
-    return dict(zip(key_names(len(weights)), (float(w) for w in weights)))
+    return dict(zip(key_names(len(weights)), (float(w) for w in weights), strict=True))
 
 
 # -- faults (docs/papers/daedalus.md#faults-during-a-live-job-run) ------------------------------------

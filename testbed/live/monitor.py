@@ -29,7 +29,13 @@ from testbed.live.metrics_reader import MetricsReader, Sample, edge_counts, util
 from testbed.live.rabbit_management import ManagementClient, PassiveDepthReader, RunDepths
 from testbed.model import HostView, InstanceView, Snapshot
 from testbed.monitoring import (
-    Observer, SnapshotSettings, Tables, append_observation, append_samples, hosts_row, instance_counts,
+    Observer,
+    SnapshotSettings,
+    Tables,
+    append_observation,
+    append_samples,
+    hosts_row,
+    instance_counts,
     interval_means,
 )
 from testbed.observation import InstanceObservation, Observation, OperatorObservation

@@ -29,8 +29,17 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from operators import wiring as wiring_mod
-from operators.netem import (UNAVAILABLE, EmulatedSender, Interval, Link, NetView, parse_entries, stream_key,
-                             unavailable_hash, view_key)
+from operators.netem import (
+    UNAVAILABLE,
+    EmulatedSender,
+    Interval,
+    Link,
+    NetView,
+    parse_entries,
+    stream_key,
+    unavailable_hash,
+    view_key,
+)
 from operators.transports import declare_queues
 from operators.wiring import Wiring, instance_edges
 from testbed.emulation import EmulationConfig, NetworkModel

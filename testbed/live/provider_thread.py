@@ -8,11 +8,11 @@ from typing import Any, Callable, Dict, Optional
 
 from data_provider.config import ProviderConfig, TransportName
 from data_provider.emitter import Emitter, SystemClock, ticks_for
-from testbed.workloads.patterns import Pattern
 from data_provider.provider import Provider, make_transport, source_specs
 from data_provider.source_gate import GatedEmit, SourceGate
 from operators.wiring import Wiring
 from testbed.config import ExperimentConfig
+from testbed.workloads.patterns import Pattern
 
 
 class ProviderThread:

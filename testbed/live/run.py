@@ -28,14 +28,20 @@ from typing import Callable, Dict, List, Mapping, Optional
 from kafka.errors import KafkaError
 from redis.exceptions import RedisError
 
-from testbed.workloads.patterns import Pattern
 from operators.transports import create_topics, declare_wiring
 from operators.wiring import Wiring, kafka_topics, wiring_for
+from testbed.actions import actions_table
 from testbed.config import ExperimentConfig, LiveConfig, TransportName
 from testbed.live.executor import LiveExecutor
 from testbed.live.job_routing import one_line
-from testbed.live.monitor import (LiveMonitor, RedisStateWatch, depth_source, record_reading, record_samples,
-                                  redis_client)
+from testbed.live.monitor import (
+    LiveMonitor,
+    RedisStateWatch,
+    depth_source,
+    record_reading,
+    record_samples,
+    redis_client,
+)
 from testbed.live.netem import LiveNetwork, new_traffic_table
 from testbed.live.provider_thread import ProviderThread
 from testbed.live.rabbit_management import ManagementError, RunDepths
@@ -45,9 +51,9 @@ from testbed.monitoring import Observer, SnapshotSettings, new_monitor_tables
 from testbed.placement.records import placements_table
 from testbed.policies.base import Policy, initial_deployment
 from testbed.rng import stream
-from testbed.actions import actions_table
 from testbed.run_result import RunResult
 from testbed.topology import Topology
+from testbed.workloads.patterns import Pattern
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +110,8 @@ def finished_in_queues(live: LiveConfig, wiring: Wiring, depths: Mapping[str, in
     import pika
     import redis
 
-    from operators.envelope import Envelope, EnvelopeError
     from operators.api import seen_key
+    from operators.envelope import Envelope, EnvelopeError
 
     found: Dict[str, int] = {}
     client = redis.Redis.from_url(live.redis_url)

@@ -9,9 +9,9 @@ from enum import Enum
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from testbed.model import (
+    NEW_HOST_PREFIX,
     Action,
     LeaseHost,
-    NEW_HOST_PREFIX,
     Migrate,
     OperatorType,
     ProlongHost,

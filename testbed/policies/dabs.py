@@ -41,9 +41,18 @@ from typing import List, Optional, Tuple
 from testbed.model import Action, Restart, Snapshot, check_source_mode
 from testbed.placement.base import Placement
 from testbed.placement.first_fit import FirstFit
-from testbed.policies.presps import (EPS, Estimate, PrespsEstimator, PrespsParams, active_counts, apply_targets,
-                                     counts, plan_changes, pool_setup)
 from testbed.policies.contract import Policy
+from testbed.policies.presps import (
+    EPS,
+    Estimate,
+    PrespsEstimator,
+    PrespsParams,
+    active_counts,
+    apply_targets,
+    counts,
+    plan_changes,
+    pool_setup,
+)
 from testbed.policies.registry import register_policy
 
 

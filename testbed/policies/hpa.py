@@ -15,12 +15,22 @@ import numpy as np
 from testbed.model import Action, ScaleTo, Snapshot
 from testbed.placement.base import Placement
 from testbed.policies.contract import Policy, time_field
-from testbed.policies.hpa_core import (PERCENT, PODS, HpaBehaviour, HpaState, PodMetric, ScalingPolicy, ScalingRules,
-                                       SELECT_POLICIES as SELECTS, millicores, sync, utilisation_pct)
+from testbed.policies.hpa_core import (
+    PERCENT,
+    PODS,
+    HpaBehaviour,
+    HpaState,
+    PodMetric,
+    ScalingPolicy,
+    ScalingRules,
+    millicores,
+    sync,
+    utilisation_pct,
+)
+from testbed.policies.hpa_core import SELECT_POLICIES as SELECTS
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
 from testbed.policies.registry import register_policy
 from testbed.policies.scaling import target_of
-
 
 MAX_WINDOW_S, MAX_PERIOD_S = 3600.0, 1800.0  # the ranges Kubernetes accepts
 

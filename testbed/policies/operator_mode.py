@@ -19,8 +19,8 @@ import numpy as np
 
 from testbed.model import Action, InstanceState, ReleaseHost, Snapshot
 from testbed.placement.first_fit import FirstFit
-from testbed.policies.daedalus.controller import LoopWindow
 from testbed.plan import Plan
+from testbed.policies.daedalus.controller import LoopWindow
 from testbed.policies.scaling import realise, target_of
 
 WINDOW_S = 61

@@ -8,8 +8,8 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from testbed.workloads.patterns import Pattern
 from testbed.topology import Topology
+from testbed.workloads.patterns import Pattern
 
 EPS = 1e-9  # time comparisons of steps, ticks and intervals
 

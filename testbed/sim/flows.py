@@ -7,7 +7,6 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-
 SOURCE_DROP = "source"  # `dropped` reason: arrivals dropped during a restart's downtime (Restart.drop_source)
 
 
@@ -110,12 +109,12 @@ class FlowArrays:
         names = self.names
         out = FlowCounters.__new__(FlowCounters)
         out.operators, out.edge_keys = self.operators, self.edge_keys
-        out.received = dict(zip(self.operators, self.received.tolist()))
-        out.edges = dict(zip(self.edge_keys, self.edge_items.tolist()))
+        out.received = dict(zip(self.operators, self.received.tolist(), strict=True))
+        out.edges = dict(zip(self.edge_keys, self.edge_items.tolist(), strict=True))
         out.dropped, self.dropped = self.dropped, {}
         order = self.order[: self.order_len[0]]
-        out.served = {names[i]: n for i, n in zip(order.tolist(), self.served[order].tolist())}
-        out.busy_s = {names[i]: b for i, b in zip(order.tolist(), self.busy_s[order].tolist())}
+        out.served = {names[i]: n for i, n in zip(order.tolist(), self.served[order].tolist(), strict=True)}
+        out.busy_s = {names[i]: b for i, b in zip(order.tolist(), self.busy_s[order].tolist(), strict=True)}
         self.received[:] = 0
         self.edge_items[:] = 0
         self.served[order] = 0

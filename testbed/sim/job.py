@@ -31,15 +31,15 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from testbed.actions import ActionRecord
-from testbed.job_tables import job_tables
 from testbed.config import ExperimentConfig
+from testbed.job_config import JobConfig
+from testbed.job_tables import job_tables
 from testbed.model import ScaleDown
 from testbed.policies.contract import Policy
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
 from testbed.policies.scaling import job_rescale
 from testbed.rng import stream
 from testbed.run_result import RunResult
-from testbed.job_config import JobConfig
 
 
 def key_weights(cfg: JobConfig) -> np.ndarray:

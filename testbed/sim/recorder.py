@@ -30,7 +30,7 @@ class SampleRecorder:
         p = 1.0 / every
         gaps = stream(seed, "sampling")
         self._gaps = DrawBuffer(lambda n: gaps.geometric(p, n) - 1)
-        self._noise = [self._noise_buffer(stream(seed, f"service/{o}"), cv) for o, cv in zip(operators, cvs)]
+        self._noise = [self._noise_buffer(stream(seed, f"service/{o}"), cv) for o, cv in zip(operators, cvs, strict=True)]
         self._rr = [0] * len(operators)
         self._truncate = measurement == Measurement.seconds_truncated
         self._epoch = float(stream(seed, "clock-phase").uniform(0.0, 1.0))  # wall-clock phase of the start
@@ -100,7 +100,7 @@ class SampleRecorder:
         # bincount adds the weights one by one in order, as a loop over the samples would
         sums = np.bincount(op, weights=np.array(self.duration_ms[start:], dtype=np.float64), minlength=n).tolist()
         counts = np.bincount(op, minlength=n).tolist()
-        return [s / c if c else None for s, c in zip(sums, counts)]
+        return [s / c if c else None for s, c in zip(sums, counts, strict=True)]
 
     def arrays(self) -> "SamplingArrays":
         """Hands the sampling state over to the compiled cohort model, which samples by the same

@@ -4,25 +4,25 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
-from testbed.workloads.patterns import Pattern
 from testbed.actions import actions_table
 from testbed.billing import price_per_btu
 from testbed.config import ExperimentConfig
+from testbed.emulation import Emulator
 from testbed.model import InstanceState, Snapshot
 from testbed.monitoring import InstanceCounts, Observer, SnapshotSettings, append_observation, new_monitor_tables
 from testbed.observation import InstanceObservation, Observation, OperatorObservation
+from testbed.placement.records import placements_table
 from testbed.policies.base import Policy, initial_deployment
 from testbed.rng import stream
 from testbed.run_result import RunResult
 from testbed.sim.clock import EPS, SourceTicks, StepClock
 from testbed.sim.cluster import SimCluster
-from testbed.sim.exact import ExactNetwork
 from testbed.sim.emulated import EmulatedNetwork
-from testbed.emulation import Emulator
-from testbed.placement.records import placements_table
+from testbed.sim.exact import ExactNetwork
 from testbed.sim.network import CohortNetwork
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
+from testbed.workloads.patterns import Pattern
 
 
 class Simulation:
@@ -132,7 +132,7 @@ class Simulation:
     # -- monitoring and snapshots ----------------------------------------------------------
     def _monitor(self, t: float) -> None:
         net, cluster, ops = self.network, self.cluster, self.topology.operators
-        means = dict(zip(ops, self.recorder.interval_means()))
+        means = dict(zip(ops, self.recorder.interval_means(), strict=True))
         flows = net.flows.take_interval()
         # serving counts migration sources until replaced, which instance views show as draining
         serving = cluster.serving()

@@ -26,7 +26,8 @@ from typing import List, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from testbed.workloads.presps import RatePattern, SpikesConfig, generate as generate_spikes, validate_spikes
+from testbed.workloads.presps import RatePattern, SpikesConfig, validate_spikes
+from testbed.workloads.presps import generate as generate_spikes
 
 REPLAY_TABLE = "random_walk_machines.csv"
 
@@ -289,7 +290,7 @@ def plot_patterns(patterns: Sequence[Pattern], duration_s: float, path: str | Pa
         fig, axes = plt.subplots(
             1, len(patterns), figsize=(3.0 * len(patterns), 2.4), sharey=True, squeeze=False
         )
-        for ax, pattern, v in zip(axes[0], patterns, values):
+        for ax, pattern, v in zip(axes[0], patterns, values, strict=False):
             ax.step(minutes, v, where="post", color=sns.color_palette()[0], linewidth=1.5)
             ax.set_title(pattern.name)
             ax.set_xlabel("time [min]")

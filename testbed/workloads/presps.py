@@ -93,7 +93,7 @@ def validate_spikes(self) -> None:
 def envelope(knots: Sequence[Tuple[float, float]], length_s: int) -> np.ndarray:
     """The piecewise-linear envelope through the knots at t = 0 .. length_s - 1 (held after the last)."""
     t = np.arange(length_s, dtype=float)
-    xs, ys = zip(*knots)
+    xs, ys = zip(*knots, strict=True)
     return np.interp(t, np.asarray(xs, dtype=float), np.asarray(ys, dtype=float))
 
 

@@ -26,7 +26,6 @@ from operators.envelope import Envelope, amqp_properties, image_payload
 from operators.topology import oee_topology
 from operators.wiring import Wiring, declare, delete, make_wiring
 
-
 pytestmark = pytest.mark.integration
 
 OPERATORS = [f"O{i}" for i in range(1, 10)]

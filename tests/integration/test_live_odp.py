@@ -55,7 +55,7 @@ def test_containers_run_where_the_solver_placed_them(run_dir):
     assert (placements.solve_s > 0).all() and placements.objective.notna().all()
     # the containers ran on the hosts of the solution (the pool's records of its Docker containers)
     ran = {r["id"]: r["host"] for r in manifest["details"]["instances"] if r["running_at"] is not None}
-    assert dict(zip(placements.instance, placements.host)) == ran
+    assert dict(zip(placements.instance, placements.host, strict=True)) == ran
     # memory for 3 instances per host: the solution spreads over at least 3 of the 4 hosts
     assert len(set(ran.values())) >= 3
     processed = pd.read_parquet(run_dir / "processed.parquet")
@@ -89,7 +89,7 @@ def test_items_arrive_after_the_delay_drawn(run_dir):
     cfg = manifest["resolved_config"]
     model = NetworkModel(EmulationConfig(**{k: v for k, v in cfg["backend"]["emulation"].items()
                                             if k in ("seed", "delay_mean_ms", "delay_sd_ms")}))
-    where = dict(zip(*(pd.read_parquet(run_dir / "placements.parquet")[c] for c in ("operator", "host"))))
+    where = dict(zip(*(pd.read_parquet(run_dir / "placements.parquet")[c] for c in ("operator", "host")), strict=True))
     where.update({s: cfg["backend"]["emulation"]["provider_host"] for s in cfg["topology"]["sources"]})
     inputs = {}
     for table in ("sources", "operators"):

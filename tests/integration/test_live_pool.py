@@ -100,7 +100,7 @@ def test_the_restart_purges_and_every_item_is_accounted_for(run_dir):
     latency = table(run_dir, "latency")  # end to end, at the sinks O8 and O9
     assert len(latency) > 0 and set(latency.operator) <= {"O8", "O9"} and (latency.latency_ms > 0).all()
     edges = table(run_dir, "edges")
-    assert set(zip(edges.source, edges.target)) >= {("S2_production", "O1"), ("O1", "O3")}
+    assert set(zip(edges.source, edges.target, strict=True)) >= {("S2_production", "O1"), ("O1", "O3")}
     assert edges["items"].sum() > 0
     processed = table(run_dir, "processed")
     down = processed[(processed.t_s > restart.t_s.iloc[0] + 4) & (processed.t_s <= restart.t_s.iloc[0] + DOWNTIME_S)]

@@ -12,9 +12,9 @@ import pika
 import pytest
 
 from operators.api import processed_hash
+from operators.envelope import amqp_properties
 from operators.netem import NetView, unavailable_hash, view_key
 from operators.transports import OutMessage, RabbitPublisher, declare_wiring
-from operators.envelope import amqp_properties
 from operators.wiring import delete, instance_edges, make_wiring
 from testbed.emulation import EmulationConfig, NetworkModel
 from testbed.live.netem import LiveNetwork

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import random
-from collections import Counter
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import List, Sequence
@@ -15,12 +15,12 @@ import pytest
 import redis
 
 from data_provider.display_image import render_display, tesseract_available
-from testbed.workloads.payloads import Machine
 from operators.api import Emission, OperatorContext
 from operators.envelope import Envelope, image_payload
 from operators.oee.latency_sink import latency_stream
 from operators.oee.records import OeeValue, PartValue, ProductionRecord
 from operators.registry import make_operator
+from testbed.workloads.payloads import Machine
 
 pytestmark = pytest.mark.integration
 T0 = 1_763_788_800_000

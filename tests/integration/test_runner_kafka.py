@@ -69,7 +69,7 @@ def test_kafka_round_trip_dead_letters_commits_and_drains(kafka_bootstrap, redis
 
         outs = [Envelope.decode(b) for b in read_topic(kafka_bootstrap, wiring.topic("A"), 30, 120, runner)]
         assert [o.item_id for o in outs] == [f"{e.item_id}/A" for e in sent]
-        assert all(o.origin_ms == e.origin_ms and o.payload == e.payload for o, e in zip(outs, sent))
+        assert all(o.origin_ms == e.origin_ms and o.payload == e.payload for o, e in zip(outs, sent, strict=True))
         assert read_topic(kafka_bootstrap, dead_letter_topic(edge), 1, 30, runner) == [b"{broken"]
 
         runner.signal(signal.SIGTERM)

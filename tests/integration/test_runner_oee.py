@@ -12,13 +12,13 @@ import pika.exceptions
 import pytest
 
 from data_provider.display_image import render_display
-from testbed.workloads.payloads import ProductionRecord
 from operators.api import processed_hash
 from operators.envelope import Envelope, image_payload
 from operators.oee.latency_sink import latency_stream
 from operators.topology import oee_topology
 from operators.transports import declare_wiring
 from operators.wiring import delete, make_wiring
+from testbed.workloads.payloads import ProductionRecord
 
 from .runner_helpers import RunnerProcess, drain, publish, queue_state, runner_env, wait_for
 
@@ -46,7 +46,7 @@ def test_one_production_item_yields_its_oee_and_a_report(rabbitmq_url, redis_cli
                                       OPERATOR_PARAMS=json.dumps(params.get(op, {}))), tmp_path / f"{op}.log")
              for op in OPERATORS]
     try:
-        for op, p in zip(OPERATORS, procs):
+        for op, p in zip(OPERATORS, procs, strict=True):
             queue = wiring.inputs(op)[0].queue
             wait_for(f"{op} to consume", lambda q=queue: queue_state(ch, q)[1] >= 1, proc=p)
         now = int(time.time() * 1000)
@@ -72,9 +72,9 @@ def test_one_production_item_yields_its_oee_and_a_report(rabbitmq_url, redis_cli
         assert report.type == "report" and report.payload["inputs"] == 1
         assert report.payload["mean_oee"] == pytest.approx(want)
         assert (tmp_path / "reports").is_dir() and any((tmp_path / "reports").iterdir())
-        for op, p in zip(OPERATORS, procs):
+        for op, p in zip(OPERATORS, procs, strict=True):
             p.signal(signal.SIGTERM)
-        for op, p in zip(OPERATORS, procs):
+        for op, p in zip(OPERATORS, procs, strict=True):
             assert p.wait(20) == 0, p.log()
         counts = {k.decode(): int(v) for k, v in r.hgetall(processed_hash(unique_prefix)).items()}
         assert counts == {"O1": 1, "O3": 1, "O4": 1, "O5": 1, "O7": 3, "O9": 1, "O8": 1}

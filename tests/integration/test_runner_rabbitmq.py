@@ -13,8 +13,17 @@ import pika
 import pika.exceptions
 import pytest
 
-from operators.api import (ACTIVE, INACTIVE, STOPPED, InstanceReport, activation_key, dead_hash, instance_state_hash,
-                           metrics_stream, processed_hash)
+from operators.api import (
+    ACTIVE,
+    INACTIVE,
+    STOPPED,
+    InstanceReport,
+    activation_key,
+    dead_hash,
+    instance_state_hash,
+    metrics_stream,
+    processed_hash,
+)
 from operators.envelope import Envelope
 from operators.transports import declare_wiring
 from operators.wiring import delete, make_wiring
@@ -96,7 +105,7 @@ def test_round_trip_publishes_acks_counts_and_samples(run, channel, redis):
     outs = drain(channel, out)
     assert [e.item_id for e in outs] == [f"{e.item_id}/A" for e in sent]  # one consumer, one publisher: in order
     assert all(o.origin_ms == s.origin_ms and o.sent_ms >= s.sent_ms and o.payload == s.payload
-               for o, s in zip(outs, sent))
+               for o, s in zip(outs, sent, strict=True))
 
     entries = [f for _id, f in redis.xrange(metrics_stream(run.prefix))]
     samples = [f for f in entries if f[b"kind"] == b"sample"]
@@ -396,7 +405,7 @@ FAN_OUT = {"sources": {"S": ["A"]}, "operators": {"A": ["B", "C"], "B": ["sink"]
 def test_emissions_per_operator_give_the_count_of_each_edge(run, channel, redis):
     w = run.wiring(FAN_OUT)
     runners = [run.start(op, FAN_OUT, OPERATOR_IMPL="passthrough", INSTANCE_ID=f"{op}-test") for op in "ABC"]
-    for edge, proc in zip((w.edge("S", "A"), w.edge("A", "B"), w.edge("A", "C")), runners):
+    for edge, proc in zip((w.edge("S", "A"), w.edge("A", "B"), w.edge("A", "C")), runners, strict=True):
         wait_for(f"{edge.consumer} to consume", consuming(channel, edge.queue), proc=proc)
     n = 150
     publish(channel, w.exchange("S"), items(n))

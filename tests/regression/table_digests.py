@@ -23,7 +23,7 @@ def table_digest(path: Path) -> str:
     h = hashlib.sha256()
     h.update(repr(table.schema.names).encode())
     table = table.drop_columns([c for c in WALL_CLOCK_COLUMNS if c in table.schema.names])
-    for name, column in zip(table.schema.names, table.columns):
+    for name, column in zip(table.schema.names, table.columns, strict=True):
         h.update(name.encode())
         h.update(str(column.type).encode())
         for chunk in column.chunks:

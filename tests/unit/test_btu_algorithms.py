@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from testbed.model import OperatorType
 from testbed.placement.base import PlacementConfig
 from testbed.placement.suitability import host_suitability
-from testbed.model import OperatorType
-from testbed.policies.btu import BtuParams, UtilityVariant, downscale_utility, release_window, upscaling_trigger
 from testbed.plan import Plan
-
+from testbed.policies.btu import BtuParams, UtilityVariant, downscale_utility, release_window, upscaling_trigger
 from tests.unit.policy_fixtures import World, plan_host
 
 THRESHOLD = 50  # scalingThreshold (docs/papers/btu-provisioning.md#evaluation-configuration)

@@ -19,7 +19,6 @@ from testbed.model import (
     ScaleUp,
 )
 from testbed.policies.btu import BtuParams, BtuPolicy
-
 from tests.unit.policy_fixtures import World, kinds
 
 CFG = BtuParams()

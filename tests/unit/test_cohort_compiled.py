@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from testbed.workloads.patterns import CyclePattern
 from testbed.config import Measurement, OperatorConfig, Sampling, ServiceConfig, SourceConfig, TopologyConfig
 from testbed.rng import DrawBuffer, stream
-from testbed.sim.clock import EPS, SourceTicks, SteppedInPython, StepClock
+from testbed.sim.clock import EPS, SourceTicks, StepClock, SteppedInPython
 from testbed.sim.network import CohortNetwork
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
+from testbed.workloads.patterns import CyclePattern
 
 TOPOLOGY = Topology.from_config(TopologyConfig(
     tick_ms=480, compliance_excluded=[],

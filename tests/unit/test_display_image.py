@@ -7,8 +7,15 @@ import os
 import pytest
 from PIL import Image
 
-from data_provider.display_image import (LINES, DisplayReadError, display_lines, parse_display, read_display,
-                                         render_display, tesseract_available)
+from data_provider.display_image import (
+    LINES,
+    DisplayReadError,
+    display_lines,
+    parse_display,
+    read_display,
+    render_display,
+    tesseract_available,
+)
 from testbed.workloads.payloads import DEFECT, PLANNED_DOWNTIME, Machine, ProductionRecord
 
 # CI installs tesseract (infra/services.sh install); elsewhere a missing binary skips, never hides a failure in CI

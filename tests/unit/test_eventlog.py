@@ -11,8 +11,18 @@ import pytest
 
 from testbed import eventlog
 from testbed.eventlog import (
-    SCHEMA_VERSION, TABLES, EventLog, EventLogError, Manifest, code_revision, find_runs,
-    finish_manifest, package_versions, read_manifest, run_dir_for, write_manifest,
+    SCHEMA_VERSION,
+    TABLES,
+    EventLog,
+    EventLogError,
+    Manifest,
+    code_revision,
+    find_runs,
+    finish_manifest,
+    package_versions,
+    read_manifest,
+    run_dir_for,
+    write_manifest,
 )
 
 ROWS: Dict[str, Dict[str, Any]] = {

@@ -7,9 +7,25 @@ import numpy as np
 import pytest
 
 from testbed.policies.hpa import HpaParams, HpaPolicy, job_pods
-from testbed.policies.hpa_core import (DISABLED, MIN, PAPER_CHART, PERCENT, PODS, V2_DEFAULTS, HpaBehaviour, HpaState,
-                                       PodMetric, ScalingPolicy, ScalingRules, millicores, rate_limit, recommend,
-                                       stabilise, sync, utilisation_pct)
+from testbed.policies.hpa_core import (
+    DISABLED,
+    MIN,
+    PAPER_CHART,
+    PERCENT,
+    PODS,
+    V2_DEFAULTS,
+    HpaBehaviour,
+    HpaState,
+    PodMetric,
+    ScalingPolicy,
+    ScalingRules,
+    millicores,
+    rate_limit,
+    recommend,
+    stabilise,
+    sync,
+    utilisation_pct,
+)
 from testbed.policies.job_inputs import JobSnapshot
 
 

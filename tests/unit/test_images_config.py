@@ -4,9 +4,9 @@ takes its credentials from the environment. (tests/integration/test_images.py ru
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]

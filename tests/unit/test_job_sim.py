@@ -11,10 +11,9 @@ import pytest
 from testbed.model import ScaleTo
 from testbed.policies.contract import Policy
 from testbed.policies.job_inputs import JOB_OPERATOR
-from testbed.workloads.daedalus import DURATION_S, WORKLOADS, as_machines, rates
 from testbed.policies.static_n import StaticNParams, StaticNPolicy
 from testbed.sim.job import JobSimulation, worker_shares
-
+from testbed.workloads.daedalus import DURATION_S, WORKLOADS, as_machines, rates
 from tests.conftest import compose_config
 
 

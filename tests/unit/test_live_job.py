@@ -13,11 +13,23 @@ from operators.keyed_job import Item, ItemError
 from operators.keyed_worker import WorkerConfig
 from testbed.config import ConfigError
 from testbed.experiment import config_for, plan_runs
+from testbed.job_config import LiveJobConfig
 from testbed.live.job_compression import compress_rates, scaled
 from testbed.live.job_cpu import cpu_fraction, find_usage_path, parse_usage_ns
-from testbed.live.job_routing import (InflightGate, Outage, capacity, committed_id, inflight_limit, last_log_line,
-                                      one_line, parse_ids, rebinding, redis_loss, retry_until, worker_shares)
-from testbed.job_config import LiveJobConfig
+from testbed.live.job_routing import (
+    InflightGate,
+    Outage,
+    capacity,
+    committed_id,
+    inflight_limit,
+    last_log_line,
+    one_line,
+    parse_ids,
+    rebinding,
+    redis_loss,
+    retry_until,
+    worker_shares,
+)
 from tests.conftest import compose_config
 
 LIVE_JOB = ("evaluation=daedalus", "backend=docker", "job.max_scaleout=15", "reps=1")

@@ -6,20 +6,32 @@ import math
 import pytest
 
 from operators.wiring import wiring_for
+from testbed.config import OperatorConfig, SourceConfig, TopologyConfig
 from testbed.eventlog import EventLog
 from testbed.live.kafka_lag import fold_lags, group_lag
 from testbed.live.metrics_reader import Sample, parse_entries
 from testbed.live.monitor import MonitorReading, record_reading
-from testbed.observation import InstanceObservation, Observation, OperatorObservation
 from testbed.live.rabbit_management import (
-    ManagementClient, ManagementError, QueueStats, credentials_from_amqp_url, fold_depths, parse_queue_stats, redact,
+    ManagementClient,
+    ManagementError,
+    QueueStats,
+    credentials_from_amqp_url,
+    fold_depths,
+    parse_queue_stats,
+    redact,
 )
 from testbed.model import HostView, InstanceState, InstanceView
-from testbed.config import OperatorConfig, SourceConfig, TopologyConfig
 from testbed.monitoring import (
-    DurationWindows, Observer, SnapshotSettings, counted, hosts_row, instance_counts, interval_means,
+    DurationWindows,
+    Observer,
+    SnapshotSettings,
+    counted,
+    hosts_row,
+    instance_counts,
+    interval_means,
     new_monitor_tables,
 )
+from testbed.observation import InstanceObservation, Observation, OperatorObservation
 from testbed.topology import Topology
 from tests.conftest import compose_config
 

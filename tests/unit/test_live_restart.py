@@ -9,7 +9,6 @@ import pytest
 
 from data_provider.config import compose_provider
 from data_provider.emitter import Emitter, FakeClock, TickResult
-from testbed.workloads.patterns import make_pattern
 from data_provider.provider import Provider, source_specs
 from data_provider.source_gate import GatedEmit, SourceGate
 from data_provider.transports import MemoryTransport
@@ -17,6 +16,7 @@ from operators.envelope import Envelope
 from testbed.actions import dispatch
 from testbed.live.executor import LiveExecutor
 from testbed.model import InstanceState, InstanceView, Restart
+from testbed.workloads.patterns import make_pattern
 
 TICK_MS = 480.0
 

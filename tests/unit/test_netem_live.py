@@ -10,9 +10,23 @@ import time
 
 import pytest
 
-from operators.netem import (SAME_HOST, Draws, EmulatedSender, Interval, Link, NetCounters, NetView, RoundRobin,
-                             draw_delay_ms, lost, parse_entries, unavailable_hash, view_key)
-from operators.runner_config import ConfigError as RunnerConfigError, config_from_env
+from operators.netem import (
+    SAME_HOST,
+    Draws,
+    EmulatedSender,
+    Interval,
+    Link,
+    NetCounters,
+    NetView,
+    RoundRobin,
+    draw_delay_ms,
+    lost,
+    parse_entries,
+    unavailable_hash,
+    view_key,
+)
+from operators.runner_config import ConfigError as RunnerConfigError
+from operators.runner_config import config_from_env
 from operators.transports import MemoryTransport, OutMessage
 from operators.wiring import WiringError, instance_edges, instance_queue, make_wiring
 from testbed.config import ConfigError

@@ -6,13 +6,21 @@ import itertools
 
 import pytest
 
+from testbed.actions import ActionRecord
 from testbed.config import ConfigError
 from testbed.emulation import AvailabilityMode, EmulationConfig, Emulator, NetworkModel
-from testbed.model import (HostView, InstanceState, InstanceView, LeaseHost, OperatorType, OperatorView,
-                           ScaleUp, Snapshot)
+from testbed.model import (
+    HostView,
+    InstanceState,
+    InstanceView,
+    LeaseHost,
+    OperatorType,
+    OperatorView,
+    ScaleUp,
+    Snapshot,
+)
 from testbed.placement.base import OdpPlacementConfig, PlacementConfig, make_placement
 from testbed.placement.records import placements_table
-from testbed.actions import ActionRecord
 from testbed.plan import Plan
 from testbed.policies.static import StaticParams, StaticPolicy
 from tests.conftest import compose_config

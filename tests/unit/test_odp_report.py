@@ -19,7 +19,7 @@ ODP_71 = [("odp-r", "R_ms", 90.0), ("odp-r", "k", 5), ("odp-r", "A_model", 0.99 
 
 
 def verdicts(table):
-    return dict(zip(table["claim"], table["measured"]))
+    return dict(zip(table["claim"], table["measured"], strict=True))
 
 
 def test_section_71_claims():

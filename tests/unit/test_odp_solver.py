@@ -13,9 +13,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testbed.placement.odp import (Link, NetworkObjective, Node, ObjectiveForm, OdpInstance, Operator,
-                                   ResponseTimeForm, SolverName, SolverSettings, Status, Weights,
-                                   instance_to_dict, solve)
+from testbed.placement.odp import (
+    Link,
+    NetworkObjective,
+    Node,
+    ObjectiveForm,
+    OdpInstance,
+    Operator,
+    ResponseTimeForm,
+    SolverName,
+    SolverSettings,
+    Status,
+    Weights,
+    instance_to_dict,
+    solve,
+)
 from testbed.placement.odp.exhaustive import enumerate_optimum
 from testbed.placement.odp.generator import Table2, Topology, table2_instance
 from testbed.placement.odp.indexed import index

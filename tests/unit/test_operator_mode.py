@@ -6,7 +6,6 @@ import pytest
 
 from testbed.experiment import build_pattern, config_for, plan_runs, policy_for
 from testbed.sim.simulator import Simulation
-
 from tests.conftest import compose_config
 
 
@@ -22,7 +21,7 @@ def _run(config: str, minutes: float):
 def test_hpa_scales_operators_by_their_instances_busy_fraction():
     policy, result = _run("hpa-80", 20)
     acts = result.tables["actions"]
-    ups = [(o, r) for a, o, r in zip(acts["action"], acts["operator"], acts["reason"]) if a == "scale_up" and "hpa-80" in r]
+    ups = [(o, r) for a, o, r in zip(acts["action"], acts["operator"], acts["reason"], strict=True) if a == "scale_up" and "hpa-80" in r]
     assert ups, "the load step to 8 machines must make HPA scale some operator out"
     assert set(policy.states) == set(result.tables["instances"]["operator"])  # one HPA per operator type
 

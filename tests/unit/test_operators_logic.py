@@ -10,7 +10,6 @@ import zlib
 import pytest
 import redis
 
-from testbed.workloads.payloads import ProductionModel, TemperatureModel
 from operators.api import OperatorContext, PoisonItem
 from operators.envelope import Envelope
 from operators.oee.availability import availability, downtime_increments
@@ -21,6 +20,7 @@ from operators.oee.records import OeeValue, PartValue, ProductionRecord
 from operators.oee.report import render_pdf, summarise
 from operators.oee.temperature_monitor import TemperatureMonitorParams
 from operators.registry import OPERATORS, UnknownOperator, make_operator
+from testbed.workloads.payloads import ProductionModel, TemperatureModel
 
 
 def record(**kw) -> ProductionRecord:

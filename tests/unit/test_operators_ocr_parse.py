@@ -9,8 +9,6 @@ from PIL import Image
 
 from data_provider import display_image
 from data_provider.display_image import display_lines, render_display, tesseract_available
-from testbed.workloads import payloads
-from testbed.workloads.payloads import Machine
 from operators.api import OperatorContext, PoisonItem
 from operators.envelope import Envelope, image_payload
 from operators.oee import display_parser, records
@@ -18,6 +16,8 @@ from operators.oee.display_parser import DisplayParseError, parse_display_text
 from operators.oee.ocr_parse import OcrParse, record_from_text
 from operators.oee.params import OperatorParamError
 from operators.oee.records import PRODUCTION_RECORD, ProductionRecord
+from testbed.workloads import payloads
+from testbed.workloads.payloads import Machine
 
 needs_tesseract = pytest.mark.skipif(not tesseract_available() and not os.environ.get("CI"),
                                      reason="tesseract not installed (bash infra/services.sh install)")

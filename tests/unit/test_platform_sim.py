@@ -61,7 +61,7 @@ def run_chain(script, minutes: float = 5.0, machines: int = 2):
 def test_observation_tables_on_a_chain():
     tables, policy = run_chain(lambda s: [])
     edges, processed, stats = tables["edges"], tables["processed"], tables["instance_stats"]
-    assert set(zip(edges.source, edges.target)) == {("S", "A"), ("A", "B")}
+    assert set(zip(edges.source, edges.target, strict=True)) == {("S", "A"), ("A", "B")}
     # every interval: 15 s x 40 items/s enter A
     assert (edges[edges.source == "S"]["items"] == 600).all()
     # per-edge counts sum to what the receiving operator got: B receives what A processed (selectivity 1)

@@ -107,7 +107,7 @@ def test_an_outside_policy_runs_in_simulated_job_mode(outside_policy):
     [run] = run_experiment(cfg)
     assert read_manifest(run).status == "complete"
     rescales = EventLog(run).read("rescales")
-    assert list(zip(rescales.t_s, rescales.from_n, rescales.to_n)) == [(300.0, 12, 5)]
+    assert list(zip(rescales.t_s, rescales.from_n, rescales.to_n, strict=True)) == [(300.0, 12, 5)]
     actions = EventLog(run).read("actions")
     down = actions[actions.action == "scale_down"]
     assert list(down.instance) == [f"w{i}" for i in range(11, 4, -1)]  # the newest workers first

@@ -10,14 +10,30 @@ import numpy as np
 import pytest
 
 from testbed.config import InfrastructureConfig, OperatorConfig, SourceConfig, TopologyConfig
-from testbed.model import (HostView, InstanceState, InstanceView, OperatorType, OperatorView, Restart, ScaleUp,
-                           SetActive, Snapshot)
+from testbed.model import (
+    HostView,
+    InstanceState,
+    InstanceView,
+    OperatorType,
+    OperatorView,
+    Restart,
+    ScaleUp,
+    SetActive,
+    Snapshot,
+)
 from testbed.policies.dabs import DabsParams, DabsPolicy, restart_allowed
-from testbed.policies.presps import (ENTRY, PrespsEstimator, PrespsParams, PrespsPolicy, edge_shares, plan_changes,
-                                     propagate_theta, replicas)
+from testbed.policies.presps import (
+    ENTRY,
+    PrespsEstimator,
+    PrespsParams,
+    PrespsPolicy,
+    edge_shares,
+    plan_changes,
+    propagate_theta,
+    replicas,
+)
 from testbed.sim.cluster import SimCluster
 from testbed.topology import Topology
-
 
 # ---- Eqs. (3)-(4): theta ---------------------------------------------------------------------------
 
@@ -333,7 +349,7 @@ def test_capacity_noise_varies_each_step_around_the_mean():
         result = Simulation(run_cfg, Scripted(lambda s: []), build_pattern(run_cfg.pattern, cfg.seed), seed,
                             spec.btu_minutes).run()
         processed = result.tables["processed"]
-        return np.array([n for o, n in zip(processed["operator"], processed["items"]) if o == "A"][1:])
+        return np.array([n for o, n in zip(processed["operator"], processed["items"], strict=True) if o == "A"][1:])
 
     flat = run(0.0, 3)
     assert set(flat.tolist()) <= {149, 150, 151}  # A (one instance, 100 ms) saturated: 150 per 15 s

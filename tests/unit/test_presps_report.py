@@ -10,15 +10,27 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from testbed.workloads.patterns import PatternConfig, PatternKind, make_pattern
-from testbed.workloads.presps import (SpikesConfig, calibrate, generate, integer_counts, minute_rms_vs_reference,
-                                           series_statistics)
 from reporting.evaluations import report_for, reports_for
-from reporting.evaluations.presps import (check_claims, mean_active, over_provisioning, presps_metrics, static_theta,
-                                          throughput_degradation, windows)
+from reporting.evaluations.presps import (
+    check_claims,
+    mean_active,
+    over_provisioning,
+    presps_metrics,
+    static_theta,
+    throughput_degradation,
+    windows,
+)
 from testbed.config import ConfigError
+from testbed.workloads.patterns import PatternConfig, PatternKind, make_pattern
+from testbed.workloads.presps import (
+    SpikesConfig,
+    calibrate,
+    generate,
+    integer_counts,
+    minute_rms_vs_reference,
+    series_statistics,
+)
 from tests.conftest import compose_config
-
 
 # ---- workload -------------------------------------------------------------------------------------
 
@@ -137,7 +149,7 @@ def test_theta_and_over_provisioning_of_the_oee_like_fan_out():
 def test_claims_and_the_extension_point():
     rows = []
     for config, values in {"presps": (0.56, 0.18, 0.999, 2100.0), "dabs": (0.40, 0.28, 0.83, 1400.0)}.items():
-        for metric, v in zip(("saved_resources", "throughput_degradation", "processed_ratio", "latency_ms"), values):
+        for metric, v in zip(("saved_resources", "throughput_degradation", "processed_ratio", "latency_ms"), values, strict=True):
             rows.append({"pattern": "p", "approach": config, "config": config, "btu_minutes": pd.NA, "metric": metric,
                          "mean": v, "sd": np.nan, "n": 1})
     claims = check_claims(pd.DataFrame(rows), report_for("presps").reference())
@@ -163,7 +175,7 @@ def test_claims_per_baseline_variant():
     rows = [{"pattern": "presps_spikes", "approach": c, "config": c, "btu_minutes": pd.NA, "metric": m, "mean": v,
              "sd": 0.0, "n": 3}
             for c, vs in values.items()
-            for m, v in zip(("saved_resources", "throughput_degradation", "processed_ratio", "latency_ms"), vs)]
+            for m, v in zip(("saved_resources", "throughput_degradation", "processed_ratio", "latency_ms"), vs, strict=True)]
     claims = check_claims(pd.DataFrame(rows), report_for("presps").reference())
     assert claims["claim"].tolist() == ["P1 (dabs)", "P2 (dabs)", "P3 (dabs)", "P4 (dabs)",
                                         "P1 (dabs-util)", "P2 (dabs-util)", "P3 (dabs-util)", "P4 (dabs-util)"]
@@ -250,7 +262,7 @@ def test_presps_evaluation_small_scale(tmp_path: Path):
                          f"out={tmp_path}", "summary=false", "workers=1")
     run_experiment(cfg)
     table = summarise(tmp_path / "presps_spikes")
-    values = {(c, m): v for c, m, v in zip(table["config"], table["metric"], table["mean"])}
+    values = {(c, m): v for c, m, v in zip(table["config"], table["metric"], table["mean"], strict=True)}
     assert values[("presps", "processed_ratio")] >= 0.99 and values[("presps", "restarts")] == 0
     assert values[("dabs", "restarts")] >= 1 and values[("dabs", "dropped_purge")] > 0
     assert values[("dabs", "processed_ratio")] < values[("presps", "processed_ratio")]

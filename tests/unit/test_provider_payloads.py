@@ -7,8 +7,16 @@ import collections
 import numpy as np
 import pytest
 
-from testbed.workloads.payloads import (AVAILABLE, DEFECT, PLANNED_DOWNTIME, STATUSES, Machine, PayloadConfig,
-                                    PayloadConfigError, validate_payloads)
+from testbed.workloads.payloads import (
+    AVAILABLE,
+    DEFECT,
+    PLANNED_DOWNTIME,
+    STATUSES,
+    Machine,
+    PayloadConfig,
+    PayloadConfigError,
+    validate_payloads,
+)
 
 
 def run_machine(seed: int, ticks: int, index: int = 0):
@@ -48,7 +56,7 @@ def test_availability_shares_and_incidents_last_several_ticks():
     assert shares[DEFECT] / len(statuses) == pytest.approx(0.05, abs=0.015)
     runs = collections.defaultdict(list)  # incident lengths in ticks
     length = 1
-    for prev, cur in zip(statuses, statuses[1:]):
+    for prev, cur in zip(statuses, statuses[1:], strict=False):
         if cur == prev:
             length += 1
         else:
@@ -75,7 +83,7 @@ def test_production_records_are_plausible():
     statuses, _, records, _ = run_machine(11, 5000)
     produced = np.array([r.produced_units for r in records])
     defective = np.array([r.defective_units for r in records])
-    assert all(r.status == s for r, s in zip(records, statuses))
+    assert all(r.status == s for r, s in zip(records, statuses, strict=True))
     up = np.array([s == AVAILABLE for s in statuses])
     assert produced[~up].sum() == 0 and defective[~up].sum() == 0
     assert 40 <= produced[up].mean() <= 50  # ideal 50 per minute at ~90 % performance

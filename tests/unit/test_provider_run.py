@@ -11,12 +11,12 @@ import pytest
 
 from data_provider.config import ProviderConfig, compose_provider, parse_duration, validate_provider
 from data_provider.emitter import FakeClock
-from testbed.workloads.patterns import make_pattern
 from data_provider.provider import expected_items, run_provider, source_specs
 from data_provider.transports import MemoryTransport
 from operators.envelope import Envelope, payload_image
 from testbed.config import ConfigError
 from testbed.eventlog import EventLog, read_manifest
+from testbed.workloads.patterns import make_pattern
 
 ROOT = Path(__file__).resolve().parents[2]
 

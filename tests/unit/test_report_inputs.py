@@ -19,7 +19,6 @@ from reporting.run_catalog import ReportError, load_catalog
 from testbed.cli import main as cli_main
 from tests.unit.report_fixtures import make_run
 
-
 # ---- configuration ------------------------------------------------------------------------------------
 
 def test_defaults_and_overrides() -> None:
@@ -199,7 +198,7 @@ def test_comparison_and_claims_ignore_approaches_the_paper_does_not_have() -> No
     measured = _measured()
     other = measured[measured["approach"] == "threshold"].assign(approach="visp", config="visp", mean=1.0)
     both = pd.concat([measured.assign(config=[f"btu-{b}" if a == "btu" else a for a, b in
-                                               zip(measured["approach"], measured["btu_minutes"])]), other])
+                                               zip(measured["approach"], measured["btu_minutes"], strict=True)]), other])
     assert compare(both, ref).equals(compare(measured, ref))
     assert check_claims(both, ref).equals(check_claims(measured, ref))
 

@@ -52,7 +52,7 @@ def compute_metrics(spark: Any, catalog: RunCatalog, scratch: Path) -> ReportMet
 def _values(per_run: pd.DataFrame, config: str, rep: int = 1,
             pattern: str = "stepwise") -> Dict[Tuple[Optional[int], str], float]:
     rows = per_run[(per_run["pattern"] == pattern) & (per_run["config"] == config) & (per_run["rep"] == rep)]
-    return {(None if pd.isna(b) else int(b), m): v for b, m, v in zip(rows["btu_minutes"], rows["metric"], rows["value"])}
+    return {(None if pd.isna(b) else int(b), m): v for b, m, v in zip(rows["btu_minutes"], rows["metric"], rows["value"], strict=True)}
 
 
 @pytest.fixture(scope="module")

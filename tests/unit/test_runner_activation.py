@@ -10,7 +10,6 @@ import pytest
 
 from operators.api import ACTIVE, INACTIVE, STOPPED, InstanceReport, activation_wanted
 from operators.sources import Outcome
-
 from tests.unit.runner_fakes import FlagStore, RunnerFactory, envelope, wait_until
 
 

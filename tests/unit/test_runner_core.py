@@ -11,7 +11,6 @@ import pytest
 
 from operators.envelope import Envelope
 from operators.sources import Outcome, dead_letter_topic
-
 from tests.unit.runner_fakes import RunnerFactory, envelope, wait_until
 
 

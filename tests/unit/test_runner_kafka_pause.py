@@ -12,7 +12,6 @@ import pytest
 
 from operators.sources import KafkaSource, Outcome
 from operators.wiring import make_wiring
-
 from tests.unit.runner_fakes import wait_until
 
 # kafka-python reads its protocol schemas with deprecated importlib.resources calls

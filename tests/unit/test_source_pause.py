@@ -10,13 +10,13 @@ import pytest
 
 from data_provider.config import compose_provider
 from data_provider.emitter import Emitter, FakeClock, TickResult
-from testbed.workloads.patterns import make_pattern
 from data_provider.provider import Provider, source_specs
 from data_provider.source_gate import GatedEmit, SourceGate
 from data_provider.transports import MemoryTransport
 from testbed.model import Restart, Snapshot
 from testbed.policies.dabs import DabsParams
 from testbed.sim.clock import SourcePause
+from testbed.workloads.patterns import make_pattern
 
 
 def run_paused(exact: bool, source: str = "pause", emulated: bool = False):

@@ -8,7 +8,6 @@ import pytest
 
 from testbed.model import NEW_HOST_PREFIX, LeaseHost, ReleaseHost, ScaleDown, ScaleUp
 from testbed.policies.threshold import ThresholdParams, ThresholdPolicy
-
 from tests.conftest import compose_config
 from tests.unit.policy_fixtures import World, kinds
 

@@ -17,17 +17,17 @@ OPERATORS = ["A", "B", "C"]
 def _loop_means(operators: Sequence[str], ops: Sequence[int], durations: Sequence[float]) -> List[Optional[float]]:
     """Mean per operator, summed sample by sample in order (the recorder's former loop)."""
     sums, counts = [0.0] * len(operators), [0] * len(operators)
-    for k, d in zip(ops, durations):
+    for k, d in zip(ops, durations, strict=True):
         sums[k] += d
         counts[k] += 1
-    return [s / n if n else None for s, n in zip(sums, counts)]
+    return [s / n if n else None for s, n in zip(sums, counts, strict=True)]
 
 
 def _loop_episodes(times: Sequence[float], compliant: Sequence[bool]) -> List[float]:
     """Violation episodes walked sample by sample (the summary's former loop)."""
     lengths: List[float] = []
     seen_compliant, start = False, None
-    for t, ok in zip(times, compliant):
+    for t, ok in zip(times, compliant, strict=True):
         if ok:
             if start is not None:
                 lengths.append(float(t - start))

@@ -6,7 +6,6 @@ import pytest
 
 from testbed.model import ProlongHost, ScaleUp
 from testbed.policies.btu import BtuParams, BtuPolicy, TriggerVariant, visp_upscaling_trigger
-
 from tests.unit.policy_fixtures import World, kinds
 
 

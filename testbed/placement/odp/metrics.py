@@ -128,7 +128,7 @@ def violations(ix: Indexed, assignment: Sequence[int]) -> list:
     for k, (i, j) in enumerate(ix.dag.arcs):
         if a[i] != a[j]:
             flow[a[i], a[j]] += ix.rates[k]
-    for u, v in zip(*np.nonzero(flow > ix.bandwidth + 1e-9)):
+    for u, v in zip(*np.nonzero(flow > ix.bandwidth + 1e-9), strict=True):
         out.append(f"link {u}->{v} over bandwidth")
     return out
 

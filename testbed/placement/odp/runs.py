@@ -33,7 +33,7 @@ PAPER_SOLVE_MS = 420.0  # "S-ODP computes the optimal solution in less than 420 
 def final_hosts(placements: pd.DataFrame) -> Dict[str, str]:
     """Instance -> host after every placement decision (a migration moves the instance it names)."""
     where: Dict[str, str] = {}
-    for instance, host in zip(placements["instance"], placements["host"]):
+    for instance, host in zip(placements["instance"], placements["host"], strict=True):
         where[instance] = host
     return where
 

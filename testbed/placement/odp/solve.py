@@ -12,9 +12,7 @@ from testbed.placement.odp.indexed import Indexed, index
 from testbed.placement.odp.instance import OdpInstance
 from testbed.placement.odp.metrics import evaluate
 from testbed.placement.odp.model import LinearModel, build_model
-from testbed.placement.odp.result import (ModelSize, OdpResult, RawSolution, SolverName, SolverSettings,
-                                          Status)
-
+from testbed.placement.odp.result import ModelSize, OdpResult, RawSolution, SolverName, SolverSettings, Status
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +61,7 @@ def decode(ix: Indexed, model: LinearModel, raw: RawSolution, settings: SolverSe
             for i in range(ix.n)
         ], dtype=np.int64)
         nodes = ix.instance.node_ids
-        placement = {o.id: nodes[u] for o, u in zip(ix.instance.operators, assignment)}
+        placement = {o.id: nodes[u] for o, u in zip(ix.instance.operators, assignment, strict=True)}
         metrics = evaluate(ix, assignment, model.bounds)
         r_ms = float(raw.values[layout.r])
     objective = ix.instance.network_objective

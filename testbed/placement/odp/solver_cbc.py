@@ -31,7 +31,7 @@ def solve_cbc(model: LinearModel, settings: SolverSettings) -> RawSolution:
     cols = [
         prob.add_variable(f"c{k}", lowBound=float(lo), upBound=None if math.isinf(up) else float(up),
                           cat=pulp.LpInteger if integer else pulp.LpContinuous)
-        for k, (lo, up, integer) in enumerate(zip(model.col_lower, model.col_upper, model.integer))
+        for k, (lo, up, integer) in enumerate(zip(model.col_lower, model.col_upper, model.integer, strict=True))
     ]
     one = prob.add_variable("offset", lowBound=1.0, upBound=1.0)
     terms = [(cols[k], float(model.cost[k])) for k in np.nonzero(model.cost)[0]]
@@ -42,7 +42,7 @@ def solve_cbc(model: LinearModel, settings: SolverSettings) -> RawSolution:
         sl = slice(start[r], start[r + 1])
         if start[r] == start[r + 1]:
             continue  # an empty row (a node no operator may use) constrains nothing
-        expr = pulp.LpAffineExpression(zip((cols[c] for c in model.col_index[sl]), model.value[sl].tolist()))
+        expr = pulp.LpAffineExpression(zip((cols[c] for c in model.col_index[sl]), model.value[sl].tolist(), strict=True))
         if lo == up:
             prob += expr == lo, f"r{r}"
         else:

@@ -49,7 +49,7 @@ class Regression:
         if not len(xs):
             return
         if WelfordMode(mode) is WelfordMode.exact:
-            for x, y in zip(xs, ys):
+            for x, y in zip(xs, ys, strict=True):
                 self.add(float(x), float(y))
             return
         # the code's batch form: one n for the whole window, deviations from the old means
@@ -60,7 +60,7 @@ class Regression:
         dy = [float(y) - self.my for y in ys]
         f = (n - 1) / n
         self.var += (sum(f * d * d for d in dx) - k * self.var) / n
-        self.cov += (sum(f * a * b for a, b in zip(dx, dy)) - k * self.cov) / n
+        self.cov += (sum(f * a * b for a, b in zip(dx, dy, strict=True)) - k * self.cov) / n
         self.mx += sum(dx) / n
         self.my += sum(dy) / n
 

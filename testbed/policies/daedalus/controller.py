@@ -14,7 +14,7 @@ import numpy as np
 
 from testbed.policies.daedalus.anomaly import RunningStats, observed_recovery, recovery_end
 from testbed.policies.daedalus.capacity import CapacityModel
-from testbed.policies.daedalus.decision import Decision, DecisionInputs, DecisionSettings, NEVER, plan
+from testbed.policies.daedalus.decision import NEVER, Decision, DecisionInputs, DecisionSettings, plan
 from testbed.policies.daedalus.forecast import Forecaster
 from testbed.policies.daedalus.recovery import predict_recovery_time
 
@@ -127,7 +127,7 @@ class DaedalusController:
             return np.asarray(workload, dtype=float)
         # the broker's one-minute rate: an EWMA of the 5 s rate, ticked every 5 s
         out = np.empty(len(workload))
-        for i, (s, v) in enumerate(zip(seconds, workload)):
+        for i, (s, v) in enumerate(zip(seconds, workload, strict=True)):
             if fresh[i]:
                 self.ewma_count += float(v)
                 if int(round(s)) % EWMA_TICK_S == 0:
@@ -141,7 +141,7 @@ class DaedalusController:
         m = self.monitor
         if m is None:
             return
-        m["diffs"].extend(float(d) for d, s in zip(diffs, seconds) if s > m["t"])
+        m["diffs"].extend(float(d) for d, s in zip(diffs, seconds, strict=False) if s > m["t"])
         end = recovery_end(m["diffs"], self.diffs.mean, self.diffs.std)
         if end is None:
             return

@@ -11,7 +11,7 @@ from testbed.policies.contract import Policy, time_field
 from testbed.policies.daedalus.capacity import CapacityModel, SkewRule, WelfordMode
 from testbed.policies.daedalus.controller import DaedalusController, LoopWindow
 from testbed.policies.daedalus.decision import DecisionSettings, LagCheck
-from testbed.policies.daedalus.forecast import ForecastMode, Forecaster, RetrainCounter
+from testbed.policies.daedalus.forecast import Forecaster, ForecastMode, RetrainCounter
 from testbed.policies.daedalus.recovery import RtSemantics
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
 from testbed.policies.registry import register_policy

@@ -176,7 +176,7 @@ def comparison(res: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
             ref_c = c.replace("-r50", "")
             ref = reference[(reference.pattern == pattern) & (reference.approach == ref_c)]
 
-            def paper(metric: str) -> float:
+            def paper(metric: str, ref: pd.DataFrame = ref) -> float:
                 sel = ref[ref.metric == metric]
                 return float(sel.value.iloc[0]) if len(sel) else math.nan
 
@@ -398,7 +398,7 @@ def markdown(comp: pd.DataFrame, claims: pd.DataFrame, res: pd.DataFrame, figs: 
         out += ["## Daedalus internals", "", "| workload | capacity error % | WAPE median | loops WAPE < 5 % | fallback loops | "
                 "RT predicted s | RT observed s | RT true s | predicted >= observed % |", "|---|---|---|---|---|---|---|---|---|"]
         for p in dd.pattern.unique():
-            v = lambda m: value(res, p, "daedalus", m)  # noqa: E731
+            v = lambda m, p=p: value(res, p, "daedalus", m)  # noqa: E731
             out.append(f"| {p} | {_fmt(v('capacity_error_pct'), 2)} | {_fmt(v('forecast_wape_median'), 4)} | "
                        f"{_fmt(v('forecast_wape_below_5_pct'), 1)} | {_fmt(v('fallback_loops'), 1)} | {_fmt(v('rt_predicted_s'), 0)} | "
                        f"{_fmt(v('rt_observed_s'), 0)} | {_fmt(v('rt_true_s'), 0)} | {_fmt(v('rt_predicted_ge_observed_pct'), 1)} |")

@@ -136,7 +136,7 @@ def _check_config(run: RunInfo) -> None:
     """The config values the metrics need, read once here so that a missing one fails before Spark."""
     try:
         run.operators()
-        run.billing
+        _ = run.billing  # the property reads the billing settings (fails here if missing)
         config_value(run.manifest.resolved_config, "billing.penalty_per_item", run.run_dir)
         config_value(run.manifest.resolved_config, "billing.price_per_10_minutes", run.run_dir)
     except SummaryError as exc:

@@ -173,7 +173,7 @@ def format_summary(df: pd.DataFrame) -> str:
         lines = [[label] + [_cell(*cells[m], d) for _, m, d in columns] for _, label, cells in rows]
         widths = [max(len(r[i]) for r in [header, *lines]) for i in range(len(header))]
 
-        def fmt(r: Sequence[str]) -> str:
+        def fmt(r: Sequence[str], widths: List[int] = widths) -> str:
             return "  ".join([r[0].ljust(widths[0])] + [v.rjust(w) for v, w in zip(r[1:], widths[1:], strict=True)])
 
         blocks.append("\n".join([f"pattern: {pattern}", fmt(header), "-" * len(fmt(header))] + [fmt(r) for r in lines]))

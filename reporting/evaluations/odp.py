@@ -50,10 +50,10 @@ def _values(summary: pd.DataFrame) -> Dict[Tuple[str, str, str], float]:
 def check_claims(summary: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     v, rows = _values(summary), []
     for pattern in sorted({p for p, _, _ in v}):
-        def get(config: str, metric: str) -> float:
+        def get(config: str, metric: str, pattern: str = pattern) -> float:
             return v.get((pattern, config, metric), math.nan)
 
-        def row(claim: str, text: str, paper: str, measured: str, detail: str) -> None:
+        def row(claim: str, text: str, paper: str, measured: str, detail: str, pattern: str = pattern) -> None:
             rows.append({"pattern": pattern, "claim": claim, "text": text, "paper": HOLDS, "paper_detail": paper,
                          "measured": measured, "measured_detail": detail})
 

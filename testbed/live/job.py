@@ -428,7 +428,7 @@ class LiveJobRun:
             raise LiveJobError(f"{self._exit_message(*first)} at t={t:.0f} s, with {len(self.recoveries)} worker(s) "
                                f"replaced already (backend.live.job.max_recoveries = {self.settings.max_recoveries})")
         messages = [self._exit_message(*e) for e in exited]
-        for (w, wc, code), msg in zip(exited, messages, strict=True):
+        for msg in messages:
             print(f"live job {self.run_id}: {msg} at t={t:.0f} s: replacing it, the job restarts from its checkpoints",
                   file=sys.stderr, flush=True)
         t_s = float(len(self.series))

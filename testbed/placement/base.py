@@ -82,7 +82,7 @@ class Placement(ABC):
         them calls this every cycle (the `static` policy does)."""
         return []
 
-    def bind_run(self, run_cfg: Any) -> None:
+    def bind_run(self, run_cfg: Any) -> None:  # noqa: B027 - an optional hook, a no-op unless overridden
         """Facts of the run a strategy may need beside the plan (ODP: the emulated network); the
         experiment calls it once with the run's resolved config. None by default."""
 

@@ -80,7 +80,7 @@ class TStorm(Placement):
         self.reassignments.append(Reassignment(plan.t, before, after, len(moved)))
         reason = (f"tstorm reassignment {len(self.reassignments)}: best fit in decreasing traffic order, "
                   f"inter-host traffic {before:.2f} -> {after:.2f} items/s")
-        for iid, o, host, _ in moved:
+        for iid, _o, host, _ in moved:
             plan._take(host, iid)
         actions: List[Action] = []
         for iid, o, host, to in moved:

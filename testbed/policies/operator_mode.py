@@ -37,7 +37,7 @@ def _samples(policy, snapshot: Snapshot) -> Dict[str, Deque[Sample]]:
         return bufs
     interval = snapshot.monitoring_s
     inflow: Dict[str, float] = {o: 0.0 for o in snapshot.operators}
-    for (src, dst), items in snapshot.edge_items.items():
+    for (_src, dst), items in snapshot.edge_items.items():
         if dst in inflow:
             inflow[dst] += items / interval
     per_op: Dict[str, Dict[str, Tuple[float, float]]] = {o: {} for o in snapshot.operators}

@@ -265,7 +265,7 @@ def apply_targets(s: Snapshot, targets: Mapping[str, int], reasons: Mapping[str,
         return [SetActive(o, targets[o], reasons[o]) for o in plan_changes(targets, active)]
     plan = Plan(s)
     actions: List[Action] = []
-    for o, k in plan_changes(targets, counts(s)).items():
+    for o in plan_changes(targets, counts(s)):
         actions += scale_to(plan, o, targets[o], placement, reasons[o])
     for host in plan.empty_hosts():
         actions.append(ReleaseHost(host, "no instance left on the host"))

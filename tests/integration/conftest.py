@@ -97,9 +97,9 @@ def kafka_bootstrap(tmp_path_factory) -> Iterator[str]:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
-            except OSError:
+            except OSError as exc:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"tansu did not start: {(workdir / 'tansu.log').read_text(errors='replace')}")
+                    raise RuntimeError(f"tansu did not start: {(workdir / 'tansu.log').read_text(errors='replace')}") from exc
                 time.sleep(0.1)
         yield address
     finally:

@@ -78,7 +78,7 @@ def test_runners_on_emulated_hosts_delay_lose_and_account_for_every_item(network
                     and processed.get("sink", 0) + lost.get("sink", 0) == processed.get("A", 0))
 
         for proc in procs:
-            wait_for("the runners to consume", lambda: proc.proc.poll() is None and "consuming" in proc.log(),
+            wait_for("the runners to consume", lambda proc=proc: proc.proc.poll() is None and "consuming" in proc.log(),
                      timeout_s=60.0, proc=proc)
         wait_for("every item processed or lost", settled, timeout_s=120.0, proc=procs[1])
         processed, lost = counts()

@@ -341,7 +341,7 @@ def test_a_pool_replica_switched_off_hands_back_what_it_holds_and_consumes_again
     for name in off:
         redis.set(activation_key(run.prefix, name), "0")
     for name in off:
-        wait_for(f"{name} to report inactive", lambda: instance_state(redis, run.prefix, name) == INACTIVE,
+        wait_for(f"{name} to report inactive", lambda name=name: instance_state(redis, run.prefix, name) == INACTIVE,
                  proc=pool[name])
     assert queue_state(channel, inp)[0] > 0  # mid-stream: the rest is for A-0
     for name in off:
@@ -410,7 +410,7 @@ def test_emissions_per_operator_give_the_count_of_each_edge(run, channel, redis)
     n = 150
     publish(channel, w.exchange("S"), items(n))
     for op in "BC":
-        wait_for(f"{op}'s processed counter", lambda: redis.hget(processed_hash(run.prefix), op) == str(n).encode(),
+        wait_for(f"{op}'s processed counter", lambda op=op: redis.hget(processed_hash(run.prefix), op) == str(n).encode(),
                  proc=runners[0])
     for p in runners:
         p.signal(signal.SIGTERM)

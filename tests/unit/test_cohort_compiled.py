@@ -80,8 +80,9 @@ def test_backlog_grows_the_arrays():
 
 
 def test_draw_buffer_hands_over_the_same_stream():
-    one = DrawBuffer(lambda n, rng=stream(3, "x"): rng.gamma(2.0, 0.5, n), block=100)
-    two = DrawBuffer(lambda n, rng=stream(3, "x"): rng.gamma(2.0, 0.5, n), block=100)
+    rng_one, rng_two = stream(3, "x"), stream(3, "x")
+    one = DrawBuffer(lambda n: rng_one.gamma(2.0, 0.5, n), block=100)
+    two = DrawBuffer(lambda n: rng_two.gamma(2.0, 0.5, n), block=100)
     head = [one.next() for _ in range(30)]
     handed = np.concatenate([one.rest(), one.block(), one.block()])
     assert head + handed.tolist() == [two.next() for _ in range(300)]

@@ -51,8 +51,8 @@ def heterogeneous(seed: int, topology: Topology, n: int, m: int, weights: Weight
     )
     nodes = tuple(Node(nd.id, (float(rng.integers(3, 7)),), float(rng.choice([1.0, 1.5, 2.0])),
                        float(rng.choice([0.95, 0.99, 1.0]))) for nd in base.nodes)
-    links = tuple(Link(l.source, l.target, l.d, float(rng.choice([0.98, 1.0])),
-                       float(rng.uniform(2, 12)) if bandwidth else math.inf) for l in base.links)
+    links = tuple(Link(link.source, link.target, link.d, float(rng.choice([0.98, 1.0])),
+                       float(rng.uniform(2, 12)) if bandwidth else math.inf) for link in base.links)
     edges = tuple(replace(e, rate=float(rng.uniform(1, 10))) for e in base.edges)
     return OdpInstance(ops, edges, nodes, links, weights, network)
 
@@ -100,7 +100,7 @@ def test_the_cases_are_feasible_and_their_constraints_bind():
         assert best.feasible
         roomy = replace(inst, nodes=tuple(replace(nd, C=(100.0,)) for nd in inst.nodes))
         capacity_binds += enumerate_optimum(roomy).metrics.utility > best.metrics.utility + 1e-9
-        wide = replace(inst, links=tuple(replace(l, B=math.inf) for l in inst.links))
+        wide = replace(inst, links=tuple(replace(link, B=math.inf) for link in inst.links))
         bandwidth_binds += enumerate_optimum(wide).metrics.utility > best.metrics.utility + 1e-9
     assert capacity_binds >= len(CASES) - 2 and bandwidth_binds >= 1
 

@@ -60,9 +60,9 @@ def index(inst: OdpInstance) -> Indexed:
     avail = np.ones((m, m))
     bandwidth = np.full((m, m), np.inf)
     given = set()
-    for l in inst.links:
-        u, v = node_index[l.source], node_index[l.target]
-        delay[u, v], avail[u, v], bandwidth[u, v] = l.d, l.A, l.B
+    for link in inst.links:
+        u, v = node_index[link.source], node_index[link.target]
+        delay[u, v], avail[u, v], bandwidth[u, v] = link.d, link.A, link.B
         given.add((u, v))
     for u, v in list(given):  # a pair given in one direction holds for both
         if (v, u) not in given:

@@ -136,21 +136,21 @@ def _validate(inst: OdpInstance) -> None:
     if cycle:
         raise InstanceError("edges", f"the operator graph has a cycle through {cycle!r}")
     pairs = set()
-    for k, l in enumerate(inst.links):
+    for k, link in enumerate(inst.links):
         where = f"links[{k}]"
-        for end, name in (("from", l.source), ("to", l.target)):
+        for end, name in (("from", link.source), ("to", link.target)):
             if name not in node_ids:
                 raise InstanceError(f"{where}.{end}", f"unknown node {name!r}")
-        if l.source == l.target:
-            raise InstanceError(where, f"self-loop on {l.source!r} (implicit: d = 0, A = 1)")
-        if (l.source, l.target) in pairs:
-            raise InstanceError(where, f"duplicate link {l.source!r} → {l.target!r}")
-        pairs.add((l.source, l.target))
-        if not (l.d >= 0 and math.isfinite(l.d)):
-            raise InstanceError(f"{where}.d", f"must be a finite number ≥ 0, not {l.d}")
-        _check_availability(l.A, f"{where}.A")
-        if not l.B >= 0:
-            raise InstanceError(f"{where}.B", f"must be a number ≥ 0, not {l.B}")
+        if link.source == link.target:
+            raise InstanceError(where, f"self-loop on {link.source!r} (implicit: d = 0, A = 1)")
+        if (link.source, link.target) in pairs:
+            raise InstanceError(where, f"duplicate link {link.source!r} → {link.target!r}")
+        pairs.add((link.source, link.target))
+        if not (link.d >= 0 and math.isfinite(link.d)):
+            raise InstanceError(f"{where}.d", f"must be a finite number ≥ 0, not {link.d}")
+        _check_availability(link.A, f"{where}.A")
+        if not link.B >= 0:
+            raise InstanceError(f"{where}.B", f"must be a number ≥ 0, not {link.B}")
     for u in node_ids:
         for v in node_ids:
             if u != v and (u, v) not in pairs and (v, u) not in pairs:
@@ -230,7 +230,7 @@ def instance_from_dict(data: Any) -> OdpInstance:
     ops = [_operator(o, f"operators[{k}]") for k, o in enumerate(_list(obj, "operators"))]
     edges = [_edge(e, f"edges[{k}]") for k, e in enumerate(_list(obj, "edges"))]
     nodes = [_node(n, f"nodes[{k}]") for k, n in enumerate(_list(obj, "nodes"))]
-    links = [_link(l, f"links[{k}]") for k, l in enumerate(_list(obj, "links"))]
+    links = [_link(link, f"links[{k}]") for k, link in enumerate(_list(obj, "links"))]
     w = _object(obj["weights"], "weights", "weights")
     weights = Weights(**{k: _number(w, k, "weights", default=0.0) for k in ("r", "a", "z")})
     objective = obj.get("network_objective")
@@ -262,10 +262,10 @@ def instance_to_dict(inst: OdpInstance) -> Dict[str, Any]:
             item["candidates"] = list(o.candidates)
         ops.append(item)
     links = []
-    for l in inst.links:
-        item = {"from": l.source, "to": l.target, "d": l.d, "A": l.A}
-        if math.isfinite(l.B):
-            item["B"] = l.B
+    for link in inst.links:
+        item = {"from": link.source, "to": link.target, "d": link.d, "A": link.A}
+        if math.isfinite(link.B):
+            item["B"] = link.B
         links.append(item)
     out: Dict[str, Any] = {
         "operators": ops,
@@ -347,11 +347,11 @@ def _node(n: Any, where: str) -> Node:
     return Node(_string(n, "id", where), _resources(n, where), _number(n, "S", where), _number(n, "A", where))
 
 
-def _link(l: Any, where: str) -> Link:
-    l = _object(l, where, "link")
-    bandwidth = l.get("B")
+def _link(raw: Any, where: str) -> Link:
+    link = _object(raw, where, "link")
+    bandwidth = link.get("B")
     return Link(
-        _string(l, "from", where), _string(l, "to", where), _number(l, "d", where),
-        _number(l, "A", where, default=1.0),
-        math.inf if bandwidth is None else _number(l, "B", where),
+        _string(link, "from", where), _string(link, "to", where), _number(link, "d", where),
+        _number(link, "A", where, default=1.0),
+        math.inf if bandwidth is None else _number(link, "B", where),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
@@ -26,7 +26,8 @@ def _adapter(name: SolverName) -> Callable[[LinearModel, SolverSettings], RawSol
     return solve_cbc
 
 
-def solve(instance: OdpInstance, settings: SolverSettings = SolverSettings()) -> OdpResult:
+def solve(instance: OdpInstance, settings: Optional[SolverSettings] = None) -> OdpResult:
+    settings = settings if settings is not None else SolverSettings()
     started = time.perf_counter()
     ix = index(instance)
     model = build_model(ix, settings.objective_form, settings.rt_form, settings.max_paths)

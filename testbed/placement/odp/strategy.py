@@ -242,7 +242,7 @@ class OdpPlacement(Placement):
                 target = placement.get(iid)
                 if target is not None and target != h.id:
                     moved.append((iid, o, h.id, target))
-        for iid, o, host, _ in moved:
+        for iid, _o, host, _ in moved:
             plan._take(host, iid)
         for iid, o, host, target in moved:
             plan._add(o, target)

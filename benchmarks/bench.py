@@ -118,16 +118,19 @@ def main() -> None:
               f"{DURATION_S / median(typed):.0f}x real time")
 
         if not args.no_matrix:
-            print(f"\n3. paper matrix: 4 patterns x 12 runs x 120 min, `testbed experiment pattern=X` on {os.cpu_count()} cores")
+            print("\n3. paper matrix: 4 patterns x 12 runs x 120 min, `testbed experiment pattern=X` on "
+                  f"{os.cpu_count()} cores")
             totals = []
             for r in range(args.matrix_repeat):
                 per = [testbed("experiment", f"pattern={p}", f"out={out / f'matrix{r}'}", "summary=false")
                        for p in PATTERNS]
                 totals.append(sum(per))
-                print(f"   {totals[-1]:6.1f} s wall ({', '.join(f'{p} {s:.1f} s' for p, s in zip(PATTERNS, per, strict=True))})")
+                print(f"   {totals[-1]:6.1f} s wall "
+                      f"({', '.join(f'{p} {s:.1f} s' for p, s in zip(PATTERNS, per, strict=True))})")
             print(f"   median: {median(totals):.1f} s ({median(totals) / 48:.2f} s per run)   target < 45 s")
         print(f"\npeak memory: this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB, "
-              f"largest child {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MiB   target <= 1024 MiB")
+              f"largest child {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MiB   "
+              "target <= 1024 MiB")
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ def main(n: int) -> None:
             rec.produced_units, rec.defective_units, rec.planned_production_time_s, rec.status, rec.machine_type,
             rec.location, rec.timestamp_ms)
     cpu1 = os.times()
-    child_cpu_ms = ((cpu1.children_user - cpu0.children_user) + (cpu1.children_system - cpu0.children_system)) * 1000 / n
+    child_cpu_ms = ((cpu1.children_user - cpu0.children_user)
+                    + (cpu1.children_system - cpu0.children_system)) * 1000 / n
     walls.sort()
     print(f"O1 OCR per image ({n} images, 850x300 PNG, tesseract --psm 6, one thread): "
           f"mean {statistics.fmean(walls):.0f} ms, median {statistics.median(walls):.0f} ms, "

@@ -66,7 +66,8 @@ def bare_loop(url: str, in_queue: str, out_exchange: str, prefetch: int, n: int)
 
         ch.confirm_delivery(ack_nack_callback=on_confirm,
                             callback=lambda _f: ch.basic_qos(prefetch_count=prefetch,
-                                                             callback=lambda _f2: ch.basic_consume(in_queue, on_message)))
+                                                             callback=lambda _f2: ch.basic_consume(in_queue,
+                                                                                                   on_message)))
 
     conn = pika.SelectConnection(pika.URLParameters(url), on_open_callback=on_open,
                                  on_close_callback=lambda c, _r: c.ioloop.stop())
@@ -110,7 +111,8 @@ def measure(kind: str, prefetch: int, n: int) -> float:
             cmd = [sys.executable, "-m", "operators.runner"]
         else:
             env = dict(os.environ)
-            cmd = [sys.executable, str(Path(__file__).resolve()), "bare", AMQP_URL, in_q, wiring.exchange("passthrough"),
+            cmd = [sys.executable, str(Path(__file__).resolve()), "bare", AMQP_URL, in_q,
+                   wiring.exchange("passthrough"),
                    str(prefetch), str(n)]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 300

@@ -279,7 +279,8 @@ class RabbitPublisher:
                 break
             if had_channel or (not opened_before and self._ready.is_set()):
                 backoff = self.reconnect_initial_s  # it worked for a while: retry quickly
-            log.warning("rabbit publisher: connection lost (%s); reconnecting in %.1f s", self.stats.last_error, backoff)
+            log.warning("rabbit publisher: connection lost (%s); reconnecting in %.1f s", self.stats.last_error,
+                        backoff)
             self._stopping.wait(backoff)
             backoff = min(backoff * 2, self.reconnect_max_s)
         with self._cond:

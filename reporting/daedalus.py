@@ -32,7 +32,8 @@ PROJECT = Path(__file__).resolve().parent.parent
 REFERENCE = PROJECT / "experiments" / "reference" / "paper_daedalus_results.csv"
 RT_TARGET_S = 600.0
 
-METRICS = ("mean_workers", "workers_per_12", "latency_ms", "latency_p95_ms", "latency_p95_time_avg_ms", "latency_max_ms",
+METRICS = ("mean_workers", "workers_per_12", "latency_ms", "latency_p95_ms", "latency_p95_time_avg_ms",
+           "latency_max_ms",
            "rescales", "keeps_up", "capacity_error_pct", "forecast_wape_median", "forecast_wape_below_5_pct",
            "fallback_loops", "rt_predicted_s", "rt_observed_s", "rt_true_s", "rt_predicted_ge_observed_pct",
            "rt_predicted_ge_true_pct",
@@ -99,7 +100,8 @@ def run_metrics(run_dir: Path) -> Dict[str, float]:
         r = log.read("recovery")
         out["rt_predicted_s"] = float(r.predicted_s.mean()) if len(r) else math.nan
         out["rt_observed_s"] = float(r.observed_s.mean()) if len(r) else math.nan
-        out["rt_predicted_ge_observed_pct"] = float((r.predicted_s >= r.observed_s).mean() * 100) if len(r) else math.nan
+        out["rt_predicted_ge_observed_pct"] = (float((r.predicted_s >= r.observed_s).mean() * 100) if len(r)
+                                               else math.nan)
     else:
         out["rt_predicted_s"] = out["rt_observed_s"] = out["rt_predicted_ge_observed_pct"] = math.nan
     out["rt_true_s"] = float(res.recovered_s.mean()) if len(res) else math.nan
@@ -181,12 +183,16 @@ def comparison(res: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
                 return float(sel.value.iloc[0]) if len(sel) else math.nan
 
             rows.append({"pattern": pattern, "approach": c,
-                         "paper_workers": paper("mean_workers"), "measured_workers": value(res, pattern, c, "mean_workers"),
-                         "paper_latency_ms": paper("latency_ms"), "measured_latency_ms": value(res, pattern, c, "latency_ms"),
+                         "paper_workers": paper("mean_workers"),
+                         "measured_workers": value(res, pattern, c, "mean_workers"),
+                         "paper_latency_ms": paper("latency_ms"),
+                         "measured_latency_ms": value(res, pattern, c, "latency_ms"),
                          "measured_latency_p95_ms": value(res, pattern, c, "latency_p95_ms"),
                          "paper_saved_pct": paper("workers_saved_pct"),
-                         "measured_saved_pct": value(res, pattern, "daedalus", "workers_saved_pct", c) if c != "daedalus" else math.nan,
-                         "keeps_up": value(res, pattern, c, "keeps_up"), "rescales": value(res, pattern, c, "rescales")})
+                         "measured_saved_pct": value(res, pattern, "daedalus", "workers_saved_pct", c)
+                         if c != "daedalus" else math.nan,
+                         "keeps_up": value(res, pattern, c, "keeps_up"),
+                         "rescales": value(res, pattern, c, "rescales")})
     return pd.DataFrame(rows)
 
 
@@ -206,7 +212,8 @@ def _fmt(x: float, d: int = 1) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:,.{d}f}"
 
 
-def _workers_claim(res: pd.DataFrame, pattern: str, hpa_targets: Sequence[int]) -> Tuple[bool, List[str], Dict[str, float]]:
+def _workers_claim(res: pd.DataFrame, pattern: str,
+                   hpa_targets: Sequence[int]) -> Tuple[bool, List[str], Dict[str, float]]:
     w = {c: value(res, pattern, c, "mean_workers") for c in set(res[res.pattern == pattern].config)}
     lat = {c: value(res, pattern, c, "latency_ms") for c in w}
     up = {c: value(res, pattern, c, "keeps_up") for c in w}
@@ -218,7 +225,8 @@ def _workers_claim(res: pd.DataFrame, pattern: str, hpa_targets: Sequence[int]) 
             ev.append(f"{o}: not measured")
             continue
         saved = (w[o] - w["daedalus"]) / w[o] * 100
-        ev.append(f"{o}: {_fmt(w[o])} workers, latency {_fmt(lat[o], 0)} ms, keeps up {int(up[o]) if not math.isnan(up[o]) else 'n/a'}; "
+        ev.append(f"{o}: {_fmt(w[o])} workers, latency {_fmt(lat[o], 0)} ms, keeps up "
+                  f"{int(up[o]) if not math.isnan(up[o]) else 'n/a'}; "
                   f"Daedalus saves {_fmt(saved)} %")
         ok &= saved > 0
     return ok, ev, lat
@@ -233,9 +241,14 @@ def check_claims(res: pd.DataFrame) -> pd.DataFrame:
                      "evidence": evidence})
 
     patterns = set(res.pattern)
-    for claim, pattern, text in (("D1", "wc_sine", "Flink WC: Daedalus uses fewer workers than HPA 85, HPA 80 (23/31 %) and static (55 %); its latency lies between HPA 85's and HPA 80's and below static's"),
-                                 ("D2", "ysb_avazu", "Flink YSB: 43-54 % fewer workers; Daedalus' mean latency is the highest of the four, all within about 1.5 s"),
-                                 ("D3", "tm_two_spike", "Flink TM: 38-71 % fewer workers; every autoscaler beats static on mean latency")):
+    for claim, pattern, text in (("D1", "wc_sine",
+                                  "Flink WC: Daedalus uses fewer workers than HPA 85, HPA 80 (23/31 %) and static (55 "
+                                  "%); its latency lies between HPA 85's and HPA 80's and below static's"),
+                                 ("D2", "ysb_avazu",
+                                  "Flink YSB: 43-54 % fewer workers; Daedalus' mean latency is the highest of the "
+                                  "four, all within about 1.5 s"),
+                                 ("D3", "tm_two_spike",
+                                  "Flink TM: 38-71 % fewer workers; every autoscaler beats static on mean latency")):
         if pattern not in patterns:
             add(claim, text, None, f"no runs of {pattern}")
             continue
@@ -244,7 +257,8 @@ def check_claims(res: pd.DataFrame) -> pd.DataFrame:
         h85, h80 = _hpas(res, pattern, (85, 80))
         extra = ""
         if claim == "D1":
-            between = min(lat.get(h85, math.nan), lat.get(h80, math.nan)) <= d <= max(lat.get(h85, math.nan), lat.get(h80, math.nan))
+            between = min(lat.get(h85, math.nan),
+                          lat.get(h80, math.nan)) <= d <= max(lat.get(h85, math.nan), lat.get(h80, math.nan))
             below = d < lat.get("static-12", math.nan)
             ok &= between and below
             extra = f"; Daedalus latency {_fmt(d, 0)} ms: between the HPAs {between}, below static {below}"
@@ -259,37 +273,43 @@ def check_claims(res: pd.DataFrame) -> pd.DataFrame:
             ok &= beats
             extra = f"; every autoscaler below static's {_fmt(lat.get('static-12', math.nan), 0)} ms: {beats}"
         add(claim, text, ok, "; ".join(ev) + extra)
-    text = "Kafka Streams WC: 57 % fewer workers than static, 11 % fewer than HPA 60; HPA 80 uses fewer workers but cannot keep up; static has the best latency"
+    text = ("Kafka Streams WC: 57 % fewer workers than static, 11 % fewer than HPA 60; HPA 80 uses fewer workers but "
+            "cannot keep up; static has the best latency")
     if "ks_sine" in patterns:
         w = {c: value(res, "ks_sine", c, "mean_workers") for c in ("daedalus", "hpa-60", "hpa-80", "static-12")}
         lat = {c: value(res, "ks_sine", c, "latency_ms") for c in w}
         up80 = value(res, "ks_sine", "hpa-80", "keeps_up")
         ok = (w["daedalus"] < w["static-12"] and w["daedalus"] < w["hpa-60"] and w["hpa-80"] < w["daedalus"]
               and up80 < 1 and lat["static-12"] <= min(lat.values()))
-        add("D4", text, ok, "; ".join(f"{c}: {_fmt(w[c])} workers, {_fmt(lat[c], 0)} ms" for c in w) + f"; HPA 80 keeps up: {up80}")
+        add("D4", text, ok,
+            "; ".join(f"{c}: {_fmt(w[c])} workers, {_fmt(lat[c], 0)} ms" for c in w) + f"; HPA 80 keeps up: {up80}")
     else:
         add("D4", text, None, "no runs of ks_sine (evaluation daedalus_ks)")
     add("D5", "Against Phoebe: 19 % fewer workers at about 2.9x the mean latency", None,
         "Phoebe is out of scope (docs/papers/daedalus.md#simulator)")
     dd = res[res.config == "daedalus"]
     cap = dd[dd.metric == "capacity_error_pct"]["mean"].dropna()
-    add("D6", "Capacity estimates within 5 % of the observed maxima, mostly 0-3 %", bool(len(cap)) and bool((cap <= 5).all()),
+    add("D6", "Capacity estimates within 5 % of the observed maxima, mostly 0-3 %",
+        bool(len(cap)) and bool((cap <= 5).all()),
         "median error of C(p_cur) against the true μ / max s_w per workload: " + ", ".join(
             f"{p} {_fmt(v)} %" for p, v in zip(dd[dd.metric == "capacity_error_pct"].pattern, cap, strict=True)))
     wape = dd[dd.metric == "forecast_wape_below_5_pct"]
     fb = dd[dd.metric == "fallback_loops"]
     add("D7", "Forecast errors mostly below 5 %; WAPE never reaches 25 %, so the fallback is unused",
         bool(len(wape)) and bool((wape["mean"] > 50).all()) and bool((fb["mean"] <= 1).all()),
-        "loops with WAPE < 5 %: " + ", ".join(f"{p} {_fmt(v)} %" for p, v in zip(wape.pattern, wape["mean"], strict=True))
+        "loops with WAPE < 5 %: "
+        + ", ".join(f"{p} {_fmt(v)} %" for p, v in zip(wape.pattern, wape["mean"], strict=True))
         + "; fallback loops per run (the first loop has no previous forecast and always falls back): "
         + ", ".join(f"{p} {_fmt(v)}" for p, v in zip(fb.pattern, fb["mean"], strict=True)))
     ge = dd[dd.metric == "rt_predicted_ge_observed_pct"]
     add("D8", "Predicted RT >= measured RT almost always", bool(len(ge)) and bool((ge["mean"] >= 90).all()),
-        "rescales with predicted >= anomaly-observed RT: " + ", ".join(f"{p} {_fmt(v)} %" for p, v in zip(ge.pattern, ge["mean"], strict=True))
+        "rescales with predicted >= anomaly-observed RT: "
+        + ", ".join(f"{p} {_fmt(v)} %" for p, v in zip(ge.pattern, ge["mean"], strict=True))
         + "; with predicted >= true RT (until the lag is back): " + ", ".join(
             f"{p} {_fmt(value(res, p, 'daedalus', 'rt_predicted_ge_true_pct'))} %" for p in ge.pattern)
         + "; mean predicted / observed / true (lag back) RT: " + ", ".join(
-            f"{p} {_fmt(value(res, p, 'daedalus', 'rt_predicted_s'), 0)} / {_fmt(value(res, p, 'daedalus', 'rt_observed_s'), 0)}"
+            f"{p} {_fmt(value(res, p, 'daedalus', 'rt_predicted_s'), 0)} / "
+            f"{_fmt(value(res, p, 'daedalus', 'rt_observed_s'), 0)}"
             f" / {_fmt(value(res, p, 'daedalus', 'rt_true_s'), 0)} s" for p in ge.pattern))
     ev, ok = [], bool(patterns & {"wc_sine", "ysb_avazu", "tm_two_spike"})
     for p in sorted(patterns & {"wc_sine", "ysb_avazu", "tm_two_spike"}):
@@ -297,16 +317,24 @@ def check_claims(res: pd.DataFrame) -> pd.DataFrame:
             fd, fh = value(res, p, "daedalus", "excess_workers_falling"), value(res, p, h, "excess_workers_falling")
             rd, rh = value(res, p, "daedalus", "excess_workers_rising"), value(res, p, h, "excess_workers_rising")
             ok &= fd < fh
-            ev.append(f"{p} vs {h}: excess workers falling {_fmt(fd, 2)} vs {_fmt(fh, 2)}, rising {_fmt(rd, 2)} vs {_fmt(rh, 2)}")
-    add("D9", "Daedalus scales in faster than HPA on falling workloads and out at about the same time", ok if ev else None, "; ".join(ev))
+            ev.append(f"{p} vs {h}: excess workers falling {_fmt(fd, 2)} vs {_fmt(fh, 2)}, rising {_fmt(rd, 2)} vs "
+                      f"{_fmt(rh, 2)}")
+    add("D9", "Daedalus scales in faster than HPA on falling workloads and out at about the same time",
+        ok if ev else None, "; ".join(ev))
     flink = [p for p in ("wc_sine", "ysb_avazu", "tm_two_spike") if p in patterns]
     if flink and "ks_sine" in patterns:
-        over = all(value(res, p, _hpas(res, p, (80,))[0], "mean_workers") > value(res, p, "daedalus", "mean_workers") for p in flink)
+        over = all(value(res, p, _hpas(res, p, (80,))[0], "mean_workers") > value(res, p, "daedalus", "mean_workers")
+                   for p in flink)
         under = value(res, "ks_sine", "hpa-80", "keeps_up") < 1
-        add("D10", "A fixed HPA threshold does not generalise: HPA 80 over-provisions on Flink and under-provisions on Kafka Streams",
-            over and under, f"HPA 80 above Daedalus' workers on every Flink workload: {over}; HPA 80 fails to keep up on Kafka Streams: {under}")
+        add("D10",
+            "A fixed HPA threshold does not generalise: HPA 80 over-provisions on Flink and under-provisions on Kafka "
+            "Streams",
+            over and under,
+            f"HPA 80 above Daedalus' workers on every Flink workload: {over}; HPA 80 fails to keep up on Kafka "
+            f"Streams: {under}")
     else:
-        add("D10", "A fixed HPA threshold does not generalise", None, "needs the Flink workloads and ks_sine (evaluation daedalus_ks)")
+        add("D10", "A fixed HPA threshold does not generalise", None,
+            "needs the Flink workloads and ks_sine (evaluation daedalus_ks)")
     return pd.DataFrame(rows)
 
 
@@ -385,23 +413,30 @@ def format_results(res: pd.DataFrame) -> str:
 def markdown(comp: pd.DataFrame, claims: pd.DataFrame, res: pd.DataFrame, figs: Sequence[Path]) -> str:
     out = ["# Daedalus evaluation: measured beside published", ""]
     for pattern, g in comp.groupby("pattern", sort=False):
-        out += [f"## {pattern}", "", "| approach | workers (paper) | workers (measured) | latency ms (paper) | latency ms (measured mean) | "
+        out += [f"## {pattern}", "",
+                "| approach | workers (paper) | workers (measured) | latency ms (paper) | latency ms (measured mean) | "
                 "p95 ms | Daedalus saves % (paper) | Daedalus saves % (measured) | keeps up | rescales |",
                 "|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in g.iterrows():
-            out.append(f"| {r.approach} | {_fmt(r.paper_workers)} | {_fmt(r.measured_workers, 2)} | {_fmt(r.paper_latency_ms, 0)} | "
-                       f"{_fmt(r.measured_latency_ms, 0)} | {_fmt(r.measured_latency_p95_ms, 0)} | {_fmt(r.paper_saved_pct, 0)} | "
+            out.append(f"| {r.approach} | {_fmt(r.paper_workers)} | {_fmt(r.measured_workers, 2)} | "
+                       f"{_fmt(r.paper_latency_ms, 0)} | "
+                       f"{_fmt(r.measured_latency_ms, 0)} | {_fmt(r.measured_latency_p95_ms, 0)} | "
+                       f"{_fmt(r.paper_saved_pct, 0)} | "
                        f"{_fmt(r.measured_saved_pct, 1)} | {_fmt(r.keeps_up, 1)} | {_fmt(r.rescales, 1)} |")
         out.append("")
     dd = res[(res.config == "daedalus") & (res.against == "")]
     if len(dd):
-        out += ["## Daedalus internals", "", "| workload | capacity error % | WAPE median | loops WAPE < 5 % | fallback loops | "
-                "RT predicted s | RT observed s | RT true s | predicted >= observed % |", "|---|---|---|---|---|---|---|---|---|"]
+        out += ["## Daedalus internals", "",
+                "| workload | capacity error % | WAPE median | loops WAPE < 5 % | fallback loops | "
+                "RT predicted s | RT observed s | RT true s | predicted >= observed % |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for p in dd.pattern.unique():
             v = lambda m, p=p: value(res, p, "daedalus", m)  # noqa: E731
             out.append(f"| {p} | {_fmt(v('capacity_error_pct'), 2)} | {_fmt(v('forecast_wape_median'), 4)} | "
-                       f"{_fmt(v('forecast_wape_below_5_pct'), 1)} | {_fmt(v('fallback_loops'), 1)} | {_fmt(v('rt_predicted_s'), 0)} | "
-                       f"{_fmt(v('rt_observed_s'), 0)} | {_fmt(v('rt_true_s'), 0)} | {_fmt(v('rt_predicted_ge_observed_pct'), 1)} |")
+                       f"{_fmt(v('forecast_wape_below_5_pct'), 1)} | {_fmt(v('fallback_loops'), 1)} | "
+                       f"{_fmt(v('rt_predicted_s'), 0)} | "
+                       f"{_fmt(v('rt_observed_s'), 0)} | {_fmt(v('rt_true_s'), 0)} | "
+                       f"{_fmt(v('rt_predicted_ge_observed_pct'), 1)} |")
         out.append("")
     out += ["## Claims", "", "| claim | verdict | statement | evidence |", "|---|---|---|---|"]
     for _, c in claims.iterrows():

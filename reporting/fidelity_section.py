@@ -42,8 +42,10 @@ def load_fidelity(runs_dir: Path, calibration_dir: Path = CALIBRATION_DIR) -> Op
     record_path = calibration_dir / f"{profile}.record.json"
     notes_path = calibration_dir / f"{profile}.notes.md"
     record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.is_file() else None
-    notes = [p.strip() for p in notes_path.read_text(encoding="utf-8").split("\n\n") if p.strip()] if notes_path.is_file() else []
-    return FidelityInputs(meta["config"], meta.get("seconds", {}), table("sensitivity"), table("behaviours"), record, notes)
+    notes = [p.strip() for p in notes_path.read_text(encoding="utf-8").split("\n\n")
+             if p.strip()] if notes_path.is_file() else []
+    return FidelityInputs(meta["config"], meta.get("seconds", {}), table("sensitivity"), table("behaviours"), record,
+                          notes)
 
 
 def acceptance_gaps(comparison: pd.DataFrame) -> pd.DataFrame:
@@ -122,9 +124,11 @@ def fidelity_section(inputs: FidelityInputs, comparison: pd.DataFrame, claims: p
         rec = inputs.record
         best = rec["best"]
         blocks.append(f"Calibration: {rec['trials']} trials of {rec['search']['library']} "
-                      f"({rec['search']['sampler']}, seed {rec['config']['seed']}, {rec['config']['reps']} repetition(s) "
+                      f"({rec['search']['sampler']}, seed {rec['config']['seed']}, {rec['config']['reps']} "
+                      "repetition(s) "
                       f"per trial) took {rec['wall_time_s'] / 60:.1f} min; best trial {best['number']} at distance "
-                      f"{best['distance']:.3f} with {best['within']}/{best['cells']} {rec['config']['pattern']} cells within target. "
+                      f"{best['distance']:.3f} with {best['within']}/{best['cells']} {rec['config']['pattern']} cells "
+                      "within target. "
                       "Values: " + ", ".join(f"{k} = {v}" for k, v in best["values"].items()) + ".")
     blocks += [_pattern_table(gaps, claims, calibrated_on), _gap_table(gaps)]
     blocks.append("Misses and the parameters that move them:")
@@ -132,14 +136,16 @@ def fidelity_section(inputs: FidelityInputs, comparison: pd.DataFrame, claims: p
     own = gaps[(gaps["pattern"] == calibrated_on) & ~gaps["within"]]
     if not own.empty:
         blocks.append(f"On the calibration pattern itself {len(own)} cell(s) stay outside the target: "
-                      + "; ".join(f"{r.config} {r.metric} {number(r.gap, 1, signed=True)} {r.unit}" for r in own.itertuples())
+                      + "; ".join(f"{r.config} {r.metric} {number(r.gap, 1, signed=True)} {r.unit}"
+                                  for r in own.itertuples())
                       + ".")
     if inputs.sensitivity is not None and not inputs.sensitivity.empty:
         blocks.append(_effects_table(inputs.sensitivity,
                                      f"One-at-a-time sensitivity on {cfg.get('sweep_pattern', calibrated_on)}"))
     if inputs.behaviours is not None and not inputs.behaviours.empty:
         blocks.append(_effects_table(inputs.behaviours,
-                                     f"Original-system behaviours of profile {cfg.get('behaviour_profile', 'visp2017')}, "
+                                     "Original-system behaviours of profile "
+                                     f"{cfg.get('behaviour_profile', 'visp2017')}, "
                                      f"each toggled alone on {cfg.get('sweep_pattern', calibrated_on)}"))
     blocks.extend(inputs.notes)
     return Section("Fidelity", blocks)

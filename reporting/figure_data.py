@@ -27,7 +27,8 @@ def figure_data(catalog: RunCatalog, aggregates: Aggregates) -> FigureData:
     # data volume = items entering the topology per second
     volume = load.assign(value=load["items"] / BIN_S, series="data volume [items/s]")[cols]
     instances = aggregates.instances.merge(runs, on="run_id")
-    instances = instances.assign(value=instances["instances"] / instances["intervals"], series="operator instances")[cols]
+    instances = instances.assign(value=instances["instances"] / instances["intervals"],
+                                 series="operator instances")[cols]
     hosts = aggregates.hosts.merge(runs, on="run_id")
     hosts = hosts.assign(value=hosts["leased"] / hosts["intervals"], series="leased VMs")[cols]
     timeseries = pd.concat([volume, instances, hosts], ignore_index=True)

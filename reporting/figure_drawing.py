@@ -48,7 +48,8 @@ class FigureWorkers:
         else:
             self._pool = _InProcess()
 
-    def draw(self, out: Path, data: FigureData, comparison: pd.DataFrame, order: List[str], dpi: int) -> Dict[str, Path]:
+    def draw(self, out: Path, data: FigureData, comparison: pd.DataFrame, order: List[str],
+             dpi: int) -> Dict[str, Path]:
         """Every figure of the report into out/figures: name -> PNG path."""
         folder = out / "figures"
         folder.mkdir(parents=True, exist_ok=True)
@@ -65,7 +66,8 @@ class FigureWorkers:
         if not comparison.empty:
             jobs["compliance_vs_paper"] = self._pool.submit(
                 _draw, "compliance_vs_paper", comparison, folder / "compliance_vs_paper.png", dpi)
-            jobs["cost_vs_paper"] = self._pool.submit(_draw, "cost_vs_paper", comparison, folder / "cost_vs_paper.png", dpi)
+            jobs["cost_vs_paper"] = self._pool.submit(_draw, "cost_vs_paper", comparison, folder / "cost_vs_paper.png",
+                                                      dpi)
         return {name: job.result() for name, job in jobs.items()}
 
     def close(self) -> None:

@@ -24,7 +24,8 @@ from reporting.paper_comparison import LEVEL_LABELS  # noqa: E402
 
 SOURCES = ("paper", "measured")
 _SERIES = ("data volume [items/s]", "operator instances", "leased VMs")
-_COST_METRICS = (("resource_cost", "resource cost"), *((f"{lv}_total_cost", f"total cost {LEVEL_LABELS[lv]}") for lv, _ in LEVELS))
+_COST_METRICS = (("resource_cost", "resource cost"),
+                 *((f"{lv}_total_cost", f"total cost {LEVEL_LABELS[lv]}") for lv, _ in LEVELS))
 
 
 def _present(order: Sequence[str], configs: Sequence[str]) -> List[str]:
@@ -108,7 +109,8 @@ def _paper_vs_measured(comparison: pd.DataFrame, metrics: Sequence[tuple], title
                 ax = axes[r][c]
                 rows = comparison[(comparison["pattern"] == pattern) & (comparison["metric"] == metric)]
                 tidy = pd.concat([
-                    pd.DataFrame({"label": rows["config"], "source": s, "mean": rows[f"mean_{s}"], "sd": rows[f"sd_{s}"]})
+                    pd.DataFrame({"label": rows["config"], "source": s, "mean": rows[f"mean_{s}"],
+                                  "sd": rows[f"sd_{s}"]})
                     for s in SOURCES])
                 _bars(ax, tidy, list(dict.fromkeys(rows["config"])))
                 ax.set_title(f"{pattern}: {label}", fontsize="medium")
@@ -140,7 +142,8 @@ def durations(hist: pd.DataFrame, pattern: str, order: Sequence[str], path: Path
     cols = 3
     rows_n = max(1, int(np.ceil(len(operators) / cols)))
     with sns.axes_style("whitegrid"):
-        fig, axes = plt.subplots(rows_n, cols, figsize=(3.4 * cols, 2.6 * rows_n), sharex=True, sharey=True, squeeze=False)
+        fig, axes = plt.subplots(rows_n, cols, figsize=(3.4 * cols, 2.6 * rows_n), sharex=True, sharey=True,
+                                 squeeze=False)
         for ax, operator in zip(axes.flat, operators, strict=False):
             sns.lineplot(data=own[own["operator"] == operator], x="ratio", y="share", hue="config", hue_order=configs,
                          palette=_palette(configs), drawstyle="steps-post", errorbar=None, ax=ax, linewidth=1.2)

@@ -112,7 +112,8 @@ def configurations(df: pd.DataFrame) -> pd.Series:
         return df["config"].astype(str)
     own = {a for a, rows in df.groupby("approach") if not rebilled(rows)}
     btu = pd.to_numeric(df["btu_minutes"], errors="coerce")
-    return pd.Series([f"{a}-{int(b)}" if a in own and not pd.isna(b) else str(a) for a, b in zip(df["approach"], btu, strict=True)],
+    return pd.Series([f"{a}-{int(b)}" if a in own and not pd.isna(b) else str(a)
+                      for a, b in zip(df["approach"], btu, strict=True)],
                      index=df.index)
 
 

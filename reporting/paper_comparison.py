@@ -41,7 +41,8 @@ def config_labels(table: pd.DataFrame) -> pd.Series:
     config = configurations(table)
     rebilled_configs = {c for c, rows in table.groupby(config) if rebilled(rows)}
     btu = pd.to_numeric(table["btu_minutes"], errors="coerce")
-    return pd.Series([f"{c}@{int(b)}" if c in rebilled_configs and not pd.isna(b) else c for c, b in zip(config, btu, strict=True)],
+    return pd.Series([f"{c}@{int(b)}" if c in rebilled_configs and not pd.isna(b) else c
+                      for c, b in zip(config, btu, strict=True)],
                      index=table.index)
 
 
@@ -119,7 +120,8 @@ def compliance_above_baseline(v: Lookup) -> Verdict:
 def btu60_resource_cost_below_baseline(v: Lookup) -> Verdict:
     mine, base = v(BTU, 60, "resource_cost"), v(BASELINE, 60, "resource_cost")
     if mine is None or base is None:
-        return _missing([n for n, x in (("btu-60 resource_cost", mine), ("threshold@60 resource_cost", base)) if x is None])
+        return _missing([n for n, x in (("btu-60 resource_cost", mine), ("threshold@60 resource_cost", base))
+                         if x is None])
     saving = 100.0 * (base - mine) / base if base else float("nan")
     detail = f"{_fmt(mine)} vs {_fmt(base)} ({saving:.0f} % lower)" if mine < base else f"{_fmt(mine)} >= {_fmt(base)}"
     return Verdict(HOLDS if mine < base else FAILS, detail)
@@ -185,4 +187,5 @@ def check_claims(measured: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFram
             rows.append({"pattern": pattern, "claim": claim_id, "text": text,
                          "paper": on_paper.status, "paper_detail": on_paper.detail,
                          "measured": on_measured.status, "measured_detail": on_measured.detail})
-    return pd.DataFrame(rows, columns=["pattern", "claim", "text", "paper", "paper_detail", "measured", "measured_detail"])
+    return pd.DataFrame(rows,
+                        columns=["pattern", "claim", "text", "paper", "paper_detail", "measured", "measured_detail"])

@@ -81,7 +81,8 @@ def _write_tables(out: Path, catalog: RunCatalog, metrics: ReportMetrics, compar
     catalog.runs_frame().to_csv(files["runs"], index=False)
     manifests = {f"{r.pattern}/{r.config}/{r.rep}": {"status": r.manifest.status, "run_dir": str(r.run_dir),
                                                     **{k: v for k, v in vars(r.manifest).items()}}
-                 for r in sorted([*catalog.complete, *catalog.incomplete], key=lambda r: (r.pattern, r.config, r.rep, str(r.run_dir)))}
+                 for r in sorted([*catalog.complete, *catalog.incomplete],
+                                 key=lambda r: (r.pattern, r.config, r.rep, str(r.run_dir)))}
     files["manifests"].write_text(json.dumps(manifests, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
     return files
 

@@ -138,7 +138,8 @@ def per_operator_table(summary: pd.DataFrame, level: str) -> Table:
     get = _lookup(summary)
     prefix, suffix = f"{level}_compliance_", "_pct"
     operators = sorted({m[len(prefix):-len(suffix)] for m in summary["metric"]
-                        if m.startswith(prefix) and m.endswith(suffix) and m[len(prefix):-len(suffix)] not in ("", "all")})
+                        if m.startswith(prefix) and m.endswith(suffix)
+                        and m[len(prefix):-len(suffix)] not in ("", "all")})
     rows = []
     seen = set()
     for _, config, btu in _config_rows(summary):
@@ -215,11 +216,13 @@ def build_document(catalog: RunCatalog, summary: pd.DataFrame, comparison: pd.Da
             continue
         own = summary[summary["pattern"] == pattern]
         blocks: List[Block] = [
-            measured_table(own, _MAIN_COLUMNS, "Compliance (without O2/O6 unless noted) and cost, mean ± sd over repetitions"),
+            measured_table(own, _MAIN_COLUMNS,
+                           "Compliance (without O2/O6 unless noted) and cost, mean ± sd over repetitions"),
             comparison_table(comparison, pattern),
             measured_table(own, _ACTION_COLUMNS, "Actions and adaptation, mean ± sd"),
             measured_table(own, _ELASTICITY_COLUMNS,
-                           "Elasticity (SPEC RG metrics, mean over operators; demand = instances for the measured input rate)"),
+                           "Elasticity (SPEC RG metrics, mean over operators; demand = instances for the measured "
+                           "input rate)"),
             per_operator_table(own, "realtime"),
         ]
         for key, caption in ((f"timeseries_{pattern}", "Data volume, operator instances and leased VMs over time"),

@@ -29,7 +29,8 @@ from reporting.run_catalog import ReportError, RunCatalog, RunInfo
 from reporting.spark_passes import LEASE_COLUMNS, Aggregates
 from reporting.summary import mean_sd
 
-RUN_LEVEL_EXTRA_METRICS: Tuple[str, ...] = (*ELASTICITY_METRICS, *DEMAND_SUPPLY_METRICS, "mean_instances", "mean_leased_vms")
+RUN_LEVEL_EXTRA_METRICS: Tuple[str,
+                               ...] = (*ELASTICITY_METRICS, *DEMAND_SUPPLY_METRICS, "mean_instances", "mean_leased_vms")
 PER_RUN_COLUMNS = ["pattern", "approach", "config", "rep", "btu_minutes", "metric", "value"]
 _COUNTS = ["n", *(f"ok_{level}" for level, _ in LEVELS)]
 
@@ -43,7 +44,8 @@ def metric_rank(metric: str) -> Tuple[int, int, str]:
     known = [*METRICS, *RUN_LEVEL_EXTRA_METRICS, *metric_order()]
     if metric in known:
         return (0, known.index(metric), "")
-    kinds = [*(f"{level}_compliance_" for level, _ in LEVELS), "time_to_adapt_", *(m.rsplit("_", 1)[0] + "_" for m in ELASTICITY_METRICS)]
+    kinds = [*(f"{level}_compliance_" for level, _ in LEVELS), "time_to_adapt_",
+             *(m.rsplit("_", 1)[0] + "_" for m in ELASTICITY_METRICS)]
     for i, prefix in enumerate(kinds):
         if metric.startswith(prefix):
             return (1, i, metric)

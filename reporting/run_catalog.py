@@ -114,7 +114,8 @@ class RunCatalog:
     def runs_frame(self) -> pd.DataFrame:
         """One row per run found (complete or not) with what its manifest says."""
         rows = []
-        for run in sorted([*self.complete, *self.incomplete], key=lambda r: (r.pattern, r.config, r.rep, str(r.run_dir))):
+        for run in sorted([*self.complete, *self.incomplete],
+                          key=lambda r: (r.pattern, r.config, r.rep, str(r.run_dir))):
             m = run.manifest
             rows.append({
                 "pattern": m.pattern, "config": m.config, "rep": m.rep, "status": m.status,

@@ -192,7 +192,8 @@ def evaluations(argv: List[str]) -> int:
     return evaluations_main(argv)
 
 
-COMMANDS = {"experiment": experiment, "evaluations": evaluations, "patterns": patterns, "summary": summary, "report": report,
+COMMANDS = {"experiment": experiment, "evaluations": evaluations, "patterns": patterns, "summary": summary,
+            "report": report,
             "provider": provider, "calibrate": calibrate, "fidelity": fidelity}
 COMMANDS["odp"] = odp
 COMMANDS["sweep"] = sweep

@@ -276,7 +276,8 @@ def to_typed(cfg: DictConfig | ExperimentConfig) -> ExperimentConfig:
     if not isinstance(cfg, ExperimentConfig):
         unknown = unknown_keys(cfg)
         if unknown:
-            raise ConfigError(unknown[0], "no such key" + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
+            raise ConfigError(unknown[0],
+                              "no such key" + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
         obj = OmegaConf.to_object(cfg)
         assert isinstance(obj, ExperimentConfig)
         cfg = obj
@@ -427,7 +428,8 @@ def _validate_policies(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"policies.{name}", f"no such policy; registered: {sorted(known)}")
         _check_params(f"policies.{name}", params)
     if cfg.policy.name != "matrix" and cfg.policy.name not in known:
-        raise ConfigError("policy.name", f"{cfg.policy.name!r} is neither 'matrix' nor a registered policy: {sorted(known)}")
+        raise ConfigError("policy.name",
+                          f"{cfg.policy.name!r} is neither 'matrix' nor a registered policy: {sorted(known)}")
     if cfg.placement.name and cfg.placement.name not in placements():
         raise ConfigError("placement.name", f"unknown placement {cfg.placement.name!r}; known: {sorted(placements())}")
     if cfg.placement.cache_factor < 0:
@@ -447,7 +449,8 @@ def _validate_odp(cfg: ExperimentConfig) -> None:
         raise ConfigError("placement.odp.w_r", f"w_r + w_a + w_z must be 1, got {odp.w_r + odp.w_a + odp.w_z:g}")
     objectives = ("traffic", "network_usage", "elastic_energy")
     if odp.network_objective not in ("",) + objectives:
-        raise ConfigError("placement.odp.network_objective", f"must be one of {objectives} or empty, got {odp.network_objective!r}")
+        raise ConfigError("placement.odp.network_objective",
+                          f"must be one of {objectives} or empty, got {odp.network_objective!r}")
     if odp.w_z > 0 and not odp.network_objective:
         raise ConfigError("placement.odp.network_objective", "is needed when placement.odp.w_z > 0")
     if odp.solver not in ("highs", "cbc"):
@@ -461,7 +464,8 @@ def _validate_odp(cfg: ExperimentConfig) -> None:
         if operator not in cfg.topology.operators:
             raise ConfigError(f"placement.pins.{operator}", "unknown operator")
         if host_index(host) is None:
-            raise ConfigError(f"placement.pins.{operator}", f"hosts are named vm<k> (the k-th host leased), got {host!r}")
+            raise ConfigError(f"placement.pins.{operator}",
+                              f"hosts are named vm<k> (the k-th host leased), got {host!r}")
     if cfg.placement.tstorm_first_s < 0:
         raise ConfigError("placement.tstorm_first_s", "must be >= 0")
     if cfg.placement.tstorm_period_s < 0:
@@ -507,7 +511,8 @@ def _validate_evaluation(cfg: ExperimentConfig) -> None:
         if conf.btu_minutes is not None:
             _positive(f"{key}.btu_minutes", conf.btu_minutes)
         if conf.placement and conf.placement not in placements():
-            raise ConfigError(f"{key}.placement", f"unknown placement {conf.placement!r}; known: {sorted(placements())}")
+            raise ConfigError(f"{key}.placement",
+                              f"unknown placement {conf.placement!r}; known: {sorted(placements())}")
         _check_params(f"{key}.params", policy_params(cfg, conf.policy, conf.params, f"{key}.params"))
         if conf.placement_params:
             trial = dataclasses.replace(cfg, placement=placement_config(cfg, conf.placement_params,
@@ -526,7 +531,8 @@ def _validate_evaluation(cfg: ExperimentConfig) -> None:
                 raise ConfigError(f"{key}.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from exc
     for i, name in enumerate(ev.only):
         if name not in names:
-            raise ConfigError(f"evaluation.only[{i}]", f"no configuration {name!r} in evaluation {ev.name!r}: {sorted(names)}")
+            raise ConfigError(f"evaluation.only[{i}]",
+                              f"no configuration {name!r} in evaluation {ev.name!r}: {sorted(names)}")
 
 
 def policy_params(cfg: ExperimentConfig, policy: str, overrides: Dict[str, Any], key: str = "params") -> Any:
@@ -548,7 +554,8 @@ def _overridden(node: Any, overrides: Dict[str, Any], key: str) -> Any:
                           str(exc).splitlines()[0]) from exc
 
 
-def placement_config(cfg: ExperimentConfig, overrides: Dict[str, Any], key: str = "placement_params") -> PlacementConfig:
+def placement_config(cfg: ExperimentConfig, overrides: Dict[str, Any],
+                     key: str = "placement_params") -> PlacementConfig:
     """placement.* with a configuration's overrides on top."""
     return _overridden(cfg.placement, overrides, key)
 

@@ -180,5 +180,6 @@ def validate_emulation(cfg: EmulationConfig, key: str = "backend.emulation") -> 
     if not (cfg.outage_mean_down_s > 0 and math.isfinite(cfg.outage_mean_down_s)):
         return f"{key}.outage_mean_down_s", f"must be > 0, got {cfg.outage_mean_down_s}"
     if host_index(cfg.provider_host) is None:
-        return f"{key}.provider_host", f"hosts are named vm<k> (the k-th host leased in a run), got {cfg.provider_host!r}"
+        return f"{key}.provider_host", ("hosts are named vm<k> (the k-th host leased in a run), got "
+                                        f"{cfg.provider_host!r}")
     return None

@@ -305,12 +305,14 @@ def read_manifest(run_dir: Union[str, Path]) -> Manifest:
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
     missing, extra = sorted(required - set(data)), sorted(set(data) - names)
     if missing or extra:
-        raise EventLogError(f"corrupt manifest {path}: missing keys {missing or 'none'}, unknown keys {extra or 'none'}")
+        raise EventLogError(f"corrupt manifest {path}: missing keys {missing or 'none'}, unknown keys "
+                            f"{extra or 'none'}")
     manifest = Manifest(**data)
     if manifest.status not in STATUSES:
         raise EventLogError(f"corrupt manifest {path}: status {manifest.status!r} not in {list(STATUSES)}")
     if manifest.schema_version > SCHEMA_VERSION:
-        raise EventLogError(f"{path}: schema version {manifest.schema_version} is newer than this code's {SCHEMA_VERSION}")
+        raise EventLogError(f"{path}: schema version {manifest.schema_version} is newer than this code's "
+                            f"{SCHEMA_VERSION}")
     return manifest
 
 

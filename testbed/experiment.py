@@ -283,12 +283,14 @@ def _run_all(cfg: ExperimentConfig, specs: List[RunSpec]) -> List[Path]:
     workers = min(cfg.workers or os.cpu_count() or 1, len(specs))
     if cfg.backend.name == BackendName.docker:
         workers = 1  # live runs share the machine's engine, broker and cores: one at a time
-    print(f"{len(specs)} run(s) of pattern {cfg.pattern.name} into {cfg.out}/ with {workers} worker(s)", file=sys.stderr)
+    print(f"{len(specs)} run(s) of pattern {cfg.pattern.name} into {cfg.out}/ with {workers} worker(s)",
+          file=sys.stderr)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     progress = Progress(len(specs), what="experiment")
     try:
         items = [(cfg, s) for s in specs]
-        results = map(_execute_packed, items) if workers <= 1 else pool_map(_execute_packed, items, workers, _worker_init)
+        results = map(_execute_packed,
+                      items) if workers <= 1 else pool_map(_execute_packed, items, workers, _worker_init)
         done = {}
         for spec, path, seconds in results:
             progress(Outcome(spec.run_id, "complete", seconds))

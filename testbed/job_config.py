@@ -50,7 +50,8 @@ class JobConfig:
         if not 1 <= self.max_scaleout <= self.key_groups:
             return "job.max_scaleout", f"must be in [1, key_groups ({self.key_groups})], got {self.max_scaleout}"
         if not 1 <= self.initial_parallelism <= self.max_scaleout:
-            return "job.initial_parallelism", f"must be in [1, max_scaleout ({self.max_scaleout})], got {self.initial_parallelism}"
+            return "job.initial_parallelism", (f"must be in [1, max_scaleout ({self.max_scaleout})], got "
+                                               f"{self.initial_parallelism}")
         if not 1 <= self.capacity_workers <= self.key_groups:
             return "job.capacity_workers", f"must be in [1, key_groups], got {self.capacity_workers}"
         if not 0 < self.peak_fraction <= 10:

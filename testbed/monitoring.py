@@ -134,7 +134,8 @@ def append_samples(tables: Tables, t_s: Sequence[float], operator: Sequence[str]
     s["duration_ms"].extend(duration_ms)
 
 
-def interval_means(operators: Sequence[str], operator: Iterable[str], duration_ms: Iterable[float]) -> Dict[str, Optional[float]]:
+def interval_means(operators: Sequence[str], operator: Iterable[str],
+                   duration_ms: Iterable[float]) -> Dict[str, Optional[float]]:
     """Mean duration per operator of the samples of one interval (None: no sample), the live
     counterpart of `SampleRecorder.interval_means`. Samples of unknown operators are ignored."""
     sums = {o: 0.0 for o in operators}
@@ -253,6 +254,7 @@ def hosts_row(hosts: Sequence[HostView]) -> Tuple[int, int]:
 
 __all__: List[str] = [
     "MONITOR_COLUMNS", "SAMPLE_COLUMNS", "DurationWindows", "InstanceCounts", "SnapshotSettings", "Tables",
-    "Observer", "append_monitor_rows", "append_observation", "append_samples", "counted", "hosts_row", "instance_counts",
+    "Observer", "append_monitor_rows", "append_observation", "append_samples", "counted", "hosts_row",
+    "instance_counts",
     "interval_means", "new_monitor_tables",
 ]

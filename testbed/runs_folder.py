@@ -68,7 +68,8 @@ def check_settings(workload_dir: Path, digest: str, mix: bool) -> None:
     for run in find_runs(workload_dir):
         other = _digest_of(run)
         if other != digest:
-            raise ConfigError("out", f"{workload_dir} holds runs of other settings (e.g. {run.relative_to(workload_dir)}"
+            raise ConfigError("out",
+                              f"{workload_dir} holds runs of other settings (e.g. {run.relative_to(workload_dir)}"
                                      f"{'' if other else ', written before settings were recorded'}): use another "
                                      f"out, remove them, or pass mix=true to put these runs beside them")
 

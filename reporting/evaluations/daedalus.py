@@ -54,7 +54,8 @@ def claims(summary: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=CLAIM_COLUMNS)
     c = dd.check_claims(res)
     where = {"D1": "wc_sine", "D2": "ysb_avazu", "D3": "tm_two_spike", "D4": "ks_sine"}
-    return pd.DataFrame({"pattern": [where.get(k, "all") for k in c.claim], "claim": c.claim, "text": c.statement, "paper": "holds", "paper_detail": "",
+    return pd.DataFrame({"pattern": [where.get(k, "all") for k in c.claim], "claim": c.claim, "text": c.statement,
+                         "paper": "holds", "paper_detail": "",
                          "measured": c.verdict, "measured_detail": c.evidence})[CLAIM_COLUMNS]
 
 
@@ -81,8 +82,10 @@ def sections(inputs: SectionInputs) -> List[Any]:
     out = []
     for pattern, g in comp.groupby("pattern", sort=False):
         rows = [[r.approach, dd._fmt(r.paper_workers), dd._fmt(r.measured_workers, 2), dd._fmt(r.paper_latency_ms, 0),
-                 dd._fmt(r.measured_latency_ms, 0), dd._fmt(r.measured_latency_p95_ms, 0), dd._fmt(r.paper_saved_pct, 0),
-                 dd._fmt(r.measured_saved_pct, 1), dd._fmt(r.keeps_up, 1), dd._fmt(r.rescales, 1)] for _, r in g.iterrows()]
+                 dd._fmt(r.measured_latency_ms, 0), dd._fmt(r.measured_latency_p95_ms, 0),
+                 dd._fmt(r.paper_saved_pct, 0),
+                 dd._fmt(r.measured_saved_pct, 1), dd._fmt(r.keeps_up, 1), dd._fmt(r.rescales, 1)]
+                for _, r in g.iterrows()]
         table = Table(f"{pattern}: published (ICPE 2024) beside measured, mean over repetitions",
                       ["approach", "workers (paper)", "workers", "latency ms (paper)", "latency ms", "p95 ms",
                        "Daedalus saves % (paper)", "Daedalus saves %", "keeps up", "rescales"], rows)

@@ -43,7 +43,8 @@ def load_reference(path: Path = REFERENCE) -> pd.DataFrame:
 def _values(summary: pd.DataFrame) -> Dict[Tuple[str, str, str], float]:
     """(pattern, configuration, metric) -> mean over repetitions."""
     return {(str(p), str(c), str(m)): float(v)
-            for p, c, m, v in zip(summary["pattern"], summary["config"], summary["metric"], summary["mean"], strict=True)
+            for p, c, m, v in zip(summary["pattern"], summary["config"], summary["metric"], summary["mean"],
+                                  strict=True)
             if not pd.isna(v)}
 
 
@@ -67,7 +68,8 @@ def check_claims(summary: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame
             k = get("odp-r", "k")
             row("O3", "A(ODP_R) = 0.99^k for its k instances on 99 % hosts", "k = 8: 92.27 %; tuple loss 3.37 %",
                 HOLDS if abs(get("odp-r", "A_model") - 0.99 ** k) < 1e-9 else FAILS,
-                f"k = {k:g}: A = {get('odp-r', 'A_model'):.4f}; tuples delivered {get('odp-r', 'delivered_pct'):.2f} %, "
+                f"k = {k:g}: A = {get('odp-r', 'A_model'):.4f}; tuples delivered {get('odp-r', 'delivered_pct'):.2f} "
+                "%, "
                 f"lost {get('odp-r', 'loss_pct'):.2f} %")
             cpu = max(get("odp-r", "solve_cpu_ms_max"), get("odp-a", "solve_cpu_ms_max"))
             wall = max(get("odp-r", "solve_ms_max"), get("odp-a", "solve_ms_max"))
@@ -90,7 +92,8 @@ def _table(summary: pd.DataFrame, pattern: str, configs: List[str], columns, cap
     from reporting.report_document import Table, mean_sd
 
     own = summary[summary["pattern"] == pattern]
-    stats = {(c, m): (mean, sd) for c, m, mean, sd in zip(own["config"], own["metric"], own["mean"], own["sd"], strict=True)}
+    stats = {(c, m): (mean, sd)
+             for c, m, mean, sd in zip(own["config"], own["metric"], own["mean"], own["sd"], strict=True)}
     rows = []
     for config in configs:
         rows.append([config, "measured"] + [mean_sd(*stats.get((config, m), (None, None)), d) for _, m, d in columns])
@@ -100,7 +103,8 @@ def _table(summary: pd.DataFrame, pattern: str, configs: List[str], columns, cap
 
 
 T71 = (("R (ms)", "R_ms", 1), ("k on 99 % hosts", "k", 0), ("A (model)", "A_model", 4),
-       ("tuples delivered %", "delivered_pct", 2), ("tuple loss %", "loss_pct", 2), ("solve ms (CPU)", "solve_cpu_ms_max", 0),
+       ("tuples delivered %", "delivered_pct", 2), ("tuple loss %", "loss_pct", 2),
+       ("solve ms (CPU)", "solve_cpu_ms_max", 0),
        ("solve ms (wall)", "solve_ms_max", 0))
 T72 = (("latency (ms)", "R_ms", 1), ("inter-host traffic (items/s)", "T_items_s", 2),
        ("network usage (items·ms/s)", "N_items_ms_s", 1), ("migrations", "reassignments", 1),

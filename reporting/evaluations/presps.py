@@ -199,7 +199,8 @@ def _claim(v: Mapping[Tuple[str, str], float], metric: str, test, text, baseline
         status, detail = _claim(v, other, test, text, baseline)
         return status, f"{detail} (30 s windows: the 5 s ones are shorter than the monitoring interval)"
     if a is None or b is None:
-        return NOT_EVALUABLE, "missing: " + ", ".join(f"{c} {metric}" for c, x in (("presps", a), (baseline, b)) if x is None)
+        return NOT_EVALUABLE, "missing: " + ", ".join(f"{c} {metric}" for c, x in (("presps", a), (baseline, b))
+                                                      if x is None)
     return (HOLDS if test(a, b) else FAILS), text(a, b)
 
 
@@ -344,7 +345,8 @@ def _workload_table(runs: Sequence[Any]):
             [f"generated ({run.pattern})"] + [f"{st[k]:.1f}" if k != "length_s" else str(st[k]) for k in keys]
             + [f"{100 * minute_rms_vs_reference(rates):.1f} %"]]
     return Table("The workload beside the reference trace's statistics (events/s; diff = 1 s changes)",
-                 ["series", "length s", "min", "max", "mean", "sd", "sd of diff", "max |diff|", "per-minute RMS vs ref."],
+                 ["series", "length s", "min", "max", "mean", "sd", "sd of diff", "max |diff|",
+                  "per-minute RMS vs ref."],
                  rows)
 
 
@@ -361,7 +363,8 @@ def metrics_table(summary: pd.DataFrame, columns: Sequence[Tuple[str, str, int]]
 
     independent = summary[summary["btu_minutes"].isna()]
     stats = {(c, m): (mean, sd, n) for c, m, mean, sd, n in zip(independent["config"], independent["metric"],
-                                                                 independent["mean"], independent["sd"], independent["n"], strict=True)}
+                                                                 independent["mean"], independent["sd"],
+                                                                 independent["n"], strict=True)}
     rows = []
     for config in dict.fromkeys(independent["config"]):
         n = stats.get((config, columns[0][1]), (None, None, 0))[2]

@@ -178,7 +178,8 @@ class LiveJobRun:
         self.keys = key_names(self.job.keys)
         self.rng_down = stream(seed, "job/downtime")
         self.records: List[ActionRecord] = []
-        self.rescales: Dict[str, list] = {k: [] for k in ("t_s", "from_n", "to_n", "downtime_s", "replayed", "lag_before",
+        self.rescales: Dict[str,
+                            list] = {k: [] for k in ("t_s", "from_n", "to_n", "downtime_s", "replayed", "lag_before",
                                                          "recovered_s", "capacity_before", "capacity_after")}
         self.workers: Dict[int, WorkerContainer] = {}
         self.instance_log: List[dict] = []
@@ -265,7 +266,8 @@ class LiveJobRun:
             lost = self._redis_lost()  # the tables read Redis too (latencies): still the run's state?
             if lost:
                 raise LiveJobError(lost)
-            details = {"job": {"mu": self.settings.worker_rate, "capacity": {str(n): c for n, c in self.capacity.items()},
+            details = {"job": {"mu": self.settings.worker_rate,
+                               "capacity": {str(n): c for n, c in self.capacity.items()},
                                "shares": {str(n): s for n, s in shares.items()}, "peak_rate": target_peak,
                                "items": accounting.emitted, "unprocessed_at_end": accounting.queued_entry
                                + accounting.queued_workers, "measured_worker_rate": self._measured_rate(),
@@ -458,7 +460,8 @@ class LiveJobRun:
                 ch.exchange_declare(key_exchange(self.prefix), exchange_type=CONSISTENT_HASH, auto_delete=False)
             except pika.exceptions.ChannelClosedByBroker as exc:
                 raise LiveJobError(f"RabbitMQ refused the {CONSISTENT_HASH} exchange ({exc}): enable the plugin "
-                                   f"with `bash infra/services.sh install` (rabbitmq_consistent_hash_exchange)") from exc
+                                   "with `bash infra/services.sh install` "
+                                   "(rabbitmq_consistent_hash_exchange)") from exc
             ch.queue_declare(entry_queue(self.prefix))
             ch.queue_declare(dead_queue(self.prefix))
             for w in range(self.top):
@@ -604,7 +607,8 @@ class LiveJobRun:
                 if self._stop_sampling.is_set():
                     break
                 try:
-                    proc = {key.decode(): int(v) for key, v in client.hgetall(redis_key(self.prefix, "processed")).items()}
+                    proc = {key.decode(): int(v)
+                            for key, v in client.hgetall(redis_key(self.prefix, "processed")).items()}
                     lost = self._redis_lost(client)
                 except redis.RedisError as exc:
                     if outage.failed(self.now()):

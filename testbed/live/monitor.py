@@ -175,7 +175,8 @@ class LiveMonitor:
                                             "timeout": batch.timed_out.get(o, 0)}, duration_ms=means[o])
             for o in self.operators}
         instances = tuple(
-            InstanceObservation(i, a.operator, a.processed, min(1.0, utilisation(a.busy_ms, interval, self.parallel) or 0.0))
+            InstanceObservation(i, a.operator, a.processed,
+                                min(1.0, utilisation(a.busy_ms, interval, self.parallel) or 0.0))
             for i, a in sorted(batch.instances.items(), key=lambda kv: (self.operators.index(kv[1].operator), kv[0]))
             if a.operator in operators and (i not in inactive or a.processed > 0))
         return Observation(t=t, interval_s=interval if interval > 0 else self.observer.monitoring_s,

@@ -243,7 +243,8 @@ class LiveRun:
                 self.network.sync(executor.views(0.0)[1])
             provider = ProviderThread(cfg, self.pattern, self.wiring, self.seed, self.duration_s,
                                       wrap=self.network.sender if self.network is not None else None)
-            executor.source_gate = provider.gate  # a restart acting on the source holds, drops or pauses the provider's items
+            # a restart acting on the source holds, drops or pauses the provider's items
+            executor.source_gate = provider.gate
             provider.start()
             self._t0 = self.wall()
             monitor = LiveMonitor.from_config(cfg, self.topology, self.wiring, time.time(), self.btu_s)

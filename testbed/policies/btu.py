@@ -237,7 +237,8 @@ class BtuPolicy(Policy):
     def _utilities(self, snapshot: Snapshot, plan: Plan, names) -> Dict[str, float]:
         ops = snapshot.operators
         return {
-            n: downscale_utility(n, plan, ops[n].queue, ops[n].duration, snapshot.penalty, self.cfg) for n in sorted(names)
+            n: downscale_utility(n, plan, ops[n].queue, ops[n].duration, snapshot.penalty, self.cfg)
+            for n in sorted(names)
         }
 
     def _room_by_scaling_down(
@@ -294,7 +295,8 @@ class BtuPolicy(Policy):
         actions: List[Action] = []
         for iid, t in removals:
             trial.remove(host_id, iid)
-            actions.append(ScaleDown(t, iid, host_id, f"{head}; removed with the host (≤ {self.cfg.removal_cap:.0%} of {t})"))
+            actions.append(ScaleDown(t, iid, host_id,
+                                     f"{head}; removed with the host (≤ {self.cfg.removal_cap:.0%} of {t})"))
         moves: List[str] = []
         for iid, t in migrations:
             target, freeing = self._place_without_lease(snapshot, trial, t)

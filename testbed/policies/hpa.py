@@ -81,10 +81,12 @@ class HpaParams:
                 raise ValueError(f"{key}: must be in [0, {MAX_WINDOW_S:g}], got {getattr(self, key)}")
         for d in ("up", "down"):
             if getattr(self, f"{d}_select") not in SELECTS:
-                raise ValueError(f"{d}_select: must be one of {', '.join(SELECTS)}, got {getattr(self, f'{d}_select')!r}")
+                raise ValueError(f"{d}_select: must be one of {', '.join(SELECTS)}, got "
+                                 f"{getattr(self, f'{d}_select')!r}")
             for kind in ("percent", "pods"):
                 if getattr(self, f"{d}_{kind}") < 0:
-                    raise ValueError(f"{d}_{kind}: must be >= 0 (0: no such policy), got {getattr(self, f'{d}_{kind}')}")
+                    raise ValueError(f"{d}_{kind}: must be >= 0 (0: no such policy), got "
+                                     f"{getattr(self, f'{d}_{kind}')}")
                 if not 0 <= getattr(self, f"{d}_{kind}_period_s") <= MAX_PERIOD_S:
                     raise ValueError(f"{d}_{kind}_period_s: must be in [0, {MAX_PERIOD_S:g}] (0: policy_period_s), "
                                      f"got {getattr(self, f'{d}_{kind}_period_s')}")

@@ -24,7 +24,8 @@ from testbed.policies.daedalus.controller import LoopWindow
 from testbed.policies.scaling import realise, target_of
 
 WINDOW_S = 61
-Sample = Tuple[float, float, float, Dict[str, Tuple[float, float]], float]  # (t, span, workload/s, {inst: (thr/s, cpu)}, lag)
+# (t, span, workload/s, {inst: (thr/s, cpu)}, lag)
+Sample = Tuple[float, float, float, Dict[str, Tuple[float, float]], float]
 
 
 def _samples(policy, snapshot: Snapshot) -> Dict[str, Deque[Sample]]:
@@ -51,7 +52,8 @@ def _samples(policy, snapshot: Snapshot) -> Dict[str, Deque[Sample]]:
     return bufs
 
 
-def _window(buf: Deque[Sample], t: float, since_rescale: float) -> Tuple[np.ndarray, np.ndarray, dict, dict, np.ndarray]:
+def _window(buf: Deque[Sample], t: float,
+            since_rescale: float) -> Tuple[np.ndarray, np.ndarray, dict, dict, np.ndarray]:
     """The last WINDOW_S seconds as 1 s series (each sample held over its span)."""
     seconds, workload, uptime = [], [], []
     workers: Dict[str, List[Tuple[int, float, float]]] = {}

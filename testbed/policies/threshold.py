@@ -44,7 +44,8 @@ class ThresholdPolicy(Policy):
             elif q > cfg.up_threshold:
                 actions += scale_to(plan, name, n + 1, self.placement, f"queue {q} > {cfg.up_threshold}")
             elif q < cfg.down_threshold and n >= 2:
-                actions += scale_to(plan, name, n - 1, self.placement, f"queue {q} < {cfg.down_threshold}, {n} instances")
+                actions += scale_to(plan, name, n - 1, self.placement,
+                                    f"queue {q} < {cfg.down_threshold}, {n} instances")
         for host in plan.empty_hosts():
             actions.append(ReleaseHost(host, "no instance left on the host"))
         return actions

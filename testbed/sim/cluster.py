@@ -160,7 +160,8 @@ class SimCluster:
     def _lease(self, t: float, immediate: bool) -> SimHost:
         self._host_seq += 1
         ready = t if immediate else t + self._uniform(self.infra.lease_delay_s)
-        host = SimHost(f"vm{self._host_seq}", self.infra.host_cpu_shares, self.infra.host_memory_mb, t, ready, t + self.btu_s)
+        host = SimHost(f"vm{self._host_seq}", self.infra.host_cpu_shares, self.infra.host_memory_mb, t, ready,
+                       t + self.btu_s)
         self.hosts[host.id] = host
         return host
 
@@ -173,7 +174,8 @@ class SimCluster:
             host.images.setdefault(operator, t)
         else:
             pull_s = self.topology.types[operator].image_mb / self.infra.pull_mb_per_s
-            ready = host.image_ready(operator, max(t, host.ready_at), pull_s) + self._uniform(self.infra.container_start_s)
+            ready = host.image_ready(operator, max(t, host.ready_at),
+                                     pull_s) + self._uniform(self.infra.container_start_s)
         inst = SimInstance(ident, operator, host.id, t, ready)
         self.instances[ident] = inst
         host.instances.append(ident)
@@ -216,7 +218,8 @@ class SimCluster:
     def host_views(self, t: float) -> Tuple[HostView, ...]:
         types = self.topology.types
         return tuple(
-            h.view(t, (types[self.instances[i].operator] for i in h.instances if not self.instances[i].replaced), self.price)
+            h.view(t, (types[self.instances[i].operator] for i in h.instances if not self.instances[i].replaced),
+                   self.price)
             for h in self.hosts.values()
         )
 

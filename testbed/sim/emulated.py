@@ -5,8 +5,8 @@ It differs from `testbed.sim.exact` in one respect that the emulation needs: eve
 its own queue. The sender of an item picks the receiving instance (each sender -- an instance, or
 the provider per source -- goes round the operator's serving instances on its own, like Storm's
 shuffle grouping per task; every sender-receiver pair then carries an equal share of the edge's
-rate, as the ODP model's even split assumes), so the item's path through the hosts is known: a hop between two hosts adds a draw
-of d(u, v) to the broker hop, and in `tuple` mode loses the item with probability 1 - A_uv; an
+rate, as the ODP model's even split assumes), so the item's path through the hosts is known: a hop between two
+hosts adds a draw of d(u, v) to the broker hop, and in `tuple` mode loses the item with probability 1 - A_uv; an
 item reaching a host is lost with probability 1 - A_u (`outage` mode: when the host is down).
 Losses are counted as dropped with reason `unavailable`. The data provider sends from
 `backend.emulation.provider_host`.

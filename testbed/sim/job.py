@@ -135,8 +135,8 @@ class JobSimulation:
                     next_ckpt += j.checkpoint_s
             lag[t] = self.cum[t] - P
             parallel[t] = n
-            if pending_recovery is not None and t >= down_until and lag[t] <= max(rescales["lag_before"][pending_recovery],
-                                                                                self.arrivals[t]):
+            if (pending_recovery is not None and t >= down_until
+                    and lag[t] <= max(rescales["lag_before"][pending_recovery], self.arrivals[t])):
                 rescales["recovered_s"][pending_recovery] = t + 1 - rescales["t_s"][pending_recovery]
                 pending_recovery = None
             # the controller, at the end of second t
@@ -160,7 +160,8 @@ class JobSimulation:
                                                 f"stop the world {n} -> {target} workers: downtime {down} s, "
                                                 f"replay of {int(replayed)} item(s) since the checkpoint"))
                     for key, value in (("t_s", now), ("from_n", n), ("to_n", target), ("downtime_s", float(down)),
-                                       ("replayed", int(replayed)), ("lag_before", float(lag[t])), ("recovered_s", math.nan),
+                                       ("replayed", int(replayed)), ("lag_before", float(lag[t])),
+                                       ("recovered_s", math.nan),
                                        ("capacity_before", cap)):
                         rescales[key].append(value)
                     for w in range(n, target):

@@ -30,7 +30,8 @@ class SampleRecorder:
         p = 1.0 / every
         gaps = stream(seed, "sampling")
         self._gaps = DrawBuffer(lambda n: gaps.geometric(p, n) - 1)
-        self._noise = [self._noise_buffer(stream(seed, f"service/{o}"), cv) for o, cv in zip(operators, cvs, strict=True)]
+        self._noise = [self._noise_buffer(stream(seed, f"service/{o}"), cv)
+                       for o, cv in zip(operators, cvs, strict=True)]
         self._rr = [0] * len(operators)
         self._truncate = measurement == Measurement.seconds_truncated
         self._epoch = float(stream(seed, "clock-phase").uniform(0.0, 1.0))  # wall-clock phase of the start

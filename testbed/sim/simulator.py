@@ -61,7 +61,8 @@ class Simulation:
         self.network.set_sources(self.clock, self.ticks)
         noisy = {o: services[o].step_cv for o in ops if services[o].step_cv > 0}
         if noisy:  # per-step capacity factors, one seeded stream per operator (none: nothing drawn)
-            self.network.set_capacity_noise({o: stream(seed, f"capacity/{o}").gamma(1.0 / cv ** 2, cv ** 2, self.clock.steps)
+            self.network.set_capacity_noise({o: stream(seed,
+                                                       f"capacity/{o}").gamma(1.0 / cv ** 2, cv ** 2, self.clock.steps)
                                              for o, cv in noisy.items()})
         self._ticks_at_monitor = 0
         self._processed_at_monitor = {o: 0 for o in ops}
@@ -144,7 +145,8 @@ class Simulation:
         for o in ops:
             total = net.processed(o)
             dropped = {reason: n for (op, reason), n in flows.dropped.items() if op == o}
-            operators[o] = OperatorObservation(received=flows.received[o], processed=total - self._processed_at_monitor[o],
+            operators[o] = OperatorObservation(received=flows.received[o],
+                                               processed=total - self._processed_at_monitor[o],
                                                queue=net.depth(o), dropped=dropped, duration_ms=means[o])
             self._processed_at_monitor[o] = total
         emitted, self._ticks_at_monitor = self.ticks.items(self._ticks_at_monitor, net.ticks_emitted), net.ticks_emitted
@@ -201,7 +203,8 @@ class Simulation:
         rec = self.recorder
         net = self.network  # the ticks emitted, when (sources paused by restarts emit later and fewer)
         tables = {"load": self.ticks.emitted(net.tick_times, net.ticks_emitted).load_table(), **self.tables}
-        tables["samples"] = {"t_s": rec.t, "operator": rec.operator, "instance": rec.instance, "duration_ms": rec.duration_ms}
+        tables["samples"] = {"t_s": rec.t, "operator": rec.operator, "instance": rec.instance,
+                             "duration_ms": rec.duration_ms}
         flows = self.network.flows
         tables["latency"] = {"t_s": flows.latency_t, "operator": flows.latency_op, "latency_ms": flows.latency_ms}
         tables["actions"] = actions_table(self.cluster.records, self.policy.name)

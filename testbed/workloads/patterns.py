@@ -115,7 +115,8 @@ def validate_pattern(cfg: PatternConfig) -> None:
         from testbed.workloads.daedalus import WORKLOADS
 
         if cfg.workload not in WORKLOADS:
-            raise PatternError("workload", f"unknown Daedalus workload {cfg.workload!r}; known: {', '.join(sorted(WORKLOADS))}")
+            raise PatternError("workload",
+                               f"unknown Daedalus workload {cfg.workload!r}; known: {', '.join(sorted(WORKLOADS))}")
     elif kind is PatternKind.spikes:
         try:
             validate_spikes(cfg.spikes)

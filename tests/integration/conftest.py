@@ -99,7 +99,8 @@ def kafka_bootstrap(tmp_path_factory) -> Iterator[str]:
                 break
             except OSError as exc:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"tansu did not start: {(workdir / 'tansu.log').read_text(errors='replace')}") from exc
+                    raise RuntimeError("tansu did not start: "
+                                       f"{(workdir / 'tansu.log').read_text(errors='replace')}") from exc
                 time.sleep(0.1)
         yield address
     finally:

@@ -88,7 +88,8 @@ def make_pool(docker_url, test_images) -> Iterator[Callable[..., HostPool]]:
     t0 = time.monotonic()
 
     def make(**options) -> HostPool:
-        pool = HostPool(pool_config(docker_url, **options), f"pt-{uuid.uuid4().hex[:8]}", clock=lambda: time.monotonic() - t0)
+        pool = HostPool(pool_config(docker_url, **options), f"pt-{uuid.uuid4().hex[:8]}",
+                        clock=lambda: time.monotonic() - t0)
         pools.append(pool)
         return pool
 
@@ -141,7 +142,8 @@ def test_lifecycle_labels_drain_crash_release(make_pool, client):
     # request -> running includes the host's boot (>= 0.3 s) and O1's emulated pull (0.445 s)
     assert rec[a].start_latency_s >= 0.3 + 89 / 200.0
     assert 0 < rec[a].container_start_s < 10
-    print(f"\ncontainer start (docker run -> running): {rec[a].container_start_s:.3f} s, {rec[b].container_start_s:.3f} s; "
+    print(f"\ncontainer start (docker run -> running): {rec[a].container_start_s:.3f} s, "
+          f"{rec[b].container_start_s:.3f} s; "
           f"request -> running incl. boot and pull: {rec[a].start_latency_s:.3f} s")
 
     # graceful stop: draining at once, the handler runs, exit code 0 (SIGKILL would give 137)

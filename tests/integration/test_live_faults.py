@@ -30,12 +30,14 @@ from .conftest import ROOT, name_of, wait_for_rabbit
 from .runner_helpers import interrupt_experiment
 from .test_live_run import config
 
-pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]  # TESTBED_CPU_HOG=1: one core busy
+# TESTBED_CPU_HOG=1: one core busy
+pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]
 
 SHORT = ["pattern=constant", "pattern.levels=[1]", "duration_min=2.5", "load_scale=0.5", "reps=1",
          "summary=false", "runtime.reasoning_s=10", "runtime.monitoring_s=3", "backend=docker",
          "backend.live.stop_timeout_s=20", "policy=threshold",
-         "profile=paper"]  # the scenario was sized for the paper's values (the btu evaluation defaults to the calibrated ones)
+         # the scenario was sized for the paper's values (the btu evaluation defaults to the calibrated ones)
+         "profile=paper"]
 
 
 def run_containers(name_prefix: str, operator: Optional[str] = None) -> List:

@@ -74,7 +74,8 @@ def test_the_delays_drawn_between_hosts_follow_the_configured_means(run_dir):
     for (u, v), row in per_pair.iterrows():
         n, mean = int(row["items"]), row.total / row["items"]
         # the mean of n draws of N(mu, sigma) (truncation at 0 is 4 sigma away): within 5 standard errors
-        assert mean == pytest.approx(model.mean_delay_ms(u, v), abs=5 * model.sd_delay_ms(u, v) / math.sqrt(n)), (u, v, n)
+        assert mean == pytest.approx(model.mean_delay_ms(u, v),
+                                     abs=5 * model.sd_delay_ms(u, v) / math.sqrt(n)), (u, v, n)
     assert per_pair["items"].sum() > 100
     # the end-to-end latency (R) includes the delays: every sampled item crossed at least one hop
     latency = pd.read_parquet(run_dir / "latency.parquet")

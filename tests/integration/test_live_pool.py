@@ -2,8 +2,8 @@
 RabbitMQ, Redis and the data provider, driven by a scripted policy registered by this test alone.
 
 O3 (3 s of work per item, so that one replica builds a queue) gets a pool of three replicas of which
-one is switched on; later all three; then a restart with purge. Switched-off replicas process nothing, the purge is counted as dropped, and every emitted item
-is still accounted for (processed, queued, dead-lettered or purged)."""
+one is switched on; later all three; then a restart with purge. Switched-off replicas process nothing, the purge
+is counted as dropped, and every emitted item is still accounted for (processed, queued, dead-lettered or purged)."""
 from __future__ import annotations
 
 import json
@@ -22,7 +22,8 @@ from testbed.policies.contract import Policy
 from testbed.policies.registry import register_policy
 from tests.integration.test_live_run import config
 
-pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]  # TESTBED_CPU_HOG=1: one core busy
+# TESTBED_CPU_HOG=1: one core busy
+pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]
 
 OFF_AT, ON_AT, RESTART_AT, DOWNTIME_S = 10.0, 60.0, 90.0, 10.0
 

@@ -22,13 +22,15 @@ from testbed.config import CONF_DIR, register, to_typed, validate
 from testbed.eventlog import read_manifest
 from testbed.experiment import run_experiment
 
-pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]  # TESTBED_CPU_HOG=1: one core busy
+# TESTBED_CPU_HOG=1: one core busy
+pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]
 
 STEP_S = 90.0  # the load steps from 1 to 3 machines here
 # 1 machine for 1.5 min, then 3; hosts that hold the initial deployment and little more, so that
 # scaling up leases hosts; O1 made slower than its OCR alone so that the step builds a queue.
 SCENARIO = [
-    "profile=paper",  # the scenario was sized for the paper's values (the btu evaluation defaults to the calibrated ones)
+    # the scenario was sized for the paper's values (the btu evaluation defaults to the calibrated ones)
+    "profile=paper",
     "pattern=stepwise", "pattern.levels=[1,3]", f"pattern.step_minutes={STEP_S / 60}",
     "duration_min=4", "load_scale=0.5", "reps=1", "summary=false",
     "billing.btu_minutes=2", "runtime.reasoning_s=10", "runtime.monitoring_s=3",
@@ -46,7 +48,8 @@ def config(*overrides: str):
 def run_containers(prefix: str) -> List[str]:
     client = docker.from_env()
     try:
-        return [c.name for c in client.containers.list(all=True, sparse=True, filters={"label": f"testbed.run={prefix}"})]
+        return [c.name
+                for c in client.containers.list(all=True, sparse=True, filters={"label": f"testbed.run={prefix}"})]
     finally:
         client.close()
 

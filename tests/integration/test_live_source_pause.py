@@ -30,7 +30,8 @@ def run(tmp_path_factory, rabbitmq_url, redis_url, docker_url, operator_images) 
     t0 = time.monotonic()
     [d] = run_experiment(config(*SCENARIO, "evaluation.only=[dabs]", "policies.dabs.source=pause", f"out={out}"))
     m = read_manifest(d)
-    print(f"dabs (source=pause): {time.monotonic() - t0:.0f} s", d, json.dumps(m.details.get("accounting"), sort_keys=True))
+    print(f"dabs (source=pause): {time.monotonic() - t0:.0f} s", d,
+          json.dumps(m.details.get("accounting"), sort_keys=True))
     return d
 
 

@@ -99,8 +99,10 @@ def test_runners_on_emulated_hosts_delay_lose_and_account_for_every_item(network
         interval = network.read()
         (i12, d12), (i23, d23) = interval.hops[("vm1", "vm2")], interval.hops[("vm2", "vm3")]
         assert (i12, i23) == (n, processed["A"]) and interval.lost == {"A": lost["A"]}
-        assert d12 / i12 == pytest.approx(model.mean_delay_ms("vm1", "vm2"), abs=5 * model.sd_delay_ms("vm1", "vm2") / math.sqrt(i12))
-        assert d23 / i23 == pytest.approx(model.mean_delay_ms("vm2", "vm3"), abs=5 * model.sd_delay_ms("vm2", "vm3") / math.sqrt(i23))
+        assert d12 / i12 == pytest.approx(model.mean_delay_ms("vm1", "vm2"),
+                                          abs=5 * model.sd_delay_ms("vm1", "vm2") / math.sqrt(i12))
+        assert d23 / i23 == pytest.approx(model.mean_delay_ms("vm2", "vm3"),
+                                          abs=5 * model.sd_delay_ms("vm2", "vm3") / math.sqrt(i23))
     finally:
         for proc in procs:
             proc.stop()

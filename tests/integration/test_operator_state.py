@@ -77,7 +77,8 @@ def test_o2_racing_instances_warn_once_per_incident_and_machine(redis_url, redis
     items = [availability_item(f"machine-0{m}", k, "available" if k < 3 else "defect")
              for m in range(1, 5) for k in range(60)]
     # every reading delivered twice, all in flight at once; the available ones come first
-    first, rest = [i for i in items if i.payload["status"] == "available"], [i for i in items if i.payload["status"] == "defect"]
+    first, rest = [i for i in items
+                   if i.payload["status"] == "available"], [i for i in items if i.payload["status"] == "defect"]
     assert race(ops, first * 2) == []
     warnings = race(ops, rest * 2, seed=7)
     assert sorted({e.payload["machine_id"] for e in warnings}) == [f"machine-0{m}" for m in range(1, 5)]
@@ -176,7 +177,8 @@ def part_items(n: int) -> List[Envelope]:
     out = []
     for k in range(n):
         m, record_id = f"machine-0{k % 4 + 1}", f"machine-0{k % 4 + 1}/S2/{k}/0"
-        for part, value, op in (("availability", 0.9, "O4"), ("performance", 0.8 + k / 1000, "O3"), ("quality", 0.95, "O5")):
+        for part, value, op in (("availability", 0.9, "O4"), ("performance", 0.8 + k / 1000, "O3"),
+                                ("quality", 0.95, "O5")):
             p = PartValue(record_id, m, part, value, T0 + 480 * k)
             out.append(env(f"{record_id}/O1/{op}", m, part, T0 + 480 * k, p.to_payload()))
     return out

@@ -57,7 +57,8 @@ def test_a_kafka_replica_switched_off_leaves_its_group_and_joins_again_when_swit
 
     pool = {name: RunnerProcess(runner_env("A", unique_prefix, TOPOLOGY, OPERATOR_IMPL="passthrough",
                                            TRANSPORT="kafka", KAFKA_BOOTSTRAP=kafka_bootstrap, PREFETCH=5,
-                                           ACTIVATION_POLL_S=0.1, WORK_MS=50, INSTANCE_ID=name), tmp_path / f"{name}.log")
+                                           ACTIVATION_POLL_S=0.1, WORK_MS=50, INSTANCE_ID=name),
+                                tmp_path / f"{name}.log")
             for name in ("A-0", "A-1")}
     try:
         publish(100)  # 50 per partition, 2.5 s of work each: the switch-off comes while both work

@@ -410,7 +410,8 @@ def test_emissions_per_operator_give_the_count_of_each_edge(run, channel, redis)
     n = 150
     publish(channel, w.exchange("S"), items(n))
     for op in "BC":
-        wait_for(f"{op}'s processed counter", lambda op=op: redis.hget(processed_hash(run.prefix), op) == str(n).encode(),
+        wait_for(f"{op}'s processed counter",
+                 lambda op=op: redis.hget(processed_hash(run.prefix), op) == str(n).encode(),
                  proc=runners[0])
     for p in runners:
         p.signal(signal.SIGTERM)

@@ -73,6 +73,7 @@ def make_run(root: Path, *, config: str = "threshold", rep: int = 1, policy: str
     write_manifest(run_dir, Manifest(
         run_id=f"{pattern}/{config}/{rep}", experiment="test", pattern=pattern, config=config, policy=policy,
         btu_minutes=btu_minutes, rep=rep, seed=100 + rep, seeds={"run": 100 + rep}, backend="sim",
-        resolved_config=_resolved(slo, service_mean_ms), code_revision="test-revision", versions={}, status=status, billing=billing,
+        resolved_config=_resolved(slo, service_mean_ms), code_revision="test-revision", versions={}, status=status,
+        billing=billing,
     ))
     return run_dir

@@ -18,7 +18,8 @@ from tests.conftest import compose_config
 def test_default_is_the_paper_matrix_for_stepwise():
     cfg = compose_config()
     specs = plan_runs(cfg)
-    assert [(s.config, s.rep) for s in specs[:4]] == [("threshold", 1), ("threshold", 2), ("threshold", 3), ("btu-10", 1)]
+    assert [(s.config, s.rep) for s in specs[:4]] == [("threshold", 1), ("threshold", 2), ("threshold", 3),
+                                                      ("btu-10", 1)]
     assert sorted({s.config for s in specs}) == ["btu-10", "btu-30", "btu-60", "threshold"]
     assert len(specs) == 12
     assert specs[0].run_dir == Path("runs/stepwise/threshold/1")
@@ -64,7 +65,8 @@ def test_paper_values_are_configuration():
     assert (b.scaling_threshold, b.samples, cfg.placement.cache_factor, b.queue_load) == (50, 5, 0.01, 100)
 
 
-@pytest.mark.parametrize("profile, thresholds", [("paper", (50, 250, 1)), ("preprint", (250, 1000, 1)), ("visp2017", (250, 1250, 20))])
+@pytest.mark.parametrize("profile, thresholds",
+                         [("paper", (50, 250, 1)), ("preprint", (250, 1000, 1)), ("visp2017", (250, 1250, 20))])
 def test_profiles_set_thresholds(profile, thresholds):
     p = compose_config(f"profile={profile}").policies["threshold"]
     assert (p.up_threshold, p.up2_threshold, p.down_threshold) == thresholds
@@ -124,14 +126,16 @@ def test_cli_rejects_bad_config_before_anything_runs(tmp_path):
     out = tmp_path / "runs"
     proc = subprocess.run(
         [sys.executable, "-m", "testbed.cli", "experiment", f"out={out}", "billing.btu_minutes=-5"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
     )
     assert proc.returncode != 0
     assert "billing.btu_minutes" in proc.stderr
     assert not out.exists()
     proc = subprocess.run(
         [sys.executable, "-m", "testbed.cli", "experiment", f"out={out}", "polcy=btu"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
     )
     assert proc.returncode != 0 and "polcy" in proc.stderr
     assert not out.exists()

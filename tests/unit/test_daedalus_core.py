@@ -215,7 +215,8 @@ def test_rt_target_and_max_scaleout_fallback():
 def test_candidate_must_carry_the_forecast_while_recovering():
     f = [100.0] * 3 + [350.0] * 2 + [100.0] * 895
     settings = DecisionSettings(max_scaleout=2)
-    d = plan(_inputs(p_cur=1, forecast=f, capacity=lambda p: {1: 300}.get(p, 0), replay=1000.0, downtime_out=1), settings)
+    d = plan(_inputs(p_cur=1, forecast=f, capacity=lambda p: {1: 300}.get(p, 0), replay=1000.0, downtime_out=1),
+             settings)
     # i = 1: B = 1000 + 100, extra 200, 200, 0, 0, 200, ... -> j = 7, RT = 9; max(F[:9]) = 350 > 300
     assert d.rt == {1: 9}
     assert (d.target, d.branch) == (2, "max")

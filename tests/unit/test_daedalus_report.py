@@ -9,7 +9,8 @@ from reporting.daedalus import check_claims, comparison, load_reference, results
 
 
 def _runs(rows):
-    base = {m: math.nan for m in ("latency_p95_ms", "latency_p95_time_avg_ms", "latency_max_ms", "rescales", "workers_per_12",
+    base = {m: math.nan
+            for m in ("latency_p95_ms", "latency_p95_time_avg_ms", "latency_max_ms", "rescales", "workers_per_12",
                                    "capacity_error_pct", "forecast_wape_median", "forecast_wape_below_5_pct",
                                    "fallback_loops", "rt_predicted_s", "rt_observed_s", "rt_true_s",
                                    "rt_predicted_ge_observed_pct", "rt_predicted_ge_true_pct",
@@ -19,11 +20,15 @@ def _runs(rows):
 
 def test_savings_against_every_other_configuration():
     runs = _runs([
-        {"pattern": "wc_sine", "config": "daedalus", "rep": 1, "mean_workers": 5.0, "latency_ms": 1200.0, "keeps_up": 1.0},
-        {"pattern": "wc_sine", "config": "daedalus", "rep": 2, "mean_workers": 7.0, "latency_ms": 1000.0, "keeps_up": 1.0},
-        {"pattern": "wc_sine", "config": "hpa-80", "rep": 1, "mean_workers": 8.0, "latency_ms": 1800.0, "keeps_up": 1.0},
+        {"pattern": "wc_sine", "config": "daedalus", "rep": 1, "mean_workers": 5.0, "latency_ms": 1200.0,
+         "keeps_up": 1.0},
+        {"pattern": "wc_sine", "config": "daedalus", "rep": 2, "mean_workers": 7.0, "latency_ms": 1000.0,
+         "keeps_up": 1.0},
+        {"pattern": "wc_sine", "config": "hpa-80", "rep": 1, "mean_workers": 8.0, "latency_ms": 1800.0,
+         "keeps_up": 1.0},
         {"pattern": "wc_sine", "config": "hpa-85", "rep": 1, "mean_workers": 7.5, "latency_ms": 900.0, "keeps_up": 1.0},
-        {"pattern": "wc_sine", "config": "static-12", "rep": 1, "mean_workers": 12.0, "latency_ms": 1400.0, "keeps_up": 1.0},
+        {"pattern": "wc_sine", "config": "static-12", "rep": 1, "mean_workers": 12.0, "latency_ms": 1400.0,
+         "keeps_up": 1.0},
     ])
     res = results(runs)
     saved = res[(res.metric == "workers_saved_pct") & (res.config == "daedalus")].set_index("against")["mean"]
@@ -38,15 +43,19 @@ def test_savings_against_every_other_configuration():
     assert claims.loc["D2", "verdict"] == "not measured"
     comp = comparison(res, load_reference())
     row = comp[comp.approach == "hpa-80"].iloc[0]
-    assert (row.paper_workers, row.measured_workers, row.paper_saved_pct, row.measured_saved_pct) == (7.8, 8.0, 31.0, 25.0)
+    assert (row.paper_workers, row.measured_workers, row.paper_saved_pct,
+            row.measured_saved_pct) == (7.8, 8.0, 31.0, 25.0)
 
 
 def test_d1_fails_when_daedalus_latency_is_above_static():
     runs = _runs([
-        {"pattern": "wc_sine", "config": "daedalus", "rep": 1, "mean_workers": 6.0, "latency_ms": 5000.0, "keeps_up": 1.0},
-        {"pattern": "wc_sine", "config": "hpa-80", "rep": 1, "mean_workers": 8.0, "latency_ms": 1800.0, "keeps_up": 1.0},
+        {"pattern": "wc_sine", "config": "daedalus", "rep": 1, "mean_workers": 6.0, "latency_ms": 5000.0,
+         "keeps_up": 1.0},
+        {"pattern": "wc_sine", "config": "hpa-80", "rep": 1, "mean_workers": 8.0, "latency_ms": 1800.0,
+         "keeps_up": 1.0},
         {"pattern": "wc_sine", "config": "hpa-85", "rep": 1, "mean_workers": 7.5, "latency_ms": 900.0, "keeps_up": 1.0},
-        {"pattern": "wc_sine", "config": "static-12", "rep": 1, "mean_workers": 12.0, "latency_ms": 1400.0, "keeps_up": 1.0},
+        {"pattern": "wc_sine", "config": "static-12", "rep": 1, "mean_workers": 12.0, "latency_ms": 1400.0,
+         "keeps_up": 1.0},
     ])
     claims = check_claims(results(runs)).set_index("claim")
     assert claims.loc["D1", "verdict"] == "does not hold"

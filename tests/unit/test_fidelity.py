@@ -120,7 +120,8 @@ def test_calibration_is_reproducible_and_its_profile_loads(tmp_path):
     assert loaded.profile == "tiny_calibrated"
     assert current_values(loaded) == a.best.values
     assert loaded.policies["threshold"].up2_threshold == 1250  # from visp2017
-    assert loaded == compose_experiment(["profile=visp2017", *to_overrides(a.best.values), "profile=tiny_calibrated"], conf_a)
+    assert loaded == compose_experiment(["profile=visp2017", *to_overrides(a.best.values), "profile=tiny_calibrated"],
+                                        conf_a)
     record = pd.read_csv(a.record_paths[0])
     assert list(record["trial"]) == [0, 1] and record["distance"].min() == pytest.approx(a.best.distance)
 
@@ -137,7 +138,8 @@ def test_committed_calibrated_profile_composes():
 @pytest.mark.slow
 def test_behaviour_variants_toggle_each_visp_switch():
     variants = {v.name: v for v in behaviour_variants("visp2017", "stepwise")}
-    assert set(variants) == {"thresholds", "trigger", "policies.btu.release_window_min_s", "policies.btu.prolong_after_lease_s",
+    assert set(variants) == {"thresholds", "trigger", "policies.btu.release_window_min_s",
+                             "policies.btu.prolong_after_lease_s",
                              "runtime.measurement", "runtime.sampling"}
     assert variants["thresholds"].overrides == ("policies.threshold.down_threshold=1",
                                                 "policies.threshold.up2_threshold=250",
@@ -177,6 +179,7 @@ def test_strongest_and_fidelity_section_explain_a_miss():
     section = fidelity_section(inputs, compare(measured, reference), claims)
     texts = [b for b in section.blocks if isinstance(b, str)]
     miss = next(t for t in texts if t.startswith("held btu-10 resource_cost"))
-    assert "+30.0 %" in miss and "missed by 15.0 %" in miss and miss.index("hop_latency_ms") < miss.index("o1_service_ms")
+    assert "+30.0 %" in miss and ("missed by 15.0 "
+                                  "%") in miss and miss.index("hop_latency_ms") < miss.index("o1_service_ms")
     per_pattern = next(b for b in section.blocks if isinstance(b, Table) and b.headers[0] == "pattern")
     assert per_pattern.rows[0][:3] == ["cal", "calibration", "1/1"] and per_pattern.rows[1][5] == "0/1"

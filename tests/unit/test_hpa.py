@@ -40,7 +40,8 @@ def missing(n, request=1000):
 
 def behaviour(up_window=0.0, down_window=300.0, up=V2_DEFAULTS.scale_up.policies,
               down=V2_DEFAULTS.scale_down.policies, up_select="Max", down_select="Max", lo=1, hi=18):
-    return HpaBehaviour(ScalingRules(up_window, tuple(up), up_select), ScalingRules(down_window, tuple(down), down_select),
+    return HpaBehaviour(ScalingRules(up_window, tuple(up), up_select),
+                        ScalingRules(down_window, tuple(down), down_select),
                         lo, hi)
 
 
@@ -108,7 +109,8 @@ def test_missing_pods_count_as_their_request_when_scaling_in_and_idle_when_scali
     # ready 10 % of 1000 m -> 0.125; missing at 100 % of 250 m: 350 * 100 // 1250 = 28 % -> 0.35 -> ceil(0.7) = 1
     assert recommend(2, pods(100) + missing(1, request=250), 80) == 1
     # target above 100 %: a missing pod counts at the target: ready 50 % -> 0.333; 200 + 600 * 1500 // 100 ...
-    # ready 500 m -> 50 %, 50/150 = 0.333; missing at 150 % = 1500 m: 2000 * 100 // 2000 = 100 % -> 0.667 -> ceil(1.33) = 2
+    # ready 500 m -> 50 %, 50/150 = 0.333; missing at 150 % = 1500 m: 2000 * 100 // 2000 = 100 % -> 0.667 -> ceil(1.33)
+    # = 2
     assert recommend(2, pods(500) + missing(1), 150) == 2
     # scaling out: ready 200 % -> 2.5; missing idle: 2000 * 100 // 2000 = 100 % -> 1.25 -> ceil(2.5) = 3
     assert recommend(2, pods(2000) + missing(1), 80) == 3
@@ -278,7 +280,8 @@ def test_job_pods_relative_to_the_request():
     snap = JobSnapshot(t=30.0, parallelism=2, max_scaleout=18, checkpoint_s=30.0, lag=0.0,
                        seconds=np.arange(1.0, 31.0), workload=np.zeros(30),
                        throughput={"w0": np.zeros(30), "w1": np.zeros(30)},
-                       cpu={"w0": np.r_[np.full(15, 0.0), np.full(15, 0.4)], "w1": np.r_[np.full(25, np.nan), np.full(5, 0.6)]},
+                       cpu={"w0": np.r_[np.full(15, 0.0), np.full(15, 0.4)],
+                            "w1": np.r_[np.full(25, np.nan), np.full(5, 0.6)]},
                        uptime=np.arange(1.0, 31.0), ready={"w1": False})
     got = job_pods(snap, HpaParams(request_ratio=0.5))
     assert got == [PodMetric(400, 500, True), PodMetric(600, 500, False)]  # mean CPU of the last 15 s; 0.5 x 1000 m

@@ -44,7 +44,8 @@ def test_operator_image_runs_as_non_root_with_the_runner():
     users = re.findall(r"^USER\s+(\S+)", dockerfile, re.M)
     assert users and users[-1].split(":")[0] not in ("0", "root")
     # the runner starts with SIGTERM ignored (inherited across exec) until its handler is installed
-    assert re.search(r'''^ENTRYPOINT \["/bin/sh", "-c", "trap '' TERM; exec python3 -m operators.runner"\]''', dockerfile, re.M)
+    assert re.search(r'''^ENTRYPOINT \["/bin/sh", "-c", "trap '' TERM; exec python3 -m operators.runner"\]''',
+                     dockerfile, re.M)
     assert re.search(r"^ARG BASE=python:3\.11-slim", dockerfile, re.M)
     # the code layer comes after the dependency layers (a code change rebuilds only that)
     assert dockerfile.index("COPY operators operators") > dockerfile.index("PIP_PACKAGES\" ]")

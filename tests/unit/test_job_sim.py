@@ -87,7 +87,8 @@ def test_rescale_stops_the_world_and_replays_since_the_checkpoint():
     assert 20 <= down <= 40  # scale-out: ~U(20, 40)
     # every item is processed, the replayed ones twice
     assert res.details["job"]["unprocessed_at_end"] == 0
-    assert sum(res.tables["processed"]["items"]) == pytest.approx(600_000 + r["replayed"][0], abs=40)  # rounded per 15 s
+    # rounded per 15 s
+    assert sum(res.tables["processed"]["items"]) == pytest.approx(600_000 + r["replayed"][0], abs=40)
     # backlog after the restart: the downtime's arrivals plus the replay, drained at C(18) - 1000 per second
     # until at most one second of arrivals waits
     backlog = 1000 * down + r["replayed"][0]

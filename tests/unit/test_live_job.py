@@ -67,7 +67,8 @@ def test_inflight_gate_counts_forwarded_minus_processed_since_the_restart():
     gate.restart(queued=0, processed_total=45, limit=300)  # a rescale to more workers raises the bound
     assert gate.limit == 300 and gate.room(45) == 300
     # 0.5 s of 12 workers at 74 items/s: 444 items; one worker at 150: 75
-    assert inflight_limit(0.5, 74.0, 12) == 444 and inflight_limit(0.5, 150.0, 1) == 75 and inflight_limit(0.001, 1, 1) == 1
+    assert inflight_limit(0.5, 74.0,
+                          12) == 444 and inflight_limit(0.5, 150.0, 1) == 75 and inflight_limit(0.001, 1, 1) == 1
 
 
 def test_cpu_fraction_of_the_quota():
@@ -117,7 +118,8 @@ def test_the_paper_times_compressed_by_6_for_a_live_job_run():
     assert (p.downtime_out_s, p.downtime_in_s) == (5, 2)  # ints: 30/6, 15/6 = 2.5 rounded (to even)
     assert (p.fast_history_s, p.fallback_horizon_s, p.K) == (300, 150, 0)
     assert d.duration_min == 60.0 and d.job.checkpoint_s == 5.0 and d.job.window_s == 11
-    assert d.job.downtime_out_s == pytest.approx([20 / 6, 40 / 6]) and d.job.downtime_in_s == pytest.approx([10 / 6, 20 / 6])
+    assert d.job.downtime_out_s == pytest.approx([20 / 6,
+                                                  40 / 6]) and d.job.downtime_in_s == pytest.approx([10 / 6, 20 / 6])
     h = config_for(cfg, runs["hpa-80-live"]).policies["hpa"]
     assert (h.sync_s, h.metric_window_s, h.up_window_s, h.down_window_s, h.policy_period_s) == (2.5, 2.5, 50, 50, 2.5)
     # the simulator's runs keep the paper's times

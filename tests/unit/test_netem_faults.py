@@ -1,7 +1,8 @@
 """Faults during an emulated-network live run, the parts without services
-(docs/papers/odp.md#faults-during-an-emulated-network-run): what a sender does with the copies it delays while the broker is away, how long the queues of an
-instance that went are handed on, the view writes while Redis is away, and the watch that ends a
-run whose Redis lost its state. The live run with the faults is tests/integration/test_live_odp_faults.py."""
+(docs/papers/odp.md#faults-during-an-emulated-network-run): what a sender does with the copies it delays while the
+broker is away, how long the queues of an instance that went are handed on, the view writes while Redis is away,
+and the watch that ends a run whose Redis lost its state. The live run with the faults is
+tests/integration/test_live_odp_faults.py."""
 from __future__ import annotations
 
 import threading

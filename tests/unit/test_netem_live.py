@@ -278,7 +278,8 @@ def test_a_failed_counter_write_is_kept_for_the_next_flush():
     counters.hop("vm1", "vm2", 10.0)
     assert counters.flush(store)
     hops = [e for e in store.entries if e["kind"] == "hop"]
-    assert [(h["items"], h["delay_ms"]) for h in hops] == [(2, 30.0)] and store.incr == [(unavailable_hash("p"), "B", 1)]
+    assert [(h["items"], h["delay_ms"])
+            for h in hops] == [(2, 30.0)] and store.incr == [(unavailable_hash("p"), "B", 1)]
 
 
 def test_the_view_key_is_the_runs():

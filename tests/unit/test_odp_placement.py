@@ -225,7 +225,8 @@ def test_emulated_delays_add_to_the_latency(tmp_path):
     # consumer with the provider on vm1: 3 of the 11 must leave vm1, the best worst path makes one
     # round trip (40 ms): 100 ms at most; a path that stays on vm1 takes 60 ms
     lo, hi, _ = _mean_latency(tmp_path / "a")
-    assert hi == pytest.approx(100.0, abs=1e-6) and lo in (pytest.approx(60.0, abs=1e-6), pytest.approx(100.0, abs=1e-6))
+    assert hi == pytest.approx(100.0,
+                               abs=1e-6) and lo in (pytest.approx(60.0, abs=1e-6), pytest.approx(100.0, abs=1e-6))
 
 
 # -- configuration -----------------------------------------------------------------------------

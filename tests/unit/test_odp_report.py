@@ -34,7 +34,8 @@ def test_section_71_claims():
 
 
 def test_section_72_claim():
-    rows = [("tstorm", "T_items_s", 20.0), ("tstorm", "reassignments_events", 1), ("tstorm", "last_reassignment_s", 100),
+    rows = [("tstorm", "T_items_s", 20.0), ("tstorm", "reassignments_events", 1),
+            ("tstorm", "last_reassignment_s", 100),
             ("tstorm", "R_ms", 100.0), ("odp-t", "T_items_s", 20.0), ("odp-t", "R_ms", 120.0)]
     got = check_claims(summary(rows), load_reference())
     assert verdicts(got) == {"O6": "does not hold"}  # one reassignment, not the paper's two

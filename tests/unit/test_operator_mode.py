@@ -15,13 +15,15 @@ def _run(config: str, minutes: float):
     spec = plan_runs(cfg)[0]
     run_cfg = config_for(cfg, spec)
     policy = policy_for(run_cfg)
-    return policy, Simulation(run_cfg, policy, build_pattern(run_cfg.pattern, cfg.seed), spec.seed, spec.btu_minutes).run()
+    return policy, Simulation(run_cfg, policy, build_pattern(run_cfg.pattern, cfg.seed), spec.seed,
+                              spec.btu_minutes).run()
 
 
 def test_hpa_scales_operators_by_their_instances_busy_fraction():
     policy, result = _run("hpa-80", 20)
     acts = result.tables["actions"]
-    ups = [(o, r) for a, o, r in zip(acts["action"], acts["operator"], acts["reason"], strict=True) if a == "scale_up" and "hpa-80" in r]
+    ups = [(o, r) for a, o, r in zip(acts["action"], acts["operator"], acts["reason"], strict=True) if a == "scale_up"
+           and "hpa-80" in r]
     assert ups, "the load step to 8 machines must make HPA scale some operator out"
     assert set(policy.states) == set(result.tables["instances"]["operator"])  # one HPA per operator type
 

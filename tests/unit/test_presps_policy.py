@@ -343,7 +343,8 @@ def test_capacity_noise_varies_each_step_around_the_mean():
                              "backend.hop_latency_ms=0", "backend.step_ms=500")
         a = CHAIN.operators["A"]
         cfg.topology = dataclasses.replace(CHAIN, operators={
-            **CHAIN.operators, "A": dataclasses.replace(a, service=ServiceConfig(mean_ms=100, cv=0.0, step_cv=step_cv))})
+            **CHAIN.operators,
+            "A": dataclasses.replace(a, service=ServiceConfig(mean_ms=100, cv=0.0, step_cv=step_cv))})
         [spec] = plan_runs(cfg)
         run_cfg = config_for(cfg, spec)
         result = Simulation(run_cfg, Scripted(lambda s: []), build_pattern(run_cfg.pattern, cfg.seed), seed,

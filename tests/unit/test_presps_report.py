@@ -135,7 +135,8 @@ def test_presps_metrics_by_hand():
 
 
 def test_theta_and_over_provisioning_of_the_oee_like_fan_out():
-    topo = {"sources": {"S1": {"items_per_tick": 3, "downstream": ["A"]}, "S2": {"items_per_tick": 1, "downstream": ["B"]}},
+    topo = {"sources": {"S1": {"items_per_tick": 3, "downstream": ["A"]},
+                        "S2": {"items_per_tick": 1, "downstream": ["B"]}},
             "operators": {"A": {"downstream": ["C", "D"], "ratio_in": 1, "ratio_out": 2},
                           "B": {"downstream": ["D"], "ratio_in": 2, "ratio_out": 1},
                           "C": {"downstream": []}, "D": {"downstream": []}}}
@@ -149,14 +150,16 @@ def test_theta_and_over_provisioning_of_the_oee_like_fan_out():
 def test_claims_and_the_extension_point():
     rows = []
     for config, values in {"presps": (0.56, 0.18, 0.999, 2100.0), "dabs": (0.40, 0.28, 0.83, 1400.0)}.items():
-        for metric, v in zip(("saved_resources", "throughput_degradation", "processed_ratio", "latency_ms"), values, strict=True):
+        for metric, v in zip(("saved_resources", "throughput_degradation", "processed_ratio", "latency_ms"), values,
+                             strict=True):
             rows.append({"pattern": "p", "approach": config, "config": config, "btu_minutes": pd.NA, "metric": metric,
                          "mean": v, "sd": np.nan, "n": 1})
     claims = check_claims(pd.DataFrame(rows), report_for("presps").reference())
     assert claims["measured"].tolist() == ["holds"] * 4
     assert claims["paper"].tolist() == ["not evaluable"] * 4  # the paper has no pattern "p"
     rows[3]["mean"] = 1000.0  # PRESPS latency now below the baseline's: P4 does not hold
-    assert check_claims(pd.DataFrame(rows), pd.DataFrame(columns=rows[0].keys()))["measured"].tolist()[3] == "does not hold"
+    assert check_claims(pd.DataFrame(rows),
+                        pd.DataFrame(columns=rows[0].keys()))["measured"].tolist()[3] == "does not hold"
     # without the 5 s windows (a longer monitoring interval) P2 is judged on the 30 s ones
     coarse = pd.DataFrame(rows).replace({"metric": {"throughput_degradation": "throughput_degradation_30s"}})
     p2 = check_claims(coarse, pd.DataFrame(columns=rows[0].keys())).iloc[1]
@@ -175,7 +178,8 @@ def test_claims_per_baseline_variant():
     rows = [{"pattern": "presps_spikes", "approach": c, "config": c, "btu_minutes": pd.NA, "metric": m, "mean": v,
              "sd": 0.0, "n": 3}
             for c, vs in values.items()
-            for m, v in zip(("saved_resources", "throughput_degradation", "processed_ratio", "latency_ms"), vs, strict=True)]
+            for m, v in zip(("saved_resources", "throughput_degradation", "processed_ratio", "latency_ms"), vs,
+                            strict=True)]
     claims = check_claims(pd.DataFrame(rows), report_for("presps").reference())
     assert claims["claim"].tolist() == ["P1 (dabs)", "P2 (dabs)", "P3 (dabs)", "P4 (dabs)",
                                         "P1 (dabs-util)", "P2 (dabs-util)", "P3 (dabs-util)", "P4 (dabs-util)"]
@@ -208,7 +212,8 @@ def _live_run(root: Path, config: str, latency_ms: float, purged: int) -> Path:
         log.write(name, {c: frame[c].tolist() for c in frame.columns})
     cfg = {"topology": CHAIN, "runtime": {"monitoring_s": 5.0}, "duration_min": 10.0 / 60.0}
     write_manifest(run_dir, Manifest(
-        run_id=f"presps_spikes/{config}-live/1", experiment="presps_live", pattern="presps_spikes", config=f"{config}-live",
+        run_id=f"presps_spikes/{config}-live/1", experiment="presps_live", pattern="presps_spikes",
+        config=f"{config}-live",
         policy=config, btu_minutes=60, rep=1, seed=1, seeds={"run": 1}, backend="docker", resolved_config=cfg,
         code_revision="test-revision", versions={}, status="complete", billing="rebill"))
     return run_dir

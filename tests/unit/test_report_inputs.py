@@ -198,7 +198,8 @@ def test_comparison_and_claims_ignore_approaches_the_paper_does_not_have() -> No
     measured = _measured()
     other = measured[measured["approach"] == "threshold"].assign(approach="visp", config="visp", mean=1.0)
     both = pd.concat([measured.assign(config=[f"btu-{b}" if a == "btu" else a for a, b in
-                                               zip(measured["approach"], measured["btu_minutes"], strict=True)]), other])
+                                               zip(measured["approach"], measured["btu_minutes"], strict=True)]),
+                      other])
     assert compare(both, ref).equals(compare(measured, ref))
     assert check_claims(both, ref).equals(check_claims(measured, ref))
 

@@ -52,7 +52,8 @@ def compute_metrics(spark: Any, catalog: RunCatalog, scratch: Path) -> ReportMet
 def _values(per_run: pd.DataFrame, config: str, rep: int = 1,
             pattern: str = "stepwise") -> Dict[Tuple[Optional[int], str], float]:
     rows = per_run[(per_run["pattern"] == pattern) & (per_run["config"] == config) & (per_run["rep"] == rep)]
-    return {(None if pd.isna(b) else int(b), m): v for b, m, v in zip(rows["btu_minutes"], rows["metric"], rows["value"], strict=True)}
+    return {(None if pd.isna(b) else int(b), m): v
+            for b, m, v in zip(rows["btu_minutes"], rows["metric"], rows["value"], strict=True)}
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,8 @@ def test_hand_built_costs_penalty_and_time_to_adapt_are_exact(hand_built) -> Non
     v = _values(metrics.per_run, "threshold")
     assert v[(None, "processed_items")] == 10_000
     # penalty = 0.0001 x 10,000 items x violation share (headline): 5/8, 3/8, 2/8
-    assert (v[(None, "realtime_penalty")], v[(None, "near_realtime_penalty")], v[(None, "relaxed_penalty")]) == (0.625, 0.375, 0.25)
+    assert (v[(None, "realtime_penalty")], v[(None, "near_realtime_penalty")],
+            v[(None, "relaxed_penalty")]) == (0.625, 0.375, 0.25)
     # the baseline's two leases re-billed: 10 min -> 3 + 6 BTUs x 1; 30 -> 1 + 2 BTUs x 3; 60 -> 1 + 1 x 6
     assert {b: (v[(b, "paid_btus")], v[(b, "resource_cost")]) for b in (10, 30, 60)} == {
         10: (9.0, 9.0), 30: (3.0, 9.0), 60: (2.0, 12.0)}
@@ -102,8 +104,10 @@ def test_hand_built_costs_penalty_and_time_to_adapt_are_exact(hand_built) -> Non
     assert v[(None, "time_to_adapt_s")] == 2.0
     assert (v[(None, "time_to_adapt_B_s")], v[(None, "time_to_adapt_X_s")]) == (2.0, 2.0)
     assert math.isnan(v[(None, "time_to_adapt_A_s")])  # A's only episode is still open at the end
-    counts = {k: v[(None, k)] for k in ("vm_leases", "vm_prolongations", "vm_releases", "scale_ups", "scale_downs", "migrations")}
-    assert counts == {"vm_leases": 2, "vm_prolongations": 0, "vm_releases": 2, "scale_ups": 3, "scale_downs": 1, "migrations": 1}
+    counts = {k: v[(None, k)]
+              for k in ("vm_leases", "vm_prolongations", "vm_releases", "scale_ups", "scale_downs", "migrations")}
+    assert counts == {"vm_leases": 2, "vm_prolongations": 0, "vm_releases": 2, "scale_ups": 3, "scale_downs": 1,
+                      "migrations": 1}
 
     btu = _values(metrics.per_run, "btu-10")
     assert set(b for b, _ in btu) == {10}  # a BTU run's metrics all belong to its BTU
@@ -135,7 +139,8 @@ def test_hand_built_elasticity(hand_built) -> None:
 
 def test_hand_built_means_exclude_the_incomplete_run(hand_built) -> None:
     root, catalog, metrics = hand_built
-    assert [str(r.run_dir) for r in catalog.incomplete] == [str(run_dir_for(root, "stepwise", "threshold", 3).resolve())]
+    assert [str(r.run_dir)
+            for r in catalog.incomplete] == [str(run_dir_for(root, "stepwise", "threshold", 3).resolve())]
     s = metrics.summary
     row = s[(s["config"] == "threshold") & (s["btu_minutes"] == 10) & (s["metric"] == "resource_cost")].iloc[0]
     assert (row["mean"], row["n"]) == (10.0, 2)  # 9 and 11: the incomplete run's 60 BTUs are left out
@@ -329,7 +334,8 @@ def test_index_html_renders_in_headless_chromium(simulated) -> None:
                 tables: Array.from(document.querySelectorAll('table')).map(t => [t.rows.length, t.offsetHeight]),
                 images: Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight]),
                 title: document.title})"""
-            page_state = json.loads(tools.call("Runtime.evaluate", expression=probe, returnByValue=True)["result"]["value"])
+            page_state = json.loads(tools.call("Runtime.evaluate", expression=probe,
+                                               returnByValue=True)["result"]["value"])
             shot = base64.b64decode(tools.call("Page.captureScreenshot", format="png")["data"])
         finally:
             _stop_process_group(proc)
@@ -367,7 +373,8 @@ def test_damaged_runs_are_left_out_with_their_reason_and_exit_3(spark: Any, tmp_
     corrupt = make_run(root, rep=5)
     (corrupt / "manifest.json").write_text('{"run_id": "stepwise/threshold/5", "stat')
     real_run_report = report.run_report
-    monkeypatch.setattr(report, "run_report", lambda runs_dir, cfg, say=None: real_run_report(runs_dir, cfg, spark, say))
+    monkeypatch.setattr(report, "run_report", lambda runs_dir, cfg,
+                        say=None: real_run_report(runs_dir, cfg, spark, say))
     assert report.main([str(root), "figures=false"]) == report.EXIT_DAMAGED
     err = capsys.readouterr().err
     for folder, reason in ((truncated, "samples.parquet"), (missing, "leases.parquet"), (corrupt, "manifest.json")):

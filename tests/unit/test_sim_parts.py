@@ -57,7 +57,8 @@ def test_migration_stops_the_old_copy_once_the_new_one_runs_and_release_bills(cl
 
 
 def test_release_waits_at_most_until_the_btu_end(cluster):
-    cluster.apply(0.0, [LeaseHost("new:a", "r"), ScaleUp("O3", "new:a", "r"), ScaleUp("O4", "new:a", "r")], immediate=True)
+    cluster.apply(0.0, [LeaseHost("new:a", "r"), ScaleUp("O3", "new:a", "r"), ScaleUp("O4", "new:a", "r")],
+                  immediate=True)
     [a] = cluster.hosts
     o3, o4 = cluster.instances
     cluster.apply(580.0, [ScaleDown("O3", o3, a, "r"), ReleaseHost(a, "r")])

@@ -113,7 +113,8 @@ def test_btu_run_billed_under_its_own_btu_and_early_releases(tmp_path: Path) -> 
     assert costs["realtime_total_cost"] == pytest.approx(18.0 + 1.8)
     # h4 has 610 s of paid time left > 60 s window: early (the prolongation was wasted)
     assert costs["vm_early_releases"] == 2
-    counts = {k: m[k] for k in ("vm_leases", "vm_prolongations", "vm_releases", "scale_ups", "scale_downs", "migrations")}
+    counts = {k: m[k]
+              for k in ("vm_leases", "vm_prolongations", "vm_releases", "scale_ups", "scale_downs", "migrations")}
     assert counts == {"vm_leases": 4, "vm_prolongations": 14, "vm_releases": 3, "scale_ups": 3,
                       "scale_downs": 1, "migrations": 2}
 

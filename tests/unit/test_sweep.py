@@ -85,7 +85,8 @@ def test_progress_estimates_the_time_left_from_the_runs_of_this_session():
     progress(Outcome("b", "complete", 5.0))
     progress(Outcome("c", "incomplete", 1.0, error="ValueError: boom"))
     lines = stream.getvalue().splitlines()
-    assert lines[0].startswith("sweep: 1/4 runs (0 done, 0 failed, 1 already complete)") and lines[0].endswith("about ? left")
+    assert lines[0].startswith("sweep: 1/4 runs (0 done, 0 failed, 1 already complete)") and lines[0].endswith("about "
+                                                                                                               "? left")
     # 10 s for 1 run that ran, 2 left -> about 20 s
     assert lines[1].startswith("sweep: 2/4 runs (1 done") and lines[1].endswith("about 20 s left")
     assert lines[2] == "sweep: run c failed: ValueError: boom"

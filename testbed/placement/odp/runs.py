@@ -47,7 +47,8 @@ def run_metrics(run_dir: Path, warmup_s: float = 60.0, after_s: float = 200.0) -
     placements = log.read("placements")
     hosts = final_hosts(placements)
     k = sum(1 for h in hosts.values() if availability.get(h, 1.0) < 1.0)
-    a_model = math.prod(availability.get(h, 1.0) for h in hosts.values()) * availability.get(emulation["provider_host"], 1.0)
+    a_model = math.prod(availability.get(h, 1.0) for h in hosts.values()) * availability.get(emulation["provider_host"],
+                                                                                             1.0)
     latency = log.read("latency")
     latency = latency[latency.t_s >= warmup_s]
     dropped = log.read("dropped")
@@ -87,7 +88,8 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     numeric = table.drop(columns=["run", "rep", "solve_status"])
     out = numeric.groupby("config").mean()
     out["reps"] = table.groupby("config").size()
-    out["solve_status"] = table.groupby("config")["solve_status"].agg(lambda s: ",".join(sorted(set(",".join(s).split(",")))))
+    out["solve_status"] = table.groupby("config")["solve_status"].agg(
+        lambda s: ",".join(sorted(set(",".join(s).split(",")))))
     return out
 
 
@@ -118,7 +120,8 @@ def claims_71(measured: pd.DataFrame) -> List[Dict[str, str]]:
     expected_a = 0.99 ** r["k"]
     return [
         {"claim": "O2a: ODP_A places every instance on fully available hosts (A = 1)",
-         "verdict": "holds" if a["k"] == 0 and abs(a["A_model"] - 1) < 1e-12 and a["loss_pct"] == 0 else "does not hold",
+         "verdict": "holds" if a["k"] == 0 and abs(a["A_model"] - 1) < 1e-12 and a["loss_pct"] == 0
+         else "does not hold",
          "measured": f"k = {a['k']:g}, A = {a['A_model']:.4f}, loss {a['loss_pct']:.2f} %"},
         {"claim": "O2b: ODP_R has the lower response time, about 1.8x lower (trend)",
          "verdict": "holds" if a["R_ms"] > r["R_ms"] else "does not hold",
@@ -130,7 +133,8 @@ def claims_71(measured: pd.DataFrame) -> List[Dict[str, str]]:
         {"claim": "O7: ODP solves the Storm-sized instance (12 vertices, 8 nodes) in < 420 ms",
          "verdict": "holds" if max(r["solve_cpu_ms_max"], a["solve_cpu_ms_max"]) < PAPER_SOLVE_MS else "does not hold",
          "measured": f"slowest solve {max(r['solve_cpu_ms_max'], a['solve_cpu_ms_max']):.0f} ms CPU, "
-                     f"{max(r['solve_ms_max'], a['solve_ms_max']):.0f} ms wall (HiGHS, 1 thread, shared 2-core machine)"},
+                     f"{max(r['solve_ms_max'], a['solve_ms_max']):.0f} ms wall (HiGHS, 1 thread, shared 2-core "
+                     "machine)"},
     ]
 
 

@@ -219,7 +219,8 @@ def claims(df: pd.DataFrame, trace: pd.DataFrame, grid: Grid) -> List[Claim]:
         ratio = (pairs[column]["fat"] / pairs[column]["seq"].clip(lower=1e-9)).dropna()
         share = float((ratio > 1).mean())
         verdict[measure] = _verdict(share >= 0.8)
-        evidence.append(f"{measure}: fat slower in {share:.0%} of {len(ratio)} pairs, median ×{_fmt(ratio.median(), 1)}")
+        evidence.append(f"{measure}: fat slower in {share:.0%} of {len(ratio)} pairs, median "
+                        f"×{_fmt(ratio.median(), 1)}")
     out.append(Claim("O12", "at equal size the fat topology is much harder than the sequential one",
                      "fat slower than sequential in ≥ 80 % of the instances solved in both shapes",
                      verdict, "; ".join(evidence)))

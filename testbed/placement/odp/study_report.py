@@ -12,7 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from testbed.placement.odp.study_analysis import Claim, claims, degradation, experiment, sweep, time_to_gap, when  # noqa: E402
+# noqa: E402
+from testbed.placement.odp.study_analysis import Claim, claims, degradation, experiment, sweep, time_to_gap, when
 from testbed.placement.odp.study_grid import Grid, points  # noqa: E402
 
 COLOURS = {"seq": "tab:blue", "fat": "tab:red"}
@@ -65,9 +66,12 @@ def figures(folder: Path, df: pd.DataFrame, trace: pd.DataFrame) -> List[Path]:
         for topo, rows in deg.groupby("topo"):
             med = rows.groupby("cand_frac").median(numeric_only=True)
             a.plot(med.index * 100, med["time_s"], marker="o", color=COLOURS[topo], label=LABELS[topo])
-            b.plot(med.index * 100, med["R_s/R_opt"], marker="o", color=COLOURS[topo], label=f"{LABELS[topo]} R_s/R_opt")
-            b.plot(med.index * 100, med["excess"], marker="s", ls="--", color=COLOURS[topo], label=f"{LABELS[topo]} excess")
-            b.plot(med.index * 100, med["F_opt/F_s"], marker="x", ls=":", color=COLOURS[topo], label=f"{LABELS[topo]} F_opt/F_s")
+            b.plot(med.index * 100, med["R_s/R_opt"], marker="o", color=COLOURS[topo],
+                   label=f"{LABELS[topo]} R_s/R_opt")
+            b.plot(med.index * 100, med["excess"], marker="s", ls="--", color=COLOURS[topo],
+                   label=f"{LABELS[topo]} excess")
+            b.plot(med.index * 100, med["F_opt/F_s"], marker="x", ls=":", color=COLOURS[topo],
+                   label=f"{LABELS[topo]} F_opt/F_s")
         a.set_yscale("log")
         a.set_xlabel("candidate nodes per operator (%)")
         a.set_ylabel("resolution time (s), median over seeds")

@@ -92,14 +92,16 @@ class DaedalusController:
         forecast, kind = self.forecaster.loop(workload[fresh], workload)
         self._book_forecast(w.t, kind, forecast)
         # observed recovery of the last rescale
-        total = np.sum([np.asarray(v) for v in w.throughput.values()], axis=0) if w.throughput else np.zeros(len(w.seconds))
+        total = np.sum([np.asarray(v) for v in w.throughput.values()],
+                       axis=0) if w.throughput else np.zeros(len(w.seconds))
         diff = np.asarray(w.workload, dtype=float) - total
         self.diffs.add_all(diff[fresh])
         self._observe_recovery(w.seconds[fresh], diff[fresh])
         # decide
         k = int(self.K_s or w.checkpoint_s)
         inputs = DecisionInputs(
-            t=w.t, p_cur=w.p_cur, last_rescale=self.last_rescale, workload=int(np.mean(workload)) if len(workload) else 0,
+            t=w.t, p_cur=w.p_cur, last_rescale=self.last_rescale,
+            workload=int(np.mean(workload)) if len(workload) else 0,
             forecast=forecast, capacity=self.capacity.capacity, lag=w.lag,
             replay=float(np.sum(workload[-k:])) if k > 0 else 0.0,
             downtime_out=self.downtime_out, downtime_in=self.downtime_in)
@@ -117,7 +119,8 @@ class DaedalusController:
         self.monitor = {"t": w.t, "scaleout": d.target, "predicted": rt, "out": out,
                         "downtime": self.downtime_out if out else self.downtime_in, "diffs": []}
         reason = (f"{self.name}: {d.branch}; W={inputs.workload}, C({w.p_cur})={self.capacity.capacity(w.p_cur)}, "
-                  f"C({d.target})={self.capacity.capacity(d.target)}, forecast max={float(np.max(forecast)) if len(forecast) else 0:.0f} "
+                  f"C({d.target})={self.capacity.capacity(d.target)}, forecast "
+                  f"max={float(np.max(forecast)) if len(forecast) else 0:.0f} "
                   f"({kind}), predicted RT={rt} s, lag={int(w.lag)}")
         return Outcome(d.target, reason, d)
 

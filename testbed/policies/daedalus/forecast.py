@@ -146,7 +146,8 @@ class Forecaster:
         arima = self._predict()
         self.last_arima = arima
         if self.counter.observe(self.error):
-            self.pending = self._train(self.history if self.mode is ForecastMode.exact else self.history[-self.history_s:])
+            self.pending = self._train(self.history if self.mode is ForecastMode.exact
+                                       else self.history[-self.history_s:])
         forecast, kind = choose(self.error, arima, window, self.fallback_horizon, self.use_threshold)
         return forecast, kind
 

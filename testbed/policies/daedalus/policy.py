@@ -56,7 +56,8 @@ class DaedalusParams:
             if getattr(self, key) < 0:
                 raise ValueError(f"{key}: must be >= 0, got {getattr(self, key)}")
         if self.downtime_out_s < 1 or self.downtime_in_s < 1:
-            raise ValueError(f"downtime_out_s: downtimes must be >= 1 s, got {self.downtime_out_s}/{self.downtime_in_s}")
+            raise ValueError("downtime_out_s: downtimes must be >= 1 s, got "
+                             f"{self.downtime_out_s}/{self.downtime_in_s}")
         if self.workload_metric not in ("exact", "ewma1m"):
             raise ValueError(f"workload_metric: must be exact or ewma1m, got {self.workload_metric!r}")
         if self.initial_replicas > self.max_scaleout:
@@ -69,7 +70,8 @@ class DaedalusParams:
                                       rt_target_s=self.rt_target_s, lag_check=LagCheck(self.lag_check),
                                       rt_semantics=RtSemantics(self.rt_semantics),
                                       backlog_includes_lag=self.backlog_includes_lag),
-            capacity=CapacityModel(max_scaleout=top, welford=WelfordMode(self.welford), skew_rule=SkewRule(self.skew_rule)),
+            capacity=CapacityModel(max_scaleout=top, welford=WelfordMode(self.welford),
+                                   skew_rule=SkewRule(self.skew_rule)),
             forecaster=Forecaster(mode=ForecastMode(self.forecast_mode), horizon=self.horizon_s,
                                   fallback_horizon=self.fallback_horizon_s, history_s=self.fast_history_s,
                                   update_overlap=self.update_overlap,
@@ -119,7 +121,8 @@ class DaedalusPolicy(Policy):
     def decide_job(self, s: JobSnapshot) -> List[Action]:
         c = self.controllers.get(JOB_OPERATOR)
         if c is None:
-            c = self.controllers[JOB_OPERATOR] = self.params.controller(JOB_OPERATOR, min(self.params.max_scaleout, s.max_scaleout))
+            c = self.controllers[JOB_OPERATOR] = self.params.controller(JOB_OPERATOR,
+                                                                        min(self.params.max_scaleout, s.max_scaleout))
         out = c.loop(LoopWindow(t=s.t, p_cur=s.parallelism, lag=s.lag, checkpoint_s=s.checkpoint_s, seconds=s.seconds,
                                 workload=s.workload, throughput=s.throughput, cpu=s.cpu, uptime=s.uptime))
         target = target_of(JOB_OPERATOR, s.parallelism, out.target, out.reason)

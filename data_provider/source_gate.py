@@ -79,6 +79,7 @@ class GatedEmit:
             return
         self.release()
         if self.paused_ticks:  # the trace resumes where it stopped
+            assert self.tick_s is not None  # pausing required it
             tick = replace(tick, trace_t_s=tick.t_s - self.paused_ticks * self.tick_s)
         self.emit(tick)
 

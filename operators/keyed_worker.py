@@ -29,7 +29,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import List, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 from operators.keyed_job import Item, ItemError, redis_key, worker_name, worker_queue
 
@@ -95,8 +95,8 @@ class KeyedWorker:
         self.queue = worker_queue(cfg.prefix, cfg.worker)
         self.keys = {k: redis_key(cfg.prefix, k) for k in ("control", "phase", "processed", "committed", "state",
                                                           "latency", "lastcommit")}
-        self.channel = None
-        self.consumer = None
+        self.channel: Optional[Any] = None  # a pika channel while consuming
+        self.consumer: Optional[Any] = None
         self.epoch: Optional[str] = None  # the epoch it consumes in
         self.processed = 0
         self.flushed = 0  # of processed, written to Redis
@@ -146,6 +146,7 @@ class KeyedWorker:
             if now - last_ckpt >= self.cfg.checkpoint_s:
                 self.commit()
                 last_ckpt = now
+            assert self.consumer is not None  # set with the channel
             method, _props, body = next(self.consumer)
             if method is not None:
                 self.handle(method.delivery_tag, body)
@@ -178,6 +179,7 @@ class KeyedWorker:
         try:
             item = Item.decode(body)
         except ItemError:
+            assert self.channel is not None  # deliveries arrive only while consuming
             self.channel.basic_reject(tag, requeue=False)  # dead-lettered
             return
         burn(self.cfg.burn_ms / 1000.0)

@@ -429,7 +429,8 @@ class EmulatedSender:
         if not losses:
             return []
         counted = self._count_losses(losses)
-        now, direct, finished = self.clock(), [], []
+        now, finished = self.clock(), []
+        direct: List[Any] = []  # the copies published now, in one batch
         with self._cond:
             for loss, new in zip(losses, counted, strict=True):
                 if new is None:

@@ -63,6 +63,7 @@ def _stop_now(*_: object) -> None:
 
 signal.signal(signal.SIGTERM, _stop_now)
 
+import functools  # noqa: E402
 import importlib  # noqa: E402
 import logging  # noqa: E402
 import queue  # noqa: E402
@@ -186,7 +187,7 @@ class Runner:
         self.publisher.on_confirm = self._on_confirm
         self.publisher.start(timeout_s)
         for i in range(self.config.parallel):
-            self._spawn(lambda slot=i: self._worker(slot), f"worker-{i}")
+            self._spawn(functools.partial(self._worker, i), f"worker-{i}")
         self._spawn(self._completer, "completer")
         self._flusher = self._spawn(self._flush_loop, "metrics")
         if self.config.activation_poll_s and not self._claim_active_at_start():

@@ -98,12 +98,12 @@ class RunnerConfig:
                                 ("SAMPLE_EVERY", self.sample_every, 1), ("DEDUP_TTL_S", self.dedup_ttl_s, 0)):
             if value < low:
                 raise ConfigError(var, f"must be at least {low}, got {value}")
-        for var, value in (("WORK_MS", self.work_ms), ("ITEM_TIMEOUT_S", self.item_timeout_s),
+        for var, amount in (("WORK_MS", self.work_ms), ("ITEM_TIMEOUT_S", self.item_timeout_s),
                            ("METRICS_FLUSH_S", self.metrics_flush_s),
                            ("DRAIN_TIMEOUT_S", self.drain_timeout_s),
                            ("ACTIVATION_POLL_S", self.activation_poll_s)):
-            if value < 0:
-                raise ConfigError(var, f"must not be negative, got {value}")
+            if amount < 0:
+                raise ConfigError(var, f"must not be negative, got {amount}")
         if self.emulation_host and self.transport != "rabbitmq":
             raise ConfigError("EMULATION_HOST", "the emulated network needs TRANSPORT=rabbitmq (per-instance queues)")
         if ":" not in self.factory:

@@ -5,7 +5,7 @@ Kept here (and not read from ``experiments/conf``) because the operator image ca
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Sequence
+from typing import Dict, List
 
 # producer -> downstream operators
 OEE_SOURCES: Dict[str, List[str]] = {
@@ -26,7 +26,7 @@ OEE_OPERATORS: Dict[str, List[str]] = {
 }
 
 
-def oee_topology() -> Dict[str, Mapping[str, Sequence[str]]]:
+def oee_topology() -> Dict[str, Dict[str, List[str]]]:
     """A fresh copy, in the shape of the ``TOPOLOGY`` variable: ``{"sources": ..., "operators": ...}``."""
     return {"sources": {k: list(v) for k, v in OEE_SOURCES.items()},
             "operators": {k: list(v) for k, v in OEE_OPERATORS.items()}}

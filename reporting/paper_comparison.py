@@ -153,11 +153,10 @@ def compliance_rising_with_btu(v: Lookup) -> Verdict:
     fails, missing = [], []
     for level, _ in LEVELS:
         metric = f"{level}_compliance_pct"
-        values = [v(BTU, b, metric) for b in BTU_LENGTHS]
-        if any(x is None for x in values):
+        a, b, c = (v(BTU, length, metric) for length in BTU_LENGTHS)
+        if a is None or b is None or c is None:
             missing.append(metric)
             continue
-        a, b, c = values  # type: ignore[misc]
         if not (a <= b <= c and a < c):
             fails.append(f"{LEVEL_LABELS[level]} {_fmt(a)}, {_fmt(b)}, {_fmt(c)}")
     if missing:

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
@@ -52,7 +52,7 @@ class Document:
     sections: List[Section]
 
 
-def mean_sd(mean: object, sd: object, decimals: int = 2) -> str:
+def mean_sd(mean: Optional[float], sd: Optional[float], decimals: int = 2) -> str:
     if mean is None or pd.isna(mean):
         return "–"
     text = f"{float(mean):.{decimals}f}"
@@ -61,7 +61,7 @@ def mean_sd(mean: object, sd: object, decimals: int = 2) -> str:
     return text
 
 
-def number(value: object, decimals: int = 2, signed: bool = False) -> str:
+def number(value: Optional[float], decimals: int = 2, signed: bool = False) -> str:
     if value is None or pd.isna(value):
         return "–"
     return f"{float(value):{'+' if signed else ''}.{decimals}f}"
@@ -100,7 +100,7 @@ def _config_rows(summary: pd.DataFrame) -> List[Tuple[str, str, Optional[int]]]:
     out = []
     for config, rows in summary.groupby("config", sort=False):
         own = not rebilled(rows)
-        btus = sorted({int(b) for b in rows["btu_minutes"].dropna()})
+        btus: Sequence[Optional[int]] = sorted({int(b) for b in rows["btu_minutes"].dropna()})
         for b in btus or [None]:
             label = config if own or b is None else f"{config}@{b}"
             out.append((label, config, b, own))
@@ -113,13 +113,16 @@ def config_order(summary: pd.DataFrame) -> List[str]:
     return list(dict.fromkeys(config for _, config, _ in _config_rows(summary)))
 
 
-def _lookup(summary: pd.DataFrame):
-    values: Dict[Tuple[str, Optional[int], str], Tuple[float, float, int]] = {}
+_Stats = Tuple[Optional[float], Optional[float], int]  # mean, sd, n
+
+
+def _lookup(summary: pd.DataFrame) -> Callable[[str, Optional[int], str], _Stats]:
+    values: Dict[Tuple[str, Optional[int], str], _Stats] = {}
     for c, b, m, mean, sd, n in zip(summary["config"], summary["btu_minutes"], summary["metric"],
                                     summary["mean"], summary["sd"], summary["n"], strict=True):
         values[(c, None if pd.isna(b) else int(b), m)] = (mean, sd, n)
 
-    def get(config: str, btu: Optional[int], metric: str):
+    def get(config: str, btu: Optional[int], metric: str) -> _Stats:
         return values.get((config, btu, metric), values.get((config, None, metric), (None, None, 0)))
 
     return get
@@ -230,7 +233,7 @@ def build_document(catalog: RunCatalog, summary: pd.DataFrame, comparison: pd.Da
             if key in figures:
                 blocks.append(Figure(caption, figures[key]))
         sections.append(Section(f"Pattern {pattern}", blocks))
-    across = [Figure(caption, figures[key]) for key, caption in (
+    across: List[Block] = [Figure(caption, figures[key]) for key, caption in (
         ("arrival_patterns", "Arrival patterns (the paper's Fig. 7), from the runs' load tables"),
         ("compliance_vs_paper", "Compliance against the paper"),
         ("cost_vs_paper", "Cost against the paper")) if key in figures]

@@ -125,9 +125,10 @@ class RunCatalog:
                 "run_dir": str(run.run_dir),
             })
         for bad in self.damaged:
-            m = bad.manifest
-            row = {key: "" for key in rows[0]} if rows else {}
-            row.update({"pattern": m.pattern if m else "", "config": m.config if m else "", "rep": m.rep if m else "",
+            bm = bad.manifest
+            row: Dict[str, object] = {key: "" for key in rows[0]} if rows else {}
+            row.update({"pattern": bm.pattern if bm else "", "config": bm.config if bm else "",
+                        "rep": bm.rep if bm else "",
                         "status": "damaged", "error": bad.reason, "run_dir": str(bad.run_dir)})
             rows.append(row)
         return pd.DataFrame(rows)

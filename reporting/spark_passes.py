@@ -143,6 +143,7 @@ def collect_aggregates(catalog: RunCatalog, tables: RunTables) -> Aggregates:
     for name, df in parts.items():
         df = df.select(F.lit(name).alias("part"), *df.columns)
         stacked = df if stacked is None else stacked.unionByName(df, allowMissingColumns=True)
+    assert stacked is not None, "no report passes"  # _passes always has some
     table = stacked.toArrow()
     frames = {name: table.filter(pc.equal(table["part"], name)).select(df.columns).to_pandas()
               for name, df in parts.items()}

@@ -137,6 +137,7 @@ def patterns(argv: List[str]) -> int:
     built = []
     for path in sorted((CONF_DIR / "pattern").glob("*.yaml")):
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PatternConfig), OmegaConf.load(path)))
+        assert isinstance(cfg, PatternConfig)  # to_object of a structured config: the dataclass
         if cfg.kind == "spikes":
             continue  # event rates, not machine counts (the PRESPS report plots them)
         built.append(build_pattern(cfg, seed=1))

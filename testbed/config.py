@@ -264,7 +264,7 @@ def unknown_keys(node: Any, path: str = "") -> List[str]:
     names = {f.name for f in fields(typ)} if dataclasses.is_dataclass(typ) else None
     out = []
     for key in node.keys():
-        key_path = f"{path}.{key}" if path else str(key)
+        key_path = f"{path}.{key!s}" if path else str(key)
         if names is not None and key not in names:
             out.append(key_path)
         else:

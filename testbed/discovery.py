@@ -33,7 +33,9 @@ def registering_modules(package: str, decorator: str) -> Tuple[str, ...]:
     """The modules below `package` (its folder, recursively) that apply `@decorator(` at the start of a line."""
     key = (package, decorator)
     if key not in _scanned:
-        root = Path(importlib.import_module(package).__file__).parent
+        module_file = importlib.import_module(package).__file__
+        assert module_file is not None, f"{package} is a namespace package"
+        root = Path(module_file).parent
         marker = re.compile(rf"^@{re.escape(decorator)}\(", re.MULTILINE)
         found: List[str] = []
         for path in sorted(root.rglob("*.py")):

@@ -4,7 +4,7 @@ job simulator's arrays (testbed/sim/job.py) and the live job's per-second series
 `instance_stats`, plus the tables the platform's report expects that job mode leaves empty."""
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Sequence
+from typing import Any, Dict, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -17,7 +17,8 @@ LEASE_COLUMNS = ("host", "start_s", "end_s", "btu_s", "paid_btus", "prolongation
 
 
 def job_tables(step: int, arrivals: np.ndarray, thr: np.ndarray, cpu: np.ndarray, lag: np.ndarray,
-               parallel: Sequence[int], running: Sequence[int], lat_t: Sequence[float], lat_ms: Sequence[float],
+               parallel: Union[Sequence[int], np.ndarray], running: Union[Sequence[int], np.ndarray],
+               lat_t: Sequence[float], lat_ms: Sequence[float],
                records: Sequence[Any], policy: Policy, rescales: Mapping[str, list]) -> Dict[str, Dict[str, list]]:
     """Per second s (0-based, ending at s + 1): `arrivals[s]`, `thr[s, w]` and `cpu[s, w]` per worker
     w (NaN: not running), `lag[s]`, `parallel[s]` workers deployed of which `running[s]` run;

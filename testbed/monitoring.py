@@ -38,7 +38,7 @@ LATENCY_COLUMNS: Tuple[str, ...] = ("t_s", "operator", "latency_ms")
 def new_monitor_tables(samples: bool = False) -> Tables:
     """Empty column lists of the monitoring tables (plus `samples` and `latency` if asked: the live
     runtime appends them per reading, the simulator's recorder keeps its own)."""
-    tables = {name: {c: [] for c in cols} for name, cols in {**MONITOR_COLUMNS, **OBSERVATION_COLUMNS}.items()}
+    tables: Tables = {name: {c: [] for c in cols} for name, cols in {**MONITOR_COLUMNS, **OBSERVATION_COLUMNS}.items()}
     if samples:
         tables["samples"] = {c: [] for c in SAMPLE_COLUMNS}
         tables["latency"] = {c: [] for c in LATENCY_COLUMNS}

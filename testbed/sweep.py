@@ -80,6 +80,7 @@ def _choices(override: str) -> List[str]:
     try:
         parsed = OverridesParser.create().parse_overrides([override])[0]
         if not parsed.is_sweep_override():
+            assert parsed.input_line is not None  # the parser keeps the line it parsed
             return [parsed.input_line]
         values = [f"{parsed.get_key_element()}={v}" for v in parsed.sweep_string_iterator()]
     except (HydraException, ValueError) as exc:  # Hydra's grammar errors, range(a, b, 0)

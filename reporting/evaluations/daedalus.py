@@ -70,7 +70,7 @@ def compare(summary: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
 
 
 def sections(inputs: SectionInputs) -> List[Any]:
-    from reporting.report_document import Figure, Section, Table
+    from reporting.report_document import Block, Figure, Section, Table
 
     runs = pd.DataFrame([{"pattern": r.pattern, "config": r.manifest.config, "rep": r.manifest.rep,
                           "run_dir": str(r.run_dir)} for r in inputs.runs])
@@ -89,7 +89,7 @@ def sections(inputs: SectionInputs) -> List[Any]:
         table = Table(f"{pattern}: published (ICPE 2024) beside measured, mean over repetitions",
                       ["approach", "workers (paper)", "workers", "latency ms (paper)", "latency ms", "p95 ms",
                        "Daedalus saves % (paper)", "Daedalus saves %", "keeps up", "rescales"], rows)
-        items = [table] + [Figure(p.stem.replace("_", " "), p) for p in figs if f"_{pattern}_" in p.name]
+        items: List[Block] = [table, *(Figure(p.stem.replace("_", " "), p) for p in figs if f"_{pattern}_" in p.name)]
         out.append(Section(f"Daedalus: {pattern}", items))
     return out
 

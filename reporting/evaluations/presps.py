@@ -204,7 +204,7 @@ def _claim(v: Mapping[Tuple[str, str], float], metric: str, test, text, baseline
     return (HOLDS if test(a, b) else FAILS), text(a, b)
 
 
-def baselines(values: Mapping[Tuple[str, str], float]) -> List[str]:
+def baselines(values: Mapping[Tuple[str, str], Any]) -> List[str]:
     """The DABS-like systems measured (`dabs`, and variants named dabs-<something>), `dabs` first."""
     return sorted({c for c, _ in values if c == "dabs" or c.startswith("dabs-")}, key=lambda c: (c != "dabs", c))
 
@@ -292,7 +292,7 @@ def _figure(inputs: SectionInputs, pattern: str, runs: Sequence[Any]) -> Optiona
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    first = {}
+    first: Dict[str, Any] = {}
     for run in sorted(runs, key=lambda r: (r.config, r.rep)):
         first.setdefault(run.config, run)  # repetition 1 of each configuration
     if not first:

@@ -45,7 +45,7 @@ def parameter_variants(profile: str, pattern: str, conf_dir: Path = CONF_DIR) ->
     return out
 
 
-def _flatten(node: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+def _flatten(node: Dict[Any, Any], prefix: str = "") -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for k, v in node.items():
         key = f"{prefix}{k}"

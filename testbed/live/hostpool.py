@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import docker.errors
 import numpy as np
@@ -268,7 +268,7 @@ class _Ops:
 
     cancel: threading.Event = field(default_factory=threading.Event)
     start: Optional[threading.Thread] = None
-    container: object = None  # docker.models.containers.Container once created
+    container: Any = None  # docker.models.containers.Container once created
 
 
 class HostPool:
@@ -537,7 +537,7 @@ class HostPool:
             running = {i.id: i.engine for i in self.book.instances.values() if i.state == InstanceState.running}
         if not running:
             return
-        found: Dict[str, object] = {}
+        found: Dict[str, Any] = {}
         for url in sorted(set(running.values())):
             for c in self._run_containers(self._client(url)):
                 found[(c.attrs.get("Labels") or {}).get(INSTANCE_LABEL, "")] = c

@@ -54,7 +54,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -105,7 +105,7 @@ class LiveJobError(RuntimeError):
 @dataclass
 class WorkerContainer:
     index: int
-    container: object  # docker SDK Container
+    container: Any  # docker SDK Container
     usage_path: Optional[Path]
     started_at: float  # run time the start was asked
     running_at: Optional[float] = None
@@ -600,6 +600,7 @@ class LiveJobRun:
             last_t = time.monotonic()
             outage = Outage(self.REDIS_OUTAGE_S)
             k = 0
+            assert self._t0 is not None  # set before the sampler starts
             while not self._stop_sampling.is_set():
                 due = self._t0 + (k + 1) * self.SAMPLE_S
                 while time.monotonic() < due and not self._stop_sampling.is_set():
@@ -715,6 +716,7 @@ class LiveJobRun:
                 print(f"live job {self.run_id}: {done}/{self.duration} s, {self.n} worker(s), lag "
                       f"{self.series.lag[-1]:.0f}, {len(self.rescales['t_s'])} rescale(s)", file=sys.stderr, flush=True)
             if done >= next_decision - 1e-9 and done < self.duration:
+                assert interval  # next_decision is finite only with an interval
                 next_decision += interval
                 t = done - 1
                 snap = self._snapshot(t)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Union
 
 import numpy as np
 import pika
@@ -33,8 +33,8 @@ def connect(amqp_url: str) -> pika.BlockingConnection:
 
 
 class ItemSource:
-    def __init__(self, amqp_url: str, prefix: str, arrivals: Sequence[int], keys: Sequence[str],
-                 weights: Sequence[float], rng: np.random.Generator):
+    def __init__(self, amqp_url: str, prefix: str, arrivals: Union[Sequence[int], np.ndarray], keys: Sequence[str],
+                 weights: Union[Sequence[float], np.ndarray], rng: np.random.Generator):
         self.amqp_url = amqp_url
         self.queue = entry_queue(prefix)
         self.arrivals = [int(a) for a in arrivals]

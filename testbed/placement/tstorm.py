@@ -102,6 +102,7 @@ class TStorm(Placement):
         current = {iid: h.id for h in plan.hosts.values() for iid, _ in h.instances}
         for i in pinned:
             host = self.pins.get(operator_of[i]) if not i.startswith(NEW_HOST_PREFIX) else current[i]
+            assert host is not None  # a pinned host is one of the free ones
             if host in free:
                 self._take(free, host, plan.types[operator_of[i]])
             assigned[i] = host

@@ -79,6 +79,7 @@ def recommend(current: int, pods: Sequence[PodMetric], target_pct: int, toleranc
     if scale_up_with_unready:
         filled += _with(unready, lambda p: 0)
     new_ratio = usage_ratio(filled, target_pct)
+    assert new_ratio is not None  # filled holds the ready pods, which gave a ratio
     flipped = (ratio < 1.0 < new_ratio) or (ratio > 1.0 > new_ratio)
     if abs(1.0 - new_ratio) <= tolerance or flipped:
         return current

@@ -55,7 +55,9 @@ def _samples(policy, snapshot: Snapshot) -> Dict[str, Deque[Sample]]:
 def _window(buf: Deque[Sample], t: float,
             since_rescale: float) -> Tuple[np.ndarray, np.ndarray, dict, dict, np.ndarray]:
     """The last WINDOW_S seconds as 1 s series (each sample held over its span)."""
-    seconds, workload, uptime = [], [], []
+    seconds: List[float] = []
+    workload: List[float] = []
+    uptime: List[float] = []
     workers: Dict[str, List[Tuple[int, float, float]]] = {}
     for (ts, span, w, per, _lag) in buf:
         k = int(round(span))
@@ -65,8 +67,8 @@ def _window(buf: Deque[Sample], t: float,
             seconds.append(s)
             workload.append(w)
             uptime.append(max(0.0, s - since_rescale))
-            for inst, (thr, cpu) in per.items():
-                workers.setdefault(inst, []).append((idx, thr, cpu))
+            for inst, (inst_thr, inst_cpu) in per.items():
+                workers.setdefault(inst, []).append((idx, inst_thr, inst_cpu))
     n = len(seconds)
     lo = max(0, n - WINDOW_S)
     thr_d, cpu_d = {}, {}

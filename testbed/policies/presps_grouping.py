@@ -21,7 +21,7 @@ balancing, as the live testbed's competing consumers), so a grouping has nothing
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, List, Sequence
+from typing import Callable, List, Sequence, Union
 
 import numpy as np
 
@@ -50,7 +50,7 @@ class LoadBalancingGrouping:
         return m
 
 
-def weighted_choice(loads: Sequence[float], rng: np.random.Generator, n: int) -> np.ndarray:
+def weighted_choice(loads: Union[Sequence[float], np.ndarray], rng: np.random.Generator, n: int) -> np.ndarray:
     """The code's PoolGrouping: n choices among the replicas with weights 101 - 100 * load."""
     w = 101.0 - 100.0 * np.clip(np.asarray(loads, dtype=float), 0.0, 1.0)
     return rng.choice(len(w), size=n, p=w / w.sum())

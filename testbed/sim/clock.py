@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -53,7 +53,7 @@ class SourceTicks:
         return cls(times, machines, tuple((s.name, s.items_per_tick) for s in topology.sources),
                    tuple((s.name, d, s.items_per_tick) for s in topology.sources for d in s.downstream))
 
-    def emitted(self, times: Sequence[float], end: int) -> "SourceTicks":
+    def emitted(self, times: Union[Sequence[float], np.ndarray], end: int) -> "SourceTicks":
         """The ticks [0, end) as a network emitted them, at `times` (shifted by paused sources)."""
         return SourceTicks(list(times[:end]), self.machines[:end], self.sources, self.edges)
 
@@ -101,6 +101,13 @@ class SteppedInPython:
     def set_capacity(self, slots: Dict[str, int], service_s: Dict[str, float],
                      instances: Dict[str, Sequence[str]]) -> None:
         self._capacity = (slots, service_s, instances)
+
+    def send(self, source: str, operator: str, t: float, count: int) -> None:
+        raise NotImplementedError  # the model's
+
+    def advance(self, t0: float, t1: float, slots: Dict[str, int], service_s: Dict[str, float],
+                instances: Dict[str, Sequence[str]]) -> None:
+        raise NotImplementedError  # the model's
 
     def run(self, step: int, stop_after: float, next_event: float) -> int:
         """Emit and serve from `step` on; return the next step: after the first step ending at or

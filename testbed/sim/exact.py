@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Collection, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Collection, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
 
 from testbed.sim.clock import SourcePause, SteppedInPython
 from testbed.sim.flows import SOURCE_DROP, FlowCounters
@@ -33,7 +35,7 @@ class ExactNetwork(SteppedInPython):
         self.hold_until = float("-inf")  # the sources' items emitted before this enter the topology then
         self.drop_until = float("-inf")  # the sources' items emitted before this are dropped
         self.pause = SourcePause()  # the sources' trace clock (restarts that pause it)
-        self.capacity_noise: Dict[str, Sequence[float]] = {}  # per operator, a factor per step
+        self.capacity_noise: Dict[str, Union[Sequence[float], np.ndarray]] = {}  # per operator, a factor per step
         self.recorder = recorder
         self.flows = FlowCounters(topology.operators, topology.edges)
         self.queues: Dict[str, _ExactQueue] = {
@@ -43,7 +45,7 @@ class ExactNetwork(SteppedInPython):
             q.outputs = [self.queues[d] for d in topology.downstream[o]]
         self._order = [self.queues[o] for o in topology.operators]
 
-    def set_capacity_noise(self, factors: Dict[str, Sequence[float]]) -> None:
+    def set_capacity_noise(self, factors: Mapping[str, Union[Sequence[float], np.ndarray]]) -> None:
         self.capacity_noise = dict(factors)
 
     def source_downtime(self, t: float, until: float, mode: str) -> None:

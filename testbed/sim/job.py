@@ -141,6 +141,7 @@ class JobSimulation:
                 pending_recovery = None
             # the controller, at the end of second t
             if t + 1 >= next_decision - 1e-9 and t + 1 < D:
+                assert interval  # next_decision is finite only with an interval
                 next_decision += interval
                 snap = self._snapshot(t, n, top, thr, cpu, lag, uptime, ready_from)
                 rescale = job_rescale(n, self.policy.decide_job(snap), top)

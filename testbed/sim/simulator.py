@@ -2,7 +2,7 @@
 policy for actions every reasoning cycle and produces the event-log tables of one run."""
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Tuple, Union
 
 from testbed.actions import actions_table
 from testbed.billing import price_per_btu
@@ -43,6 +43,7 @@ class Simulation:
         network_cls = ExactNetwork if cfg.backend.exact else CohortNetwork
         emulation = cfg.backend.emulation
         self.emulator = Emulator(emulation, seed) if emulation.enabled else None  # per-item model only (config checks)
+        self.network: Union[ExactNetwork, CohortNetwork]  # EmulatedNetwork is an ExactNetwork
         if self.emulator is not None:
             self.network = EmulatedNetwork(self.topology, cfg.backend.hop_latency_ms / 1000.0, self.recorder,
                                            self.emulator, emulation.provider_host)
@@ -61,9 +62,9 @@ class Simulation:
         self.network.set_sources(self.clock, self.ticks)
         noisy = {o: services[o].step_cv for o in ops if services[o].step_cv > 0}
         if noisy:  # per-step capacity factors, one seeded stream per operator (none: nothing drawn)
-            self.network.set_capacity_noise({o: stream(seed,
-                                                       f"capacity/{o}").gamma(1.0 / cv ** 2, cv ** 2, self.clock.steps)
-                                             for o, cv in noisy.items()})
+            self.network.set_capacity_noise({
+                o: stream(seed, f"capacity/{o}").gamma(1.0 / cv ** 2, cv ** 2, self.clock.steps)
+                for o, cv in noisy.items()})
         self._ticks_at_monitor = 0
         self._processed_at_monitor = {o: 0 for o in ops}
         self._instance_ids: Dict[str, Tuple[str, int]] = {}  # parsed once
@@ -94,7 +95,7 @@ class Simulation:
             if self.cluster.version != version:
                 version = self.cluster.version
                 self.network.set_capacity(*self._capacity())
-                if self.emulator is not None:
+                if isinstance(self.network, EmulatedNetwork):  # the emulator's
                     self.network.set_hosts({i.id: i.host for i in self.cluster.instances.values()})
             step = self.network.run(step, min(next_monitor, next_reasoning) - EPS, self.cluster.next_event())
             t1 = clock.t1(step - 1)

@@ -76,7 +76,7 @@ def _tm(coarse: bool) -> Callable[[], np.ndarray]:
 @dataclass(frozen=True)
 class WorkloadSpec:
     build: Callable[[], np.ndarray]
-    minmax: Tuple[float, float] = ()  # rescale_minmax(lo, hi) after the noise; () = none
+    minmax: Tuple[float, ...] = ()  # rescale_minmax(lo, hi) after the noise; () = none
     facts: str = ""
 
 

@@ -46,9 +46,9 @@ class Dag:
     def paths(self) -> List[Tuple[Tuple[int, ...], Tuple[int, ...]]]:
         """Every source→sink path as (operators, arcs), in a deterministic order (iterative DFS, so
         long chains do not hit the recursion limit)."""
-        out = []
+        out: List[Tuple[Tuple[int, ...], Tuple[int, ...]]] = []
         for s in self.sources:
-            stack = [((s,), ())]
+            stack: List[Tuple[Tuple[int, ...], Tuple[int, ...]]] = [((s,), ())]
             while stack:
                 ops, arcs = stack.pop()
                 i = ops[-1]

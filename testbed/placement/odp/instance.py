@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 
 class InstanceError(ValueError):
@@ -192,7 +192,7 @@ def _check_availability(a: float, where: str) -> None:
         raise InstanceError(where, f"must lie in (0, 1], not {a}")
 
 
-def _find_cycle(ids: Sequence[str], edges: Sequence[Tuple[str, str]]) -> Optional[str]:
+def _find_cycle(ids: Collection[str], edges: Sequence[Tuple[str, str]]) -> Optional[str]:
     succ: Dict[str, List[str]] = {i: [] for i in ids}
     indeg = {i: 0 for i in ids}
     for s, t in edges:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -88,7 +88,7 @@ def utility(b: Bounds, w: Weights, response_ms: float, log_a: float, z: float) -
     return total
 
 
-def evaluate(ix: Indexed, assignment: Sequence[int], b: Optional[Bounds] = None) -> PlacementMetrics:
+def evaluate(ix: Indexed, assignment: Union[Sequence[int], np.ndarray], b: Optional[Bounds] = None) -> PlacementMetrics:
     """Metrics of a placement given as node index per operator index (capacity is not checked)."""
     a = np.asarray(assignment, dtype=np.int64)
     arcs = ix.dag.arcs

@@ -181,6 +181,7 @@ def build_model(
             offset -= w.a * b.log_a_min / width
         width = span(b.z_min, b.z_max)
         if w.z > 0 and width:
+            assert inst.network_objective is not None  # validated: weights.z > 0 needs one
             weight = ix.network_weight(inst.network_objective)
             for k in range(len(arcs)):
                 cost[y_cols(k)] -= w.z * ix.rates[k] * pair_values(k, weight) / width
@@ -292,7 +293,7 @@ def _bandwidth_rows(rows: _Rows, ix: Indexed, y_cols) -> None:
         r_list.append(np.array([link_rows[int(link)] for link in links], dtype=np.int64))
         c_list.append(y_cols(k)[limited])
         v_list.append(np.full(int(limited.sum()), ix.rates[k]))
-    order = sorted(link_rows, key=link_rows.get)
+    order = sorted(link_rows, key=link_rows.__getitem__)
     upper = np.array([ix.bandwidth[link // m, link % m] for link in order], dtype=float)
     rows.add_family("bandwidth", len(order), _cat(r_list), _cat(c_list), _cat(v_list), -INF, upper)
 

@@ -16,14 +16,14 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Union
 
 import pandas as pd
 
 from testbed.eventlog import EventLog, find_runs, read_manifest
 
 # §7.1 and §7.2 as published (spec odp.md §9.1-9.2): what the measured table is set beside
-PAPER_71 = {
+PAPER_71: Dict[str, Dict[str, Optional[float]]] = {
     "odp-a": {"R_ratio_to_odp_r": 1.8, "A_model": 1.0, "k": 0, "loss_pct": None},
     "odp-r": {"R_ratio_to_odp_r": 1.0, "A_model": 0.99 ** 8, "k": 8, "loss_pct": 3.37},
 }
@@ -38,7 +38,7 @@ def final_hosts(placements: pd.DataFrame) -> Dict[str, str]:
     return where
 
 
-def run_metrics(run_dir: Path, warmup_s: float = 60.0, after_s: float = 200.0) -> Dict[str, object]:
+def run_metrics(run_dir: Path, warmup_s: float = 60.0, after_s: float = 200.0) -> Dict[str, Union[str, float]]:
     manifest = read_manifest(run_dir)
     cfg = manifest.resolved_config
     emulation = cfg["backend"]["emulation"]

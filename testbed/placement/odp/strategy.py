@@ -34,7 +34,7 @@ from testbed.emulation import EmulationConfig, NetworkModel
 from testbed.model import NEW_HOST_PREFIX, Action, LeaseHost, Migrate, OperatorType, ScaleUp
 from testbed.placement.base import Placement, PlacementConfig, register_placement
 from testbed.placement.odp.instance import Edge, Link, NetworkObjective, Node, OdpInstance, Operator, Weights
-from testbed.placement.odp.result import OdpResult, SolverSettings, Status
+from testbed.placement.odp.result import OdpResult, SolverName, SolverSettings, Status
 from testbed.placement.odp.solve import solve
 from testbed.plan import Plan
 
@@ -188,8 +188,8 @@ class OdpPlacement(Placement):
             edges += [Edge(u, v, share) for u in senders for v in receivers]
         nodes = []
         for h in node_ids:
-            host = plan.hosts.get(h)
-            capacity = (float(host.cpu), float(host.memory)) if host is not None else (0.0, 0.0)
+            plan_host = plan.hosts.get(h)
+            capacity = (float(plan_host.cpu), float(plan_host.memory)) if plan_host is not None else (0.0, 0.0)
             nodes.append(Node(h, capacity, 1.0, self.network.host_availability(h)))
         links = [Link(u, v, self.network.mean_delay_ms(u, v), self.network.link_availability(u, v))
                  for u in node_ids for v in node_ids if u != v]
@@ -205,7 +205,7 @@ class OdpPlacement(Placement):
     def _solve(self, plan: Plan, counts: Mapping[str, int], free: bool, purpose: str
                ) -> Tuple[Optional[OdpResult], List[Tuple[str, str]]]:
         inst, names = self.instance(plan, counts, free, purpose)
-        settings = SolverSettings(solver=self.cfg.solver, time_limit_s=self.cfg.time_limit_s,
+        settings = SolverSettings(solver=SolverName(self.cfg.solver), time_limit_s=self.cfg.time_limit_s,
                                   mip_rel_gap=self.cfg.mip_rel_gap, threads=1, seed=1)
         result = solve(inst, settings)
         w = inst.weights

@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import pandas as pd
 
@@ -153,7 +153,7 @@ def _fmt(value: Optional[float]) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
 
 
-def run_study_command(opts: Dict[str, object]) -> int:
+def run_study_command(opts: Dict[str, Any]) -> int:  # the parsed command-line options
     grid = opts.get("grid", GRIDS["reduced"])
     overrides = {k: opts[k] for k in ("seeds", "sampling_seeds") if k in opts}
     grid = replace(grid, **overrides) if overrides else grid

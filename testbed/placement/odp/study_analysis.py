@@ -180,31 +180,31 @@ def claims(df: pd.DataFrame, trace: pd.DataFrame, grid: Grid) -> List[Claim]:
 
     # O10b: degradation at the smallest sampled fraction, fat small, sequential larger
     evidence = []
-    ok: Optional[bool] = None
+    holds: Optional[bool] = None
     if not deg.empty:
         low = deg["cand_frac"][deg["cand_frac"] < 1.0].min()
         at = deg[deg["cand_frac"] == low].groupby("topo")[["F_opt/F_s", "R_s/R_opt", "excess"]].median()
         for topo in at.index:
             evidence.append(f"{topo} at {low:.0%}: " + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in at.loc[topo].items()))
         if {"fat", "seq"} <= set(at.index):
-            ok = bool(at.loc["fat", "excess"] < at.loc["seq", "excess"] and at.loc["fat", "R_s/R_opt"] <= 1.05)
+            holds = bool(at.loc["fat", "excess"] < at.loc["seq", "excess"] and at.loc["fat", "R_s/R_opt"] <= 1.05)
     out.append(Claim("O10b", "at 20 % candidates fat degrades by 1.02 and sequential by about 3",
                      "at the smallest sampled fraction, median excess ratio of fat < sequential's and fat's "
                      "R_s/R_opt ≤ 1.05 (only an excess or normalised measure can reach ≈ 3, spec §12)",
-                     {m: _verdict(ok) for m in MEASURES}, "; ".join(evidence) or "no data"))
+                     {m: _verdict(holds) for m in MEASURES}, "; ".join(evidence) or "no data"))
 
     # O11: the gap under a time limit
     evidence = []
-    ok = None
+    holds = None
     if not trace.empty:
         t10 = {topo: time_to_gap(trace, topo) for topo in topos}
         final = {topo: trace[trace["topo"] == topo]["gap"].iloc[-1] for topo in topos}
         evidence = [f"{topo}: gap < 10 % {when(t10[topo])}, final gap {_fmt(final[topo], 3)}" for topo in topos]
-        ok = t10.get("seq", math.inf) < t10.get("fat", math.inf)
+        holds = t10.get("seq", math.inf) < t10.get("fat", math.inf)
     out.append(Claim("O11", "under a time limit sequential reaches a gap < 10 % early (500 s), fat only near the end",
                      f"on {grid.trace_size[0]} operators × {grid.trace_size[1]} nodes with a "
                      f"{grid.trace_limit_s:g} s limit, sequential reaches a gap < 10 % before fat",
-                     {"wall": _verdict(ok), "cpu": UNMEASURED, "work": UNMEASURED},
+                     {"wall": _verdict(holds), "cpu": UNMEASURED, "work": UNMEASURED},
                      "; ".join(evidence) or "no trace"))
 
     # O12: fat harder than sequential at equal size

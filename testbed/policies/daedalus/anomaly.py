@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -21,7 +21,7 @@ class RunningStats:
     mean: float = 0.0
     m2: float = 0.0
 
-    def add_all(self, values: Sequence[float]) -> None:
+    def add_all(self, values: Union[Sequence[float], np.ndarray]) -> None:
         for v in values:
             self.n += 1
             d = float(v) - self.mean

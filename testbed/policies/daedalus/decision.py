@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 
@@ -37,7 +37,7 @@ class DecisionInputs:
     p_cur: int
     last_rescale: float  # -inf before the first action
     workload: float  # W = int(mean workload over the last 61 s)
-    forecast: Sequence[float]  # F, 1 s steps from now on
+    forecast: Union[Sequence[float], np.ndarray]  # F, 1 s steps from now on
     capacity: Callable[[int], int]  # C(p)
     lag: float
     replay: float  # Σ workload over the last K s

@@ -20,7 +20,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -30,7 +30,7 @@ class ForecastMode(str, Enum):
     fast = "fast"
 
 
-def wape(actual: Sequence[float], forecast: Sequence[float]) -> float:
+def wape(actual: Union[Sequence[float], np.ndarray], forecast: Union[Sequence[float], np.ndarray]) -> float:
     """Σ|a − f| / Σa over the overlap of both; ∞ without overlap or when Σa is 0."""
     n = min(len(actual), len(forecast))
     if n == 0:
@@ -43,7 +43,7 @@ def wape(actual: Sequence[float], forecast: Sequence[float]) -> float:
     return float(np.abs(a - f).sum() / total)
 
 
-def linear_fallback(window: Sequence[float], horizon: int) -> np.ndarray:
+def linear_fallback(window: Union[Sequence[float], np.ndarray], horizon: int) -> np.ndarray:
     """Least-squares line of the window over time (0, 1, ...), extrapolated over the next `horizon`
     steps (len(window), len(window) + 1, ...)."""
     y = np.asarray(window, dtype=float)
@@ -82,7 +82,7 @@ class RetrainCounter:
         return False
 
 
-def choose(error: float, arima: Optional[np.ndarray], window: Sequence[float], fallback_horizon: int,
+def choose(error: float, arima: Optional[np.ndarray], window: Union[Sequence[float], np.ndarray], fallback_horizon: int,
            threshold: float = 0.25) -> Tuple[np.ndarray, str]:
     """The forecast a loop uses: ARIMA's if its last WAPE is below the threshold, else the linear
     fallback over the latest window."""
@@ -123,15 +123,16 @@ class Forecaster:
     update_overlap: bool = False
     counter: RetrainCounter = field(default_factory=RetrainCounter)
     history: List[float] = field(default_factory=list)
-    model: object = None
-    pending: object = None  # a retrained model that takes over at the next loop
-    applied: object = None  # fast mode: the model applied to the bounded history (statsmodels results)
+    model: Any = None  # a pmdarima ARIMA once trained
+    pending: Any = None  # a retrained model that takes over at the next loop
+    applied: Any = None  # fast mode: the model applied to the bounded history (statsmodels results)
     last_arima: Optional[np.ndarray] = None
     error: float = math.inf
     fits: int = 0
     failures: int = 0
 
-    def loop(self, new: Sequence[float], window: Sequence[float]) -> Tuple[np.ndarray, str]:
+    def loop(self, new: Union[Sequence[float], np.ndarray], window: Union[Sequence[float], np.ndarray]
+             ) -> Tuple[np.ndarray, str]:
         """One loop with the samples seen since the last one (`new`, oldest first) and the loop's
         window (`window`, the last 61 s): WAPE of the previous ARIMA forecast, model update,
         retraining, and the forecast to use with its kind ("arima" or "linear")."""
@@ -161,7 +162,7 @@ class Forecaster:
             self.failures += 1
             return None
 
-    def _advance(self, new: List[float], window: Sequence[float]) -> None:
+    def _advance(self, new: List[float], window: Union[Sequence[float], np.ndarray]) -> None:
         if self.model is None:
             self.model = self._train(self.history[-self.history_s:] if self.mode is ForecastMode.fast else self.history)
             return

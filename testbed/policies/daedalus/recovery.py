@@ -4,7 +4,7 @@ during the downtime, given the workload forecast."""
 from __future__ import annotations
 
 from enum import Enum
-from typing import Sequence
+from typing import Sequence, Union
 
 import numpy as np
 
@@ -16,7 +16,7 @@ class RtSemantics(str, Enum):
     code = "code"  # RT = j + 2D (the code's formula without its clock offset)
 
 
-def predict_recovery_time(capacity: float, forecast: Sequence[float], replay: float, downtime_s: int,
+def predict_recovery_time(capacity: float, forecast: Union[Sequence[float], np.ndarray], replay: float, downtime_s: int,
                           lag: float = 0.0, semantics: RtSemantics = RtSemantics.paper) -> int:
     """RT of one candidate.
 

@@ -65,9 +65,9 @@ def bare_loop(url: str, in_queue: str, out_exchange: str, prefetch: int, n: int)
             state["next_pub"] += 1
 
         ch.confirm_delivery(ack_nack_callback=on_confirm,
-                            callback=lambda _f: ch.basic_qos(prefetch_count=prefetch,
-                                                             callback=lambda _f2: ch.basic_consume(in_queue,
-                                                                                                   on_message)))
+                            callback=lambda _f: ch.basic_qos(
+                                prefetch_count=prefetch,
+                                callback=lambda _f2: ch.basic_consume(in_queue, on_message)))
 
     conn = pika.SelectConnection(pika.URLParameters(url), on_open_callback=on_open,
                                  on_close_callback=lambda c, _r: c.ioloop.stop())

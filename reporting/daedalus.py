@@ -328,11 +328,11 @@ def check_claims(res: pd.DataFrame) -> pd.DataFrame:
                    for p in flink)
         under = value(res, "ks_sine", "hpa-80", "keeps_up") < 1
         add("D10",
-            "A fixed HPA threshold does not generalise: HPA 80 over-provisions on Flink and under-provisions on Kafka "
-            "Streams",
+            "A fixed HPA threshold does not generalise: "
+            "HPA 80 over-provisions on Flink and under-provisions on Kafka Streams",
             over and under,
-            f"HPA 80 above Daedalus' workers on every Flink workload: {over}; HPA 80 fails to keep up on Kafka "
-            f"Streams: {under}")
+            f"HPA 80 above Daedalus' workers on every Flink workload: {over}; "
+            f"HPA 80 fails to keep up on Kafka Streams: {under}")
     else:
         add("D10", "A fixed HPA threshold does not generalise", None,
             "needs the Flink workloads and ks_sine (evaluation daedalus_ks)")

@@ -68,8 +68,8 @@ def check_claims(summary: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame
             k = get("odp-r", "k")
             row("O3", "A(ODP_R) = 0.99^k for its k instances on 99 % hosts", "k = 8: 92.27 %; tuple loss 3.37 %",
                 HOLDS if abs(get("odp-r", "A_model") - 0.99 ** k) < 1e-9 else FAILS,
-                f"k = {k:g}: A = {get('odp-r', 'A_model'):.4f}; tuples delivered {get('odp-r', 'delivered_pct'):.2f} "
-                "%, "
+                f"k = {k:g}: A = {get('odp-r', 'A_model'):.4f}; "
+                f"tuples delivered {get('odp-r', 'delivered_pct'):.2f} %, "
                 f"lost {get('odp-r', 'loss_pct'):.2f} %")
             cpu = max(get("odp-r", "solve_cpu_ms_max"), get("odp-a", "solve_cpu_ms_max"))
             wall = max(get("odp-r", "solve_ms_max"), get("odp-a", "solve_ms_max"))

@@ -479,8 +479,8 @@ class HostPool:
                 container.reload()
                 exit_code = int(container.attrs["State"]["ExitCode"])
                 logs = container.logs(tail=self.LOG_TAIL).decode(errors="replace").strip()
-                tail = f"{reason}; exit code {exit_code}; last output:\n{logs}" if logs else (f"{reason}; exit code "
-                                                                                              f"{exit_code}")
+                tail = (f"{reason}; exit code {exit_code}; last output:\n{logs}" if logs
+                        else f"{reason}; exit code {exit_code}")
             except docker.errors.DockerException:
                 pass
         with self._lock:

@@ -76,8 +76,8 @@ class World:
         scalings: int = 0,
         n: Optional[int] = None,
     ) -> "World":
-        self._ops[name] = _Op(OperatorType(name, slo_ms, cpu, memory, image_mb=68), queue, tuple(durations), scalings,
-                              n)
+        self._ops[name] = _Op(OperatorType(name, slo_ms, cpu, memory, image_mb=68), queue, tuple(durations),
+                              scalings, n)
         return self
 
     def host(

@@ -47,8 +47,8 @@ def run_metrics(run_dir: Path, warmup_s: float = 60.0, after_s: float = 200.0) -
     placements = log.read("placements")
     hosts = final_hosts(placements)
     k = sum(1 for h in hosts.values() if availability.get(h, 1.0) < 1.0)
-    a_model = math.prod(availability.get(h, 1.0) for h in hosts.values()) * availability.get(emulation["provider_host"],
-                                                                                             1.0)
+    a_model = (math.prod(availability.get(h, 1.0) for h in hosts.values())
+               * availability.get(emulation["provider_host"], 1.0))
     latency = log.read("latency")
     latency = latency[latency.t_s >= warmup_s]
     dropped = log.read("dropped")

@@ -42,8 +42,8 @@ def solve_cbc(model: LinearModel, settings: SolverSettings) -> RawSolution:
         sl = slice(start[r], start[r + 1])
         if start[r] == start[r + 1]:
             continue  # an empty row (a node no operator may use) constrains nothing
-        expr = pulp.LpAffineExpression(zip((cols[c] for c in model.col_index[sl]), model.value[sl].tolist(),
-                                           strict=True))
+        expr = pulp.LpAffineExpression(
+            zip((cols[c] for c in model.col_index[sl]), model.value[sl].tolist(), strict=True))
         if lo == up:
             prob += expr == lo, f"r{r}"
         else:

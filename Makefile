@@ -39,7 +39,7 @@ OVERRIDES := $(if $(EVAL),evaluation=$(EVAL)) \
 	$(if $(SCALE),load_scale=$(SCALE)) \
 	$(ARGS)
 
-.PHONY: setup constraints experiment report test test-unit bench patterns clean infra-up infra-down images flink flink-test flink-bench
+.PHONY: setup constraints experiment report test test-unit lint bench patterns clean infra-up infra-down images flink flink-test flink-bench
 
 setup: $(STAMP)
 
@@ -103,6 +103,12 @@ flink-test: $(STAMP) flink
 
 flink-bench: $(STAMP) flink
 	flock /tmp/testbed-flink.lock $(BIN)/python benchmarks/bench_flink.py
+
+# the code checks (pyproject.toml: [tool.ruff], [tool.mypy]): ruff over the repository, mypy over the
+# production packages; tests/unit/test_code_quality.py runs the same (a slow test)
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py

@@ -87,7 +87,7 @@ def burn(seconds: float) -> None:
 
 
 class KeyedWorker:
-    def __init__(self, cfg: WorkerConfig, redis_client, connection):
+    def __init__(self, cfg: WorkerConfig, redis_client: Any, connection: Any) -> None:  # redis.Redis, pika connection
         self.cfg = cfg
         self.redis = redis_client
         self.conn = connection

@@ -426,12 +426,12 @@ class KafkaSource:
         source = self
 
         class Listener(ConsumerRebalanceListener):
-            def on_partitions_revoked(self, revoked):
+            def on_partitions_revoked(self, revoked: Iterable[Any]) -> None:
                 source._apply_settled(state)
                 source._commit(consumer, state)
                 source._forget(state, revoked)  # records still held come again to the new owner
 
-            def on_partitions_assigned(self, assigned):
+            def on_partitions_assigned(self, assigned: Iterable[Any]) -> None:
                 ready.set()
 
         try:

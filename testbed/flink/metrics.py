@@ -213,9 +213,11 @@ def rates(prev: JobReading, cur: JobReading) -> JobRates:
             cpu[tm.name] = max(0.0, tm.cpu_time_s - old.cpu_time_s) / dt
         busy[tm.name] = sum(st.busy_ms_per_s for st in tm.subtasks if not math.isnan(st.busy_ms_per_s)) / 1000.0
     src0, src1 = prev.source, cur.source
-    both = src0 is not None and src1 is not None
+    if src0 is not None and src1 is not None:
+        workload, emitted = (src1.scheduled - src0.scheduled) / dt, (src1.emitted - src0.emitted) / dt
+    else:
+        workload = emitted = math.nan
     return JobRates(
-        t=cur.t, dt=dt, workload=(src1.scheduled - src0.scheduled) / dt if both else math.nan,
-        emitted=(src1.emitted - src0.emitted) / dt if both else math.nan,
+        t=cur.t, dt=dt, workload=workload, emitted=emitted,
         lag=src1.pending if src1 is not None else math.nan,
         throughput=throughput, cpu=cpu, busy=busy, parallelism=cur.parallelism, status=cur.status)

@@ -34,7 +34,7 @@ class RateSchedule:
         if elapsed_s <= 0:
             return 0
         total = 0.0
-        for i, (t, r) in enumerate(zip(self.times, self.rates)):
+        for i, (t, r) in enumerate(zip(self.times, self.rates, strict=True)):
             end = self.times[i + 1] if i + 1 < len(self.times) else math.inf
             if elapsed_s <= t:
                 break
@@ -49,7 +49,7 @@ class RateSchedule:
 
     def text(self) -> str:
         lines = ["# seconds since the job's first start, records per second (until the next line)"]
-        lines += [f"{t:.6g} {r:.6g}" for t, r in zip(self.times, self.rates)]
+        lines += [f"{t:.6g} {r:.6g}" for t, r in zip(self.times, self.rates, strict=True)]
         return "\n".join(lines) + "\n"
 
     def write(self, path: Path) -> Path:

@@ -164,7 +164,8 @@ def test_taskmanager_reading_has_the_counting_subtask_and_the_source():
     tm = read_taskmanager("tm-1", parse_prometheus(TM_TEXT))
     assert tm.cpu_time_s == pytest.approx(9.64) and tm.cpu_load == 0.25 and tm.heap_used_mb == pytest.approx(100.0)
     (st,) = tm.subtasks
-    assert (st.subtask, st.attempt, st.records_in, st.counted, st.busy_ms_per_s) == (0, "a_b_0_0", 20376.0, 20000.0, 430.0)
+    assert ((st.subtask, st.attempt, st.records_in, st.counted, st.busy_ms_per_s)
+            == (0, "a_b_0_0", 20376.0, 20000.0, 430.0))
     assert (st.latency_p50_ms, st.latency_p95_ms, st.latency_sum_ms) == (46.0, 96.0, 3851622.0)
     assert (tm.source.scheduled, tm.source.emitted, tm.source.pending) == (2550.0, 2540.0, 10.0)
 
@@ -266,7 +267,8 @@ def test_a_cluster_records_its_settings_before_anything_runs(tmp_path: Path):
                            tmp_path)
     rec = cluster.record()
     assert rec["flink_version"] == "2.3.0" and rec["settings"]["stop_mode"] == "kill"
-    assert rec["settings"]["heartbeat_timeout_s"] == 8 and rec["schedule"] == {"times": [0.0, 10.0], "rates": [5.0, 0.0]}
+    assert rec["settings"]["heartbeat_timeout_s"] == 8
+    assert rec["schedule"] == {"times": [0.0, 10.0], "rates": [5.0, 0.0]}
     assert rec["processes"] == {} and cluster.pids() == []
     cluster.close()  # nothing to stop
     with pytest.raises(FlinkSettingsError, match="stop_mode"):

@@ -26,6 +26,7 @@ capacity, recovery) and `rescales` (each restart with its true downtime, replay 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -89,104 +90,105 @@ class JobSimulation:
 
     # -- the run ------------------------------------------------------------------------------
     def run(self) -> RunResult:
-        j, D, top = self.job, self.duration, self.job.max_scaleout
+        top = self.job.max_scaleout
         start = self.policy.initial_parallelism(top)
-        n = int(start or j.initial_parallelism)
-        shares = worker_shares(self.weights, self.key_group, n, j.key_groups)
-        cap = self.mu / shares.max()
+        st = _RunState.start(self, int(start or self.job.initial_parallelism))
         interval = self.policy.interval_s
         next_decision = float(interval) if interval else math.inf
-        thr = np.zeros((D, top))
-        cpu = np.full((D, top), np.nan)
-        lag = np.zeros(D)
-        uptime = np.zeros(D)
-        parallel = np.zeros(D, dtype=np.int64)
-        running = np.zeros(D, dtype=np.int64)
-        P = 0.0  # items processed (the consumer offset); rolls back to the checkpoint on a restart
-        ckpt_offset, next_ckpt = 0.0, self.first_checkpoint
-        down_until, up_since = 0, 0
-        ready_from: Dict[int, int] = {w: 0 for w in range(n)}
-        lat_k: List[float] = []  # sampled item indices, increasing
-        lat_t: List[float] = []
-        lat_ms: List[float] = []
-        records: List[ActionRecord] = []
-        rescales: Dict[str, list] = {k: [] for k in ("t_s", "from_n", "to_n", "downtime_s", "replayed", "lag_before",
-                                                     "recovered_s", "capacity_before", "capacity_after")}
-        pending_recovery: Optional[int] = None
-        N = self.sample_every
-        noise = self.rng_cpu.standard_normal((D, top)) * j.cpu_noise
-        for t in range(D):
-            if t < down_until:
-                cpu[t, :n] = 0.0
-                uptime[t] = 0.0
-                running[t] = 0
+        noise = self.rng_cpu.standard_normal((self.duration, top)) * self.job.cpu_noise
+        for t in range(self.duration):
+            if t < st.down_until:
+                self._stopped_second(st, t)
             else:
-                avail = self.cum[t] - P
-                T = min(avail, cap)
-                if T > 0:
-                    self._sample_latency(P, P + T, t, N, lat_k, lat_t, lat_ms)
-                P += T
-                thr[t, :n] = T * shares
-                cpu[t, :n] = np.clip(T * shares / self.mu + noise[t, :n], 0.0, 1.0)
-                uptime[t] = t + 1 - up_since
-                running[t] = n
-                if t + 1 >= next_ckpt:
-                    ckpt_offset = P
-                    next_ckpt += j.checkpoint_s
-            lag[t] = self.cum[t] - P
-            parallel[t] = n
-            if (pending_recovery is not None and t >= down_until
-                    and lag[t] <= max(rescales["lag_before"][pending_recovery], self.arrivals[t])):
-                rescales["recovered_s"][pending_recovery] = t + 1 - rescales["t_s"][pending_recovery]
-                pending_recovery = None
+                self._running_second(st, t, noise[t])
+            st.lag[t] = self.cum[t] - st.P
+            st.parallel[t] = st.n
+            self._track_recovery(st, t)
             # the controller, at the end of second t
-            if t + 1 >= next_decision - 1e-9 and t + 1 < D:
+            if t + 1 >= next_decision - 1e-9 and t + 1 < self.duration:
                 assert interval  # next_decision is finite only with an interval
                 next_decision += interval
-                snap = self._snapshot(t, n, top, thr, cpu, lag, uptime, ready_from)
-                rescale = job_rescale(n, self.policy.decide_job(snap), top)
-                if rescale is not None and t + 1 >= down_until:
-                    target, actions = rescale
-                    now = float(t + 1)
-                    for a in actions:
-                        inst = a.instance if isinstance(a, ScaleDown) else None
-                        records.append(ActionRecord(now, a.kind, JOB_OPERATOR, inst, None, None, a.reason))
-                    lo, hi = j.downtime_out_s if target > n else j.downtime_in_s
-                    down = max(1, int(round(self.rng_down.uniform(lo, hi))))
-                    replayed = P - ckpt_offset
-                    P = ckpt_offset
-                    while lat_k and lat_k[-1] >= ckpt_offset:  # processed again after the restart
-                        lat_k.pop(), lat_t.pop(), lat_ms.pop()
-                    records.append(ActionRecord(now, "restart", JOB_OPERATOR, None, None, None,
-                                                f"stop the world {n} -> {target} workers: downtime {down} s, "
-                                                f"replay of {int(replayed)} item(s) since the checkpoint"))
-                    for key, value in (("t_s", now), ("from_n", n), ("to_n", target), ("downtime_s", float(down)),
-                                       ("replayed", int(replayed)), ("lag_before", float(lag[t])),
-                                       ("recovered_s", math.nan),
-                                       ("capacity_before", cap)):
-                        rescales[key].append(value)
-                    for w in range(n, target):
-                        ready_from[w] = t + 1 + down
-                    for w in range(target, n):
-                        ready_from.pop(w, None)
-                    n = target
-                    shares = worker_shares(self.weights, self.key_group, n, j.key_groups)
-                    cap = self.mu / shares.max()
-                    rescales["capacity_after"].append(cap)
-                    down_until = t + 1 + down
-                    up_since = down_until
-                    next_ckpt = down_until + j.checkpoint_s
-                    ckpt_offset = P
-                    pending_recovery = len(rescales["t_s"]) - 1
-        tables = job_tables(int(round(self.cfg.runtime.monitoring_s)), self.arrivals, thr, cpu, lag, parallel, running,
-                            lat_t, lat_ms, records, self.policy, rescales)
+                self._decide(st, t)
+        tables = job_tables(int(round(self.cfg.runtime.monitoring_s)), self.arrivals, st.thr, st.cpu, st.lag,
+                            st.parallel, st.running, st.lat_t, st.lat_ms, st.records, self.policy, st.rescales)
+        return RunResult(tables, float(self.duration), self._details(st.P))
+
+    def _details(self, processed: float) -> dict:
+        top = self.job.max_scaleout
         details = {"job": {"mu": self.mu, "capacity": {str(p): self.capacity(p) for p in range(1, top + 1)},
-                           "peak_rate": float(self.rates.max()), "latency_sample_every": N,
-                           "items": float(self.cum[-1]), "unprocessed_at_end": float(self.cum[-1] - P)}}
+                           "peak_rate": float(self.rates.max()), "latency_sample_every": self.sample_every,
+                           "items": float(self.cum[-1]), "unprocessed_at_end": float(self.cum[-1] - processed)}}
         controller = self.policy.run_details()
         if controller is not None:
             details["controller"] = controller
-        return RunResult(tables, float(D), details)
+        return details
+
+    def _stopped_second(self, st: _RunState, t: int) -> None:
+        st.cpu[t, :st.n] = 0.0
+        st.uptime[t] = 0.0
+        st.running[t] = 0
+
+    def _running_second(self, st: _RunState, t: int, noise: np.ndarray) -> None:
+        n = st.n
+        T = min(self.cum[t] - st.P, st.cap)
+        if T > 0:
+            self._sample_latency(st.P, st.P + T, t, self.sample_every, st.lat_k, st.lat_t, st.lat_ms)
+        st.P += T
+        st.thr[t, :n] = T * st.shares
+        st.cpu[t, :n] = np.clip(T * st.shares / self.mu + noise[:n], 0.0, 1.0)
+        st.uptime[t] = t + 1 - st.up_since
+        st.running[t] = n
+        if t + 1 >= st.next_ckpt:
+            st.ckpt_offset = st.P
+            st.next_ckpt += self.job.checkpoint_s
+
+    def _track_recovery(self, st: _RunState, t: int) -> None:
+        """A rescale has recovered once the lag is back to what it was before (or one second's arrivals)."""
+        i = st.pending_recovery
+        if i is not None and t >= st.down_until and st.lag[t] <= max(st.rescales["lag_before"][i], self.arrivals[t]):
+            st.rescales["recovered_s"][i] = t + 1 - st.rescales["t_s"][i]
+            st.pending_recovery = None
+
+    def _decide(self, st: _RunState, t: int) -> None:
+        top = self.job.max_scaleout
+        snap = self._snapshot(t, st.n, top, st.thr, st.cpu, st.lag, st.uptime, st.ready_from)
+        rescale = job_rescale(st.n, self.policy.decide_job(snap), top)
+        if rescale is None or t + 1 < st.down_until:
+            return
+        target, actions = rescale
+        now = float(t + 1)
+        for a in actions:
+            inst = a.instance if isinstance(a, ScaleDown) else None
+            st.records.append(ActionRecord(now, a.kind, JOB_OPERATOR, inst, None, None, a.reason))
+        self._restart(st, t, target)
+
+    def _restart(self, st: _RunState, t: int, target: int) -> None:
+        """Stop the world: roll back to the checkpoint, stay down for the drawn downtime, resume with target."""
+        j, n, now = self.job, st.n, float(t + 1)
+        lo, hi = j.downtime_out_s if target > n else j.downtime_in_s
+        down = max(1, int(round(self.rng_down.uniform(lo, hi))))
+        replayed = st.P - st.ckpt_offset
+        st.P = st.ckpt_offset
+        while st.lat_k and st.lat_k[-1] >= st.ckpt_offset:  # processed again after the restart
+            st.lat_k.pop(), st.lat_t.pop(), st.lat_ms.pop()
+        st.records.append(ActionRecord(now, "restart", JOB_OPERATOR, None, None, None,
+                                       f"stop the world {n} -> {target} workers: downtime {down} s, "
+                                       f"replay of {int(replayed)} item(s) since the checkpoint"))
+        for key, value in (("t_s", now), ("from_n", n), ("to_n", target), ("downtime_s", float(down)),
+                           ("replayed", int(replayed)), ("lag_before", float(st.lag[t])),
+                           ("recovered_s", math.nan), ("capacity_before", st.cap)):
+            st.rescales[key].append(value)
+        for w in range(n, target):
+            st.ready_from[w] = t + 1 + down
+        for w in range(target, n):
+            st.ready_from.pop(w, None)
+        st.set_parallelism(self, target)
+        st.rescales["capacity_after"].append(st.cap)
+        st.down_until = t + 1 + down
+        st.up_since = st.down_until
+        st.next_ckpt = st.down_until + j.checkpoint_s
+        st.ckpt_offset = st.P
+        st.pending_recovery = len(st.rescales["t_s"]) - 1
 
     def _sample_latency(self, p0: float, p1: float, t: int, N: float, ks: list, ts: list, ms: list) -> None:
         first = math.ceil(p0 / N) * N
@@ -213,3 +215,47 @@ class JobSimulation:
             cpu={k: cpu[sl, w].copy() for k, w in workers.items()}, uptime=uptime[sl].copy(),
             ready={k: ready_from.get(w, 0) <= t + 1 for k, w in workers.items()})
 
+
+RESCALE_COLUMNS = ("t_s", "from_n", "to_n", "downtime_s", "replayed", "lag_before", "recovered_s",
+                   "capacity_before", "capacity_after")
+
+
+@dataclass
+class _RunState:
+    """What a job simulation carries from second to second, and the per-second series it records."""
+
+    n: int  # parallelism
+    shares: np.ndarray  # s_w of the n workers
+    cap: float  # the job's capacity at n workers
+    thr: np.ndarray  # (seconds, max workers): items processed per worker
+    cpu: np.ndarray
+    lag: np.ndarray
+    uptime: np.ndarray
+    parallel: np.ndarray
+    running: np.ndarray
+    ready_from: Dict[int, int]
+    P: float = 0.0  # items processed (the consumer offset); rolls back to the checkpoint on a restart
+    ckpt_offset: float = 0.0
+    next_ckpt: float = 0.0
+    down_until: int = 0
+    up_since: int = 0
+    pending_recovery: Optional[int] = None
+    lat_k: List[float] = field(default_factory=list)  # sampled item indices, increasing
+    lat_t: List[float] = field(default_factory=list)
+    lat_ms: List[float] = field(default_factory=list)
+    records: List[ActionRecord] = field(default_factory=list)
+    rescales: Dict[str, list] = field(default_factory=lambda: {k: [] for k in RESCALE_COLUMNS})
+
+    @classmethod
+    def start(cls, sim: JobSimulation, n: int) -> _RunState:
+        D, top = sim.duration, sim.job.max_scaleout
+        shares = worker_shares(sim.weights, sim.key_group, n, sim.job.key_groups)
+        return cls(n=n, shares=shares, cap=sim.mu / shares.max(), thr=np.zeros((D, top)),
+                   cpu=np.full((D, top), np.nan), lag=np.zeros(D), uptime=np.zeros(D),
+                   parallel=np.zeros(D, dtype=np.int64), running=np.zeros(D, dtype=np.int64),
+                   ready_from={w: 0 for w in range(n)}, next_ckpt=sim.first_checkpoint)
+
+    def set_parallelism(self, sim: JobSimulation, n: int) -> None:
+        self.n = n
+        self.shares = worker_shares(sim.weights, sim.key_group, n, sim.job.key_groups)
+        self.cap = sim.mu / self.shares.max()

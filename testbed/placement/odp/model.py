@@ -119,14 +119,30 @@ class _Rows:
         return lower, upper, start, cols[order], vals[order]
 
 
+class _Columns:
+    """Column ranges of the x and y variables, and per-edge values over candidate pairs."""
+
+    def __init__(self, ix: Indexed, x_start: np.ndarray, y_start: np.ndarray) -> None:
+        self.ix, self.x_start, self.y_start = ix, x_start, y_start
+        self.nx = int(x_start[-1])
+
+    def x_cols(self, i: int) -> np.ndarray:
+        return np.arange(self.x_start[i], self.x_start[i + 1])
+
+    def y_cols(self, k: int) -> np.ndarray:
+        return self.nx + np.arange(self.y_start[k], self.y_start[k + 1])
+
+    def pair_values(self, k: int, matrix: np.ndarray) -> np.ndarray:
+        i, j = self.ix.dag.arcs[k]
+        return matrix[np.ix_(self.ix.candidates[i], self.ix.candidates[j])].ravel()
+
+
 def build_model(
     ix: Indexed,
     objective_form: ObjectiveForm = ObjectiveForm.NORMALISED,
     rt_form: ResponseTimeForm = ResponseTimeForm.AUTO,
     max_paths: int = 10_000,
 ) -> LinearModel:
-    inst = ix.instance
-    w = inst.weights
     cand = ix.candidates
     arcs = ix.dag.arcs
     sizes = np.array([len(c) for c in cand], dtype=np.int64)
@@ -141,52 +157,18 @@ def build_model(
     t_start = r_col + 1 if rt_form is ResponseTimeForm.POTENTIALS else None
     num_cols = r_col + 1 + (ix.n if t_start is not None else 0)
     layout = Layout(cand, x_start, y_start, r_col, t_start)
-
-    def x_cols(i: int) -> np.ndarray:
-        return np.arange(x_start[i], x_start[i + 1])
-
-    def y_cols(k: int) -> np.ndarray:
-        return nx + np.arange(y_start[k], y_start[k + 1])
-
-    def pair_values(k: int, matrix: np.ndarray) -> np.ndarray:
-        i, j = arcs[k]
-        return matrix[np.ix_(cand[i], cand[j])].ravel()
+    c = _Columns(ix, x_start, y_start)
 
     rows = _Rows()
-    _response_time_rows(rows, ix, rt_form, x_cols, y_cols, pair_values, r_col, t_start)
-    _capacity_rows(rows, ix, x_cols)
+    _response_time_rows(rows, ix, rt_form, c.x_cols, c.y_cols, c.pair_values, r_col, t_start)
+    _capacity_rows(rows, ix, c.x_cols)
     # (12) every operator on exactly one candidate
     rows.add_family("assignment", ix.n, np.repeat(np.arange(ix.n), sizes), np.arange(nx), np.ones(nx), 1.0, 1.0)
-    _and_rows(rows, ix, x_cols, y_cols)
-    _bandwidth_rows(rows, ix, y_cols)
+    _and_rows(rows, ix, c.x_cols, c.y_cols)
+    _bandwidth_rows(rows, ix, c.y_cols)
 
     b = bounds(ix)
-    cost = np.zeros(num_cols)
-    offset = 0.0
-    if objective_form is ObjectiveForm.RAW_R:
-        if w.r != 1.0:
-            raise ValueError("objective_form raw_r minimises r alone: it needs weights r = 1, a = z = 0")
-        cost[r_col] = 1.0
-    else:
-        width = span(b.r_min, b.r_max)
-        if w.r > 0 and width:
-            cost[r_col] = -w.r / width
-            offset += w.r * b.r_max / width
-        width = span(b.log_a_min, b.log_a_max)
-        if w.a > 0 and width:
-            for i in range(ix.n):
-                cost[x_cols(i)] += w.a * ix.log_a_node[cand[i]] / width
-            for k in range(len(arcs)):
-                cost[y_cols(k)] += w.a * pair_values(k, ix.log_a_link) / width
-            offset -= w.a * b.log_a_min / width
-        width = span(b.z_min, b.z_max)
-        if w.z > 0 and width:
-            assert inst.network_objective is not None  # validated: weights.z > 0 needs one
-            weight = ix.network_weight(inst.network_objective)
-            for k in range(len(arcs)):
-                cost[y_cols(k)] -= w.z * ix.rates[k] * pair_values(k, weight) / width
-            offset += w.z * b.z_max / width
-
+    cost, offset = _objective(ix, c, b, objective_form, num_cols, r_col)
     lower, upper, start, cols, vals = rows.csr()
     integer = np.zeros(num_cols, dtype=bool)
     integer[: nx + ny] = True
@@ -199,6 +181,39 @@ def build_model(
         families=tuple(rows.families), layout=layout, bounds=b, rt_form=rt_form,
         objective_form=objective_form, n_paths=n_paths,
     )
+
+
+def _objective(ix: Indexed, c: _Columns, b: Bounds, form: ObjectiveForm, num_cols: int,
+               r_col: int) -> Tuple[np.ndarray, float]:
+    """The cost vector and constant offset: r alone, or F' with each term normalised by its span."""
+    w = ix.instance.weights
+    cost = np.zeros(num_cols)
+    offset = 0.0
+    if form is ObjectiveForm.RAW_R:
+        if w.r != 1.0:
+            raise ValueError("objective_form raw_r minimises r alone: it needs weights r = 1, a = z = 0")
+        cost[r_col] = 1.0
+        return cost, offset
+    arcs = range(len(ix.dag.arcs))
+    width = span(b.r_min, b.r_max)
+    if w.r > 0 and width:
+        cost[r_col] = -w.r / width
+        offset += w.r * b.r_max / width
+    width = span(b.log_a_min, b.log_a_max)
+    if w.a > 0 and width:
+        for i in range(ix.n):
+            cost[c.x_cols(i)] += w.a * ix.log_a_node[ix.candidates[i]] / width
+        for k in arcs:
+            cost[c.y_cols(k)] += w.a * c.pair_values(k, ix.log_a_link) / width
+        offset -= w.a * b.log_a_min / width
+    width = span(b.z_min, b.z_max)
+    if w.z > 0 and width:
+        assert ix.instance.network_objective is not None  # validated: weights.z > 0 needs one
+        weight = ix.network_weight(ix.instance.network_objective)
+        for k in arcs:
+            cost[c.y_cols(k)] -= w.z * ix.rates[k] * c.pair_values(k, weight) / width
+        offset += w.z * b.z_max / width
+    return cost, offset
 
 
 def _response_time_rows(rows: _Rows, ix: Indexed, form, x_cols, y_cols, pair_values, r_col, t_start) -> None:

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -189,7 +189,7 @@ def run_provider(cfg: ProviderConfig, *, clock: Optional[Clock] = None, transpor
 
     ``emitter_hook`` receives the emitter before it starts (e.g. to stop it from a signal handler).
     """
-    from testbed.eventlog import EventLog, Manifest, code_revision, finish_manifest, package_versions, write_manifest
+    from testbed.eventlog import finish_manifest
 
     validate_provider(cfg)
     run_id = cfg.run_id or default_run_id(cfg.pattern.name)
@@ -204,18 +204,7 @@ def run_provider(cfg: ProviderConfig, *, clock: Optional[Clock] = None, transpor
     provider = Provider(pattern, source_specs(cfg), transport, cfg.seed, cfg.topology.tick_ms, cfg.payloads,
                         clock, cfg.max_machines, cfg.image_compress_level)
 
-    run_dir: Optional[Path] = None
-    log: Optional[EventLog] = None
-    if write_log:
-        run_dir = Path(cfg.out) / cfg.pattern.name / run_id
-        run_dir.mkdir(parents=True, exist_ok=True)
-        log = EventLog(run_dir)
-        write_manifest(run_dir, Manifest(
-            run_id=run_id, experiment="provider", pattern=cfg.pattern.name, config=f"provider-{cfg.transport.value}",
-            policy="none", btu_minutes=0, rep=0, seed=cfg.seed, seeds={"provider": cfg.seed, "pattern": pattern_seed},
-            backend=f"provider-{cfg.transport.value}", resolved_config=to_plain(cfg),
-            code_revision=code_revision(), versions=package_versions(),
-        ))
+    run_dir, log = _open_log(cfg, run_id, pattern_seed) if write_log else (None, None)
     checkpoint_every = max(1, int(round(cfg.checkpoint_s / tick_s)))
 
     def after_tick(result: TickResult) -> None:
@@ -229,18 +218,8 @@ def run_provider(cfg: ProviderConfig, *, clock: Optional[Clock] = None, transpor
         emitter_hook(emitter)
     status, error, flushed = "incomplete", None, False
     try:
-        transport.start(cfg.connect_timeout_s)
-        try:
-            emitter.run()
-        finally:
-            flushed = transport.flush(cfg.flush_timeout_s)
-            transport.close(cfg.flush_timeout_s)
-        if emitter.stopped:
-            error = f"stopped after {len(emitter.results)} of {n_ticks} ticks"
-        elif not flushed:
-            error = f"not every item confirmed within {cfg.flush_timeout_s} s: {transport.stats.as_dict()}"
-        else:
-            status = "complete"
+        error, flushed = _emit_and_flush(cfg, emitter, transport, n_ticks)
+        status = "complete" if error is None else status
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
         raise
@@ -254,6 +233,37 @@ def run_provider(cfg: ProviderConfig, *, clock: Optional[Clock] = None, transpor
         emit_ms=np.array([r.emit_ms for r in emitter.results]),
         transport=transport.stats.as_dict(), flushed=flushed, load=provider.load,
     )
+
+
+def _open_log(cfg: ProviderConfig, run_id: str, pattern_seed: int) -> Tuple[Path, Any]:
+    """The run's folder under out/<pattern>/<run id>, its event log and its manifest."""
+    from testbed.eventlog import EventLog, Manifest, code_revision, package_versions, write_manifest
+
+    run_dir = Path(cfg.out) / cfg.pattern.name / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_manifest(run_dir, Manifest(
+        run_id=run_id, experiment="provider", pattern=cfg.pattern.name, config=f"provider-{cfg.transport.value}",
+        policy="none", btu_minutes=0, rep=0, seed=cfg.seed, seeds={"provider": cfg.seed, "pattern": pattern_seed},
+        backend=f"provider-{cfg.transport.value}", resolved_config=to_plain(cfg),
+        code_revision=code_revision(), versions=package_versions(),
+    ))
+    return run_dir, EventLog(run_dir)
+
+
+def _emit_and_flush(cfg: ProviderConfig, emitter: Emitter, transport: Transport,
+                    n_ticks: int) -> Tuple[Optional[str], bool]:
+    """Emits every tick and waits for the transport's confirmations: (why the run is incomplete or None, flushed)."""
+    transport.start(cfg.connect_timeout_s)
+    try:
+        emitter.run()
+    finally:
+        flushed = transport.flush(cfg.flush_timeout_s)
+        transport.close(cfg.flush_timeout_s)
+    if emitter.stopped:
+        return f"stopped after {len(emitter.results)} of {n_ticks} ticks", flushed
+    if not flushed:
+        return f"not every item confirmed within {cfg.flush_timeout_s} s: {transport.stats.as_dict()}", flushed
+    return None, flushed
 
 
 def format_result(result: ProviderResult) -> str:

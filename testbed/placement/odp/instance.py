@@ -93,6 +93,7 @@ class OdpInstance:
 
 
 def _validate(inst: OdpInstance) -> None:
+    """Every problem raises InstanceError naming the offending key, in the order the fields are declared."""
     if not inst.operators:
         raise InstanceError("operators", "at least one operator is needed")
     if not inst.nodes:
@@ -100,26 +101,43 @@ def _validate(inst: OdpInstance) -> None:
     dims = len(inst.nodes[0].C)
     node_ids = _unique_ids([n.id for n in inst.nodes], "nodes")
     for k, n in enumerate(inst.nodes):
-        where = f"nodes[{k}]"
-        _check_resources(n.C, dims, f"{where}.C")
-        if not (n.S > 0 and math.isfinite(n.S)):
-            raise InstanceError(f"{where}.S", f"must be a finite number > 0, not {n.S}")
-        _check_availability(n.A, f"{where}.A")
+        _check_node(n, dims, f"nodes[{k}]")
     op_ids = _unique_ids([o.id for o in inst.operators], "operators")
     for k, o in enumerate(inst.operators):
-        where = f"operators[{k}]"
-        _check_resources(o.C, dims, f"{where}.C")
-        if not (o.R >= 0 and math.isfinite(o.R)):
-            raise InstanceError(f"{where}.R", f"must be a finite number ≥ 0, not {o.R}")
-        if o.candidates is not None:
-            if not o.candidates:
-                raise InstanceError(f"{where}.candidates", "must name at least one node")
-            if len(set(o.candidates)) != len(o.candidates):
-                raise InstanceError(f"{where}.candidates", "names a node twice")
-            unknown = [c for c in o.candidates if c not in node_ids]
-            if unknown:
-                raise InstanceError(f"{where}.candidates", f"unknown node {unknown[0]!r}")
-    seen_edges = set()
+        _check_operator(o, dims, node_ids, f"operators[{k}]")
+    _check_edges(inst, op_ids)
+    _check_links(inst, node_ids)
+    _check_weights(inst)
+
+
+def _finite_at_least_zero(value: float, key: str) -> None:
+    if not (value >= 0 and math.isfinite(value)):
+        raise InstanceError(key, f"must be a finite number ≥ 0, not {value}")
+
+
+def _check_node(n: Node, dims: int, where: str) -> None:
+    _check_resources(n.C, dims, f"{where}.C")
+    if not (n.S > 0 and math.isfinite(n.S)):
+        raise InstanceError(f"{where}.S", f"must be a finite number > 0, not {n.S}")
+    _check_availability(n.A, f"{where}.A")
+
+
+def _check_operator(o: Operator, dims: int, node_ids: set, where: str) -> None:
+    _check_resources(o.C, dims, f"{where}.C")
+    _finite_at_least_zero(o.R, f"{where}.R")
+    if o.candidates is None:
+        return
+    if not o.candidates:
+        raise InstanceError(f"{where}.candidates", "must name at least one node")
+    if len(set(o.candidates)) != len(o.candidates):
+        raise InstanceError(f"{where}.candidates", "names a node twice")
+    unknown = [c for c in o.candidates if c not in node_ids]
+    if unknown:
+        raise InstanceError(f"{where}.candidates", f"unknown node {unknown[0]!r}")
+
+
+def _check_edges(inst: OdpInstance, op_ids: set) -> None:
+    seen = set()
     for k, e in enumerate(inst.edges):
         where = f"edges[{k}]"
         for end, name in (("from", e.source), ("to", e.target)):
@@ -127,14 +145,16 @@ def _validate(inst: OdpInstance) -> None:
                 raise InstanceError(f"{where}.{end}", f"unknown operator {name!r}")
         if e.source == e.target:
             raise InstanceError(where, f"self-loop on {e.source!r}")
-        if (e.source, e.target) in seen_edges:
+        if (e.source, e.target) in seen:
             raise InstanceError(where, f"duplicate edge {e.source!r} → {e.target!r}")
-        seen_edges.add((e.source, e.target))
-        if not (e.rate >= 0 and math.isfinite(e.rate)):
-            raise InstanceError(f"{where}.rate", f"must be a finite number ≥ 0, not {e.rate}")
+        seen.add((e.source, e.target))
+        _finite_at_least_zero(e.rate, f"{where}.rate")
     cycle = _find_cycle(op_ids, [(e.source, e.target) for e in inst.edges])
     if cycle:
         raise InstanceError("edges", f"the operator graph has a cycle through {cycle!r}")
+
+
+def _check_links(inst: OdpInstance, node_ids: set) -> None:
     pairs = set()
     for k, link in enumerate(inst.links):
         where = f"links[{k}]"
@@ -146,8 +166,7 @@ def _validate(inst: OdpInstance) -> None:
         if (link.source, link.target) in pairs:
             raise InstanceError(where, f"duplicate link {link.source!r} → {link.target!r}")
         pairs.add((link.source, link.target))
-        if not (link.d >= 0 and math.isfinite(link.d)):
-            raise InstanceError(f"{where}.d", f"must be a finite number ≥ 0, not {link.d}")
+        _finite_at_least_zero(link.d, f"{where}.d")
         _check_availability(link.A, f"{where}.A")
         if not link.B >= 0:
             raise InstanceError(f"{where}.B", f"must be a number ≥ 0, not {link.B}")
@@ -155,11 +174,12 @@ def _validate(inst: OdpInstance) -> None:
         for v in node_ids:
             if u != v and (u, v) not in pairs and (v, u) not in pairs:
                 raise InstanceError("links", f"no link between {u!r} and {v!r} (the node graph is fully connected)")
+
+
+def _check_weights(inst: OdpInstance) -> None:
     w = inst.weights
     for name in ("r", "a", "z"):
-        value = getattr(w, name)
-        if not (value >= 0 and math.isfinite(value)):
-            raise InstanceError(f"weights.{name}", f"must be a finite number ≥ 0, not {value}")
+        _finite_at_least_zero(getattr(w, name), f"weights.{name}")
     if abs(w.r + w.a + w.z - 1.0) > 1e-9:
         raise InstanceError("weights", f"r + a + z must be 1, not {w.r + w.a + w.z:g}")
     if w.z > 0 and inst.network_objective is None:

@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
+from testbed.messages import one_line
+
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
@@ -106,20 +108,11 @@ def _experiment_once(overrides: List[str]) -> int:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
             cfg = compose("config", overrides=overrides)
     except HydraException as exc:  # as hydra.main reports a bad override, with our exit code
-        print(f"Error: {one_line(str(exc))}", file=sys.stderr)
+        print(f"Error: {one_line(exc, limit=None)}", file=sys.stderr)
         sys.exit(2)
     _COMPOSED = True
     _experiment(cfg)
     return 0
-
-
-def one_line(message: str) -> str:
-    """Hydra's multi-line messages as one line (a user's error is one line on stderr): a heading
-    ending in ':' is followed by its items, comma-separated (e.g. the options of a config group)."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    if len(lines) > 2 and lines[1].endswith(":"):
-        return f"{lines[0]}; {lines[1]} {', '.join(lines[2:])}"
-    return " ".join(lines)
 
 
 def patterns(argv: List[str]) -> int:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from testbed.messages import one_line
+
 RING_WEIGHT = 20  # ring points per worker queue: with one point a queue's share varies far more
 
 
@@ -76,12 +78,6 @@ def weights_by_key(weights: Sequence[float]) -> Dict[str, float]:
 
 
 # -- faults (docs/papers/daedalus.md#faults-during-a-live-job-run) ------------------------------------
-def one_line(text: str, limit: int = 240) -> str:
-    """`text` on one line (a manifest's reason): whitespace runs collapsed, cut at `limit` characters."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def last_log_line(logs: str) -> str:
     """The last non-empty line of a container's log (what a worker said last), on one line."""
     lines = [ln for ln in logs.splitlines() if ln.strip()]

@@ -24,9 +24,10 @@ from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Pro
 
 from operators.wiring import Wiring
 from testbed.config import ExperimentConfig, LiveConfig, TransportName
-from testbed.live.job_routing import Outage, one_line, redis_loss
+from testbed.live.job_routing import Outage, redis_loss
 from testbed.live.metrics_reader import MetricsReader, Sample, edge_counts, utilisation
 from testbed.live.rabbit_management import ManagementClient, PassiveDepthReader, RunDepths
+from testbed.messages import one_line
 from testbed.model import HostView, InstanceView, Snapshot
 from testbed.monitoring import (
     Observer,

@@ -23,7 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from kafka.errors import KafkaError
 from redis.exceptions import RedisError
@@ -33,7 +33,6 @@ from operators.wiring import Wiring, kafka_topics, wiring_for
 from testbed.actions import actions_table
 from testbed.config import ExperimentConfig, LiveConfig, TransportName
 from testbed.live.executor import LiveExecutor
-from testbed.live.job_routing import one_line
 from testbed.live.monitor import (
     LiveMonitor,
     RedisStateWatch,
@@ -46,6 +45,7 @@ from testbed.live.netem import LiveNetwork, new_traffic_table
 from testbed.live.provider_thread import ProviderThread
 from testbed.live.rabbit_management import ManagementError, RunDepths
 from testbed.live.switchboard import RedisSwitchboard
+from testbed.messages import one_line
 from testbed.model import InstanceState
 from testbed.monitoring import Observer, SnapshotSettings, new_monitor_tables
 from testbed.placement.records import placements_table
@@ -225,78 +225,106 @@ class LiveRun:
     def run(self) -> RunResult:
         from testbed.live.hostpool import HostPool
 
-        cfg, live = self.cfg, self.cfg.backend.live
-        pool = HostPool(cfg, self.prefix, self.now, stream(self.seed, "cloud"))
+        pool = HostPool(self.cfg, self.prefix, self.now, stream(self.seed, "cloud"))
         pool.check_engines()  # an unreachable engine or a missing image fails here, before any lease
-        provider: Optional[ProviderThread] = None
-        monitor = None
+        self._provider: Optional[ProviderThread] = None
+        self._monitor: Optional[LiveMonitor] = None
         try:
-            self._declare()
-            self.redis_watch = RedisStateWatch(redis_client(live.redis_url), self.prefix, self.REDIS_OUTAGE_S)
-            self.redis_watch.start()
-            if cfg.backend.emulation.enabled:
-                self.network = LiveNetwork(cfg.backend.emulation, self.wiring, live.amqp_url,
-                                           redis_client(live.redis_url), self.seed)
-            executor = self._executor(pool)
-            self._deploy(pool, executor)
-            if self.network is not None:
-                self.network.sync(executor.views(0.0)[1])
-            provider = ProviderThread(cfg, self.pattern, self.wiring, self.seed, self.duration_s,
-                                      wrap=self.network.sender if self.network is not None else None)
-            # a restart acting on the source holds, drops or pauses the provider's items
-            executor.source_gate = provider.gate
-            provider.start()
-            self._t0 = self.wall()
-            monitor = LiveMonitor.from_config(cfg, self.topology, self.wiring, time.time(), self.btu_s)
-            pool.service_bound_s = monitor.slowest_s  # drain deadlines follow the service times seen
-            tables = new_monitor_tables(samples=True)
-            if self.network is not None:
-                monitor.depth_source = self.network.depths(monitor.depth_source)
-                tables["host_traffic"] = new_traffic_table()
+            executor = self._start(pool)
+            provider = self._start_provider(executor)
+            monitor, tables = self._start_monitor(pool)
             self._control_loop(pool, executor, monitor, provider, tables)
-            flushed = provider.stop()
-            end = self.now()
-            if self._guard(end, monitor.observe, end, provider.emitted(), executor.take_purged(),
-                           self._inactive(executor, end)) is not None:
-                self._record(monitor, tables, executor.views(end), end)
-            accounting = self._drain_and_account(pool, monitor, provider, executor.purged_total)
-            self._check_redis()  # a restart during the drain leaves totals that are not the run's
-            drained = self._guard(end, monitor.read_remaining_samples)  # items finished while draining
-            if drained:
-                record_samples(tables, drained, self.topology.sinks)
-            if self.network is not None:  # what the senders reported while draining
-                self._guard(end, self.network.record, tables, end)
-            tables["load"] = provider.load_table()
-            tables["actions"] = actions_table(executor.records, self.policy.name)
-            tables["placements"] = placements_table(executor.records, self.policy.placement)
-            tables["leases"] = pool.leases(end)
-            details = {
-                "prefix": self.prefix, "provider_flushed": flushed, "transport": live.transport.value,
-                "provider_stats": provider.transport.stats.as_dict(), "accounting": accounting.as_dict(),
-                "provider_held_ticks": provider.gated.held_ticks,  # held by restarts with source=hold
-                "provider_dropped_items": provider.gated.dropped_items,  # dropped by restarts with source=drop
-                "provider_paused_ticks": provider.gated.paused_ticks,  # skipped by restarts with source=pause
-                "entry_kept": executor.entry_kept,  # per restart keeping them: items left in the entry queues
-                "instances": [dataclasses.asdict(r) for r in pool.records()],
-                "crashes": [dataclasses.asdict(c) for c in pool.crashed()],
-                "images": pool.image_digests(), "monitor_failures": self.monitor_failures,
-            }
-            if self.network is not None:
-                details["network"] = self.network.details()
-            return RunResult(tables, end, details)
+            return self._finish(pool, executor, monitor, provider, tables)
         except RedisError as exc:  # a read that failed: a lost state explains it best
             reason = self._redis_fault() or f"Redis unreachable at t={self.now():.0f} s: {exc}"
             raise LiveRunError(one_line(reason)) from exc
         finally:
-            if provider is not None and provider.running:
-                provider.stop(flush_timeout_s=5.0)
-            removed = pool.cleanup()
-            if removed:
-                log.info("removed %d container(s) of run %s", removed, self.prefix)
-            if monitor is not None:
-                monitor.close()
-            if not live.keep_broker_state:
-                self._undeclare()
+            self._teardown(pool)
+
+    def _start(self, pool) -> LiveExecutor:
+        """Broker names, the Redis watch, the emulated network and the initial deployment."""
+        cfg, live = self.cfg, self.cfg.backend.live
+        self._declare()
+        self.redis_watch = RedisStateWatch(redis_client(live.redis_url), self.prefix, self.REDIS_OUTAGE_S)
+        self.redis_watch.start()
+        if cfg.backend.emulation.enabled:
+            self.network = LiveNetwork(cfg.backend.emulation, self.wiring, live.amqp_url,
+                                       redis_client(live.redis_url), self.seed)
+        executor = self._executor(pool)
+        self._deploy(pool, executor)
+        if self.network is not None:
+            self.network.sync(executor.views(0.0)[1])
+        return executor
+
+    def _start_provider(self, executor: LiveExecutor) -> ProviderThread:
+        provider = ProviderThread(self.cfg, self.pattern, self.wiring, self.seed, self.duration_s,
+                                  wrap=self.network.sender if self.network is not None else None)
+        self._provider = provider
+        # a restart acting on the source holds, drops or pauses the provider's items
+        executor.source_gate = provider.gate
+        provider.start()
+        self._t0 = self.wall()
+        return provider
+
+    def _start_monitor(self, pool) -> Tuple[LiveMonitor, Dict[str, Dict[str, list]]]:
+        monitor = LiveMonitor.from_config(self.cfg, self.topology, self.wiring, time.time(), self.btu_s)
+        self._monitor = monitor
+        pool.service_bound_s = monitor.slowest_s  # drain deadlines follow the service times seen
+        tables = new_monitor_tables(samples=True)
+        if self.network is not None:
+            monitor.depth_source = self.network.depths(monitor.depth_source)
+            tables["host_traffic"] = new_traffic_table()
+        return monitor, tables
+
+    def _finish(self, pool, executor: LiveExecutor, monitor: LiveMonitor, provider: ProviderThread,
+                tables: Dict[str, Dict[str, list]]) -> RunResult:
+        """Stop the provider, record the last interval, drain, account and build the run's tables."""
+        flushed = provider.stop()
+        end = self.now()
+        if self._guard(end, monitor.observe, end, provider.emitted(), executor.take_purged(),
+                       self._inactive(executor, end)) is not None:
+            self._record(monitor, tables, executor.views(end), end)
+        accounting = self._drain_and_account(pool, monitor, provider, executor.purged_total)
+        self._check_redis()  # a restart during the drain leaves totals that are not the run's
+        drained = self._guard(end, monitor.read_remaining_samples)  # items finished while draining
+        if drained:
+            record_samples(tables, drained, self.topology.sinks)
+        if self.network is not None:  # what the senders reported while draining
+            self._guard(end, self.network.record, tables, end)
+        tables["load"] = provider.load_table()
+        tables["actions"] = actions_table(executor.records, self.policy.name)
+        tables["placements"] = placements_table(executor.records, self.policy.placement)
+        tables["leases"] = pool.leases(end)
+        return RunResult(tables, end, self._details(pool, executor, provider, flushed, accounting.as_dict()))
+
+    def _details(self, pool, executor: LiveExecutor, provider: ProviderThread, flushed: bool,
+                 accounting: Dict[str, Any]) -> Dict[str, Any]:
+        details: Dict[str, Any] = {
+            "prefix": self.prefix, "provider_flushed": flushed, "transport": self.cfg.backend.live.transport.value,
+            "provider_stats": provider.transport.stats.as_dict(), "accounting": accounting,
+            "provider_held_ticks": provider.gated.held_ticks,  # held by restarts with source=hold
+            "provider_dropped_items": provider.gated.dropped_items,  # dropped by restarts with source=drop
+            "provider_paused_ticks": provider.gated.paused_ticks,  # skipped by restarts with source=pause
+            "entry_kept": executor.entry_kept,  # per restart keeping them: items left in the entry queues
+            "instances": [dataclasses.asdict(r) for r in pool.records()],
+            "crashes": [dataclasses.asdict(c) for c in pool.crashed()],
+            "images": pool.image_digests(), "monitor_failures": self.monitor_failures,
+        }
+        if self.network is not None:
+            details["network"] = self.network.details()
+        return details
+
+    def _teardown(self, pool) -> None:
+        """Whatever happened: the provider stopped, the run's containers removed, its broker names deleted."""
+        if self._provider is not None and self._provider.running:
+            self._provider.stop(flush_timeout_s=5.0)
+        removed = pool.cleanup()
+        if removed:
+            log.info("removed %d container(s) of run %s", removed, self.prefix)
+        if self._monitor is not None:
+            self._monitor.close()
+        if not self.cfg.backend.live.keep_broker_state:
+            self._undeclare()
 
     def _executor(self, pool) -> LiveExecutor:
         """Instances get their operator's environment; the report operator also a folder of the run

@@ -23,13 +23,13 @@ from testbed.live.job_routing import (
     committed_id,
     inflight_limit,
     last_log_line,
-    one_line,
     parse_ids,
     rebinding,
     redis_loss,
     retry_until,
     worker_shares,
 )
+from testbed.messages import one_line
 from tests.conftest import compose_config
 
 LIVE_JOB = ("evaluation=daedalus", "backend=docker", "job.max_scaleout=15", "reps=1")

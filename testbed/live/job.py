@@ -76,7 +76,6 @@ from testbed.live.job_routing import (
     inflight_limit,
     key_names,
     last_log_line,
-    one_line,
     parse_ids,
     rebinding,
     redis_loss,
@@ -84,6 +83,7 @@ from testbed.live.job_routing import (
     worker_shares,
 )
 from testbed.live.run import run_prefix
+from testbed.messages import one_line
 from testbed.model import ScaleDown
 from testbed.policies.contract import Policy
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
@@ -144,6 +144,15 @@ class Series:
 
     def __len__(self) -> int:
         return len(self.lag)
+
+
+@dataclass
+class _LastReading:
+    """The sampler's previous reading: when, processed per worker, CPU time per worker."""
+
+    t: float
+    processed: Dict[str, int] = field(default_factory=dict)
+    usage: Dict[int, Tuple[str, int]] = field(default_factory=dict)  # worker -> (its container, CPU time)
 
 
 class LiveJobRun:
@@ -210,77 +219,20 @@ class LiveJobRun:
         import pika.exceptions
         import redis
 
-        engine_url = self.live.engines[0].url
-        self.docker = connect(engine_url)
-        missing = missing_images(self.docker, [self.settings.image])
-        if missing:
-            raise EngineError(engine_url, f"image {missing[0]} missing: build it with `bash infra/images.sh` "
-                                          f"(or `make images`)")
+        self._connect_engine()
         self.redis = self._redis_client()
-        sampler: Optional[threading.Thread] = None
+        self._sampler: Optional[threading.Thread] = None
         self._stop_sampling = threading.Event()
         try:
             self.redis_run_id = self._redis_id(self.redis)
             self._declare()
-            owners = self._probe()
-            shares = {n: worker_shares(owners[n], dict(zip(self.keys, self.weights, strict=True)), n) for n in owners}
-            self.capacity = {n: capacity(self.settings.worker_rate, s) for n, s in shares.items()}
-            peak = float(self.pattern_rates.max()) if len(self.pattern_rates) else 0.0
-            target_peak = self.job.peak_fraction * self.capacity[min(self.job.capacity_workers, self.top)]
-            rates = self.pattern_rates * (target_peak / peak if peak > 0 else 0.0)
-            cum = np.floor(np.cumsum(rates))
-            arrivals = np.diff(np.concatenate([[0.0], cum])).astype(int)
-            self.arrivals_plan = arrivals
-            start = self.policy.initial_parallelism(self.top)
-            n0 = int(start or self.job.initial_parallelism)
-            self.redis.set(self._key("control"), "stop:0")
-            self._state_written = True  # from here on the control key is always there
-            self._start_workers(range(n0), 0.0)
-            self._wait_phase(range(n0), "idle:", self.settings.start_timeout_s, "start")
-            self._bind(*rebinding(0, n0))
-            self.n = n0
-            self.epoch = 1
-            self.redis.set(self._key("control"), f"run:{self.epoch}")
-            gate = InflightGate(inflight_limit(self.settings.inflight_s, self.settings.worker_rate, n0))
-            router = self._router = Router(self.live.amqp_url, self.prefix, gate, self._processed_total)
-            source = self._source = ItemSource(self.live.amqp_url, self.prefix, arrivals, self.keys, self.weights,
-                                               stream(self.seed, "job/keys-drawn"))
-            self._t0 = time.monotonic()
-            router.start()
-            source.start(self._t0)
-            sampler = threading.Thread(target=self._sample_loop, args=(source, router), name="job-sampler", daemon=True)
-            sampler.start()
+            shares, target_peak = self._plan_arrivals()
+            source, router = self._start_job()
+            self._sampler = threading.Thread(target=self._sample_loop, args=(source, router), name="job-sampler",
+                                             daemon=True)
+            self._sampler.start()
             self._control_loop(source, router)
-            source.stop()
-            end = self.now()
-            if not router.pause(self.settings.stop_timeout_s):
-                self._check_faults()
-                raise LiveJobError(f"the router did not pause at the end of the run (t={self.now():.0f} s)")
-            self._stop_sampling.set()
-            sampler.join(self.STALL_S)
-            self._check_faults()
-            accounting = self._final(source, router)
-            self.series.arrivals = [source.per_second[k] if k < len(source.per_second) else 0
-                                    for k in range(len(self.series))]  # what was published, for the tables
-            tables = self._tables(source.t0_wall or time.time())
-            lost = self._redis_lost()  # the tables read Redis too (latencies): still the run's state?
-            if lost:
-                raise LiveJobError(lost)
-            details = {"job": {"mu": self.settings.worker_rate,
-                               "capacity": {str(n): c for n, c in self.capacity.items()},
-                               "shares": {str(n): s for n, s in shares.items()}, "peak_rate": target_peak,
-                               "items": accounting.emitted, "unprocessed_at_end": accounting.queued_entry
-                               + accounting.queued_workers, "measured_worker_rate": self._measured_rate(),
-                               "live": True},
-                       "prefix": self.prefix, "accounting": accounting.as_dict(), "instances": self.instance_log,
-                       "recoveries": self.recoveries, "time_compression": self.settings.time_compression}
-            controller = self.policy.run_details()
-            if controller is not None:
-                details["controller"] = controller
-            print(f"live job {self.run_id}: {end:.0f} s, {len(self.rescales['t_s'])} rescale(s), "
-                  f"{len(self.recoveries)} worker(s) replaced, accounting {accounting.as_dict()}",
-                  file=sys.stderr, flush=True)
-            return RunResult(tables, float(len(self.series)), details)
+            return self._finish(source, router, shares, target_peak)
         except (redis.RedisError, pika.exceptions.AMQPError, LiveJobError) as exc:
             # the reason goes to the manifest: one line naming what failed and when
             reason = exc if isinstance(exc, LiveJobError) else LiveJobError(self._reason(exc, "the runtime"))
@@ -289,16 +241,101 @@ class LiveJobRun:
                 raise
             raise reason from exc
         finally:
-            self._stop_sampling.set()
-            for part in (self._source, self._router):
-                if part is not None:
-                    try:
-                        part.stop()
-                    except Exception as exc:  # cleanup goes on
-                        log.warning("stopping %s: %s", type(part).__name__, exc)
-            if sampler is not None:
-                sampler.join(5.0)
-            self._cleanup()
+            self._stop_parts()
+
+    def _connect_engine(self) -> None:
+        engine_url = self.live.engines[0].url
+        self.docker = connect(engine_url)
+        missing = missing_images(self.docker, [self.settings.image])
+        if missing:
+            raise EngineError(engine_url, f"image {missing[0]} missing: build it with `bash infra/images.sh` "
+                                          f"(or `make images`)")
+
+    def _plan_arrivals(self) -> Tuple[Dict[int, List[float]], float]:
+        """Capacities from the measured key ownership, and the arrivals per second scaled so that the
+        workload's peak is peak_fraction of capacity_workers' capacity: (shares per parallelism, peak rate)."""
+        owners = self._probe()
+        shares = {n: worker_shares(owners[n], dict(zip(self.keys, self.weights, strict=True)), n) for n in owners}
+        self.capacity = {n: capacity(self.settings.worker_rate, s) for n, s in shares.items()}
+        peak = float(self.pattern_rates.max()) if len(self.pattern_rates) else 0.0
+        target_peak = self.job.peak_fraction * self.capacity[min(self.job.capacity_workers, self.top)]
+        rates = self.pattern_rates * (target_peak / peak if peak > 0 else 0.0)
+        cum = np.floor(np.cumsum(rates))
+        self.arrivals_plan = np.diff(np.concatenate([[0.0], cum])).astype(int)
+        return shares, target_peak
+
+    def _start_job(self) -> Tuple[ItemSource, Router]:
+        """The initial workers started and bound, then the router and the source: the run's clock starts."""
+        start = self.policy.initial_parallelism(self.top)
+        n0 = int(start or self.job.initial_parallelism)
+        self.redis.set(self._key("control"), "stop:0")
+        self._state_written = True  # from here on the control key is always there
+        self._start_workers(range(n0), 0.0)
+        self._wait_phase(range(n0), "idle:", self.settings.start_timeout_s, "start")
+        self._bind(*rebinding(0, n0))
+        self.n = n0
+        self.epoch = 1
+        self.redis.set(self._key("control"), f"run:{self.epoch}")
+        gate = InflightGate(inflight_limit(self.settings.inflight_s, self.settings.worker_rate, n0))
+        router = self._router = Router(self.live.amqp_url, self.prefix, gate, self._processed_total)
+        source = self._source = ItemSource(self.live.amqp_url, self.prefix, self.arrivals_plan, self.keys,
+                                           self.weights, stream(self.seed, "job/keys-drawn"))
+        self._t0 = time.monotonic()
+        router.start()
+        source.start(self._t0)
+        return source, router
+
+    def _finish(self, source: ItemSource, router: Router, shares: Dict[int, List[float]],
+                target_peak: float) -> RunResult:
+        """The source stopped, the router paused, the sampler joined: account, and build the tables."""
+        source.stop()
+        end = self.now()
+        if not router.pause(self.settings.stop_timeout_s):
+            self._check_faults()
+            raise LiveJobError(f"the router did not pause at the end of the run (t={self.now():.0f} s)")
+        self._stop_sampling.set()
+        assert self._sampler is not None
+        self._sampler.join(self.STALL_S)
+        self._check_faults()
+        accounting = self._final(source, router)
+        self.series.arrivals = [source.per_second[k] if k < len(source.per_second) else 0
+                                for k in range(len(self.series))]  # what was published, for the tables
+        tables = self._tables(source.t0_wall or time.time())
+        lost = self._redis_lost()  # the tables read Redis too (latencies): still the run's state?
+        if lost:
+            raise LiveJobError(lost)
+        details = self._details(accounting, shares, target_peak)
+        print(f"live job {self.run_id}: {end:.0f} s, {len(self.rescales['t_s'])} rescale(s), "
+              f"{len(self.recoveries)} worker(s) replaced, accounting {accounting.as_dict()}",
+              file=sys.stderr, flush=True)
+        return RunResult(tables, float(len(self.series)), details)
+
+    def _details(self, accounting: JobAccounting, shares: Dict[int, List[float]],
+                 target_peak: float) -> Dict[str, Any]:
+        details: Dict[str, Any] = {
+            "job": {"mu": self.settings.worker_rate, "capacity": {str(n): c for n, c in self.capacity.items()},
+                    "shares": {str(n): s for n, s in shares.items()}, "peak_rate": target_peak,
+                    "items": accounting.emitted, "unprocessed_at_end": accounting.queued_entry
+                    + accounting.queued_workers, "measured_worker_rate": self._measured_rate(), "live": True},
+            "prefix": self.prefix, "accounting": accounting.as_dict(), "instances": self.instance_log,
+            "recoveries": self.recoveries, "time_compression": self.settings.time_compression}
+        controller = self.policy.run_details()
+        if controller is not None:
+            details["controller"] = controller
+        return details
+
+    def _stop_parts(self) -> None:
+        """Whatever happened: the sampler, the source and the router stopped, the run's containers and names gone."""
+        self._stop_sampling.set()
+        for part in (self._source, self._router):
+            if part is not None:
+                try:
+                    part.stop()
+                except Exception as exc:  # cleanup goes on
+                    log.warning("stopping %s: %s", type(part).__name__, exc)
+        if self._sampler is not None:
+            self._sampler.join(5.0)
+        self._cleanup()
 
     # -- faults ----------------------------------------------------------------------------------------
     def _redis_client(self):
@@ -589,15 +626,12 @@ class LiveJobRun:
         back (the seconds catch up); away for longer than REDIS_OUTAGE_S, restarted or emptied: the
         run's fault. A lost broker connection is the run's fault at once."""
         import pika.exceptions
-        import redis
 
         try:
             client = self._redis_client()
             conn = amqp_connect(self.live.amqp_url)
             ch = conn.channel()
-            last_proc: Dict[str, int] = {}
-            last_use: Dict[int, Tuple[str, int]] = {}  # worker -> (its container, CPU time): a replaced one starts over
-            last_t = time.monotonic()
+            last = _LastReading(time.monotonic())
             outage = Outage(self.REDIS_OUTAGE_S)
             k = 0
             assert self._t0 is not None  # set before the sampler starts
@@ -607,57 +641,12 @@ class LiveJobRun:
                     conn.process_data_events(time_limit=min(0.05, max(0.0, due - time.monotonic())))
                 if self._stop_sampling.is_set():
                     break
-                try:
-                    proc = {key.decode(): int(v)
-                            for key, v in client.hgetall(redis_key(self.prefix, "processed")).items()}
-                    lost = self._redis_lost(client)
-                except redis.RedisError as exc:
-                    if outage.failed(self.now()):
-                        self.fault = (f"Redis unreachable since t={outage.since:.0f} s ({one_line(str(exc), 120)}): "
-                                      f"the run's counts and checkpoints are there; the run cannot go on")
-                        break
-                    time.sleep(0.2)
-                    continue
-                outage.ok()
-                if lost:
-                    self.fault = lost
+                proc, stop = self._read_processed(client, outage)
+                if stop:
                     break
-                now = time.monotonic()
-                dt = now - last_t
-                last_t = now
-                with self._lock:
-                    workers = dict(self.workers)
-                    n, down = self.n, self.down
-                thr = np.zeros(self.top)
-                cpu = np.full(self.top, np.nan)
-                for w, wc in workers.items():
-                    name = worker_name(w)
-                    thr[w] = max(0, proc.get(name, 0) - last_proc.get(name, 0))
-                    use = self._usage(wc)
-                    prev = last_use.get(w)
-                    if use is not None and prev is not None and prev[0] == wc.container.id:
-                        cpu[w] = min(1.5, cpu_fraction(prev[1], use, dt, self.settings.cpus))
-                    if use is not None:
-                        last_use[w] = (wc.container.id, use)
-                for w in list(last_use):
-                    if w not in workers:
-                        del last_use[w]
-                last_proc = proc
-                waiting = 0
-                for w in range(self.top):
-                    waiting += ch.queue_declare(worker_queue(self.prefix, w), passive=True).method.message_count
-                forwarded = router.forwarded  # read first: forwarded <= emitted at any moment, so the backlog >= 0
-                backlog = source.emitted - forwarded
-                t_end = k + 1.0
-                s = self.series
-                # what the source published in second k (its plan while it is still catching up)
-                s.arrivals.append(source.per_second[k] if k < len(source.per_second) else int(self.arrivals_plan[k]))
-                s.thr.append(thr)
-                s.cpu.append(cpu)
-                s.lag.append(float(backlog + waiting))
-                s.uptime.append(0.0 if down else t_end - self.up_since)
-                s.parallel.append(n)
-                s.running.append(0 if down else n)
+                if proc is None:
+                    continue
+                self._sample_row(k, proc, last, ch, source, router)
                 k += 1
             if conn.is_open:
                 conn.close()
@@ -666,6 +655,70 @@ class LiveJobRun:
             self.fault = self._reason(exc, "the measurements")
         except BaseException as exc:
             self.sampler_error = exc
+
+    def _read_processed(self, client, outage: Outage) -> Tuple[Optional[Dict[str, int]], bool]:
+        """(processed per worker or None to try again, whether the run has a fault and sampling stops)."""
+        import redis
+
+        try:
+            proc = {key.decode(): int(v) for key, v in client.hgetall(redis_key(self.prefix, "processed")).items()}
+            lost = self._redis_lost(client)
+        except redis.RedisError as exc:
+            if outage.failed(self.now()):
+                self.fault = (f"Redis unreachable since t={outage.since:.0f} s ({one_line(str(exc), 120)}): "
+                              f"the run's counts and checkpoints are there; the run cannot go on")
+                return None, True
+            time.sleep(0.2)
+            return None, False
+        outage.ok()
+        if lost:
+            self.fault = lost
+            return None, True
+        return proc, False
+
+    def _sample_row(self, k: int, proc: Dict[str, int], last: _LastReading, ch, source: ItemSource,
+                    router: Router) -> None:
+        """Second k's row: throughput and CPU per worker, the backlog before and in the workers' queues."""
+        now = time.monotonic()
+        dt = now - last.t
+        last.t = now
+        with self._lock:
+            workers = dict(self.workers)
+            n, down = self.n, self.down
+        thr, cpu = self._worker_rates(workers, proc, last, dt)
+        waiting = 0
+        for w in range(self.top):
+            waiting += ch.queue_declare(worker_queue(self.prefix, w), passive=True).method.message_count
+        forwarded = router.forwarded  # read first: forwarded <= emitted at any moment, so the backlog >= 0
+        backlog = source.emitted - forwarded
+        s = self.series
+        # what the source published in second k (its plan while it is still catching up)
+        s.arrivals.append(source.per_second[k] if k < len(source.per_second) else int(self.arrivals_plan[k]))
+        s.thr.append(thr)
+        s.cpu.append(cpu)
+        s.lag.append(float(backlog + waiting))
+        s.uptime.append(0.0 if down else k + 1.0 - self.up_since)
+        s.parallel.append(n)
+        s.running.append(0 if down else n)
+
+    def _worker_rates(self, workers: Dict[int, WorkerContainer], proc: Dict[str, int], last: _LastReading,
+                      dt: float) -> Tuple[np.ndarray, np.ndarray]:
+        thr = np.zeros(self.top)
+        cpu = np.full(self.top, np.nan)
+        for w, wc in workers.items():
+            name = worker_name(w)
+            thr[w] = max(0, proc.get(name, 0) - last.processed.get(name, 0))
+            use = self._usage(wc)
+            prev = last.usage.get(w)
+            if use is not None and prev is not None and prev[0] == wc.container.id:
+                cpu[w] = min(1.5, cpu_fraction(prev[1], use, dt, self.settings.cpus))
+            if use is not None:
+                last.usage[w] = (wc.container.id, use)
+        for w in list(last.usage):
+            if w not in workers:
+                del last.usage[w]
+        last.processed = proc
+        return thr, cpu
 
     def _usage(self, wc: WorkerContainer) -> Optional[int]:
         if wc.usage_path is None:

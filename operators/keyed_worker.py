@@ -29,7 +29,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 from operators.keyed_job import Item, ItemError, redis_key, worker_name, worker_queue
 
@@ -51,7 +51,7 @@ class WorkerConfig:
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> "WorkerConfig":
-        def num(var: str, default: float, cast=float):
+        def num(var: str, default: float, cast: Callable[[str], Any] = float) -> Any:
             raw = env.get(var, "").strip()
             try:
                 return cast(raw) if raw else default

@@ -82,7 +82,8 @@ def dispatch(t: float, actions: Sequence[Action], target: ActionTarget, records:
     def resolve(ref: str) -> str:
         return bound[ref] if ref.startswith(NEW_HOST_PREFIX) else ref
 
-    def record(a: Action, operator=None, instance=None, host=None, target_host=None, kind=None, reason=None) -> None:
+    def record(a: Action, operator: Optional[str] = None, instance: Optional[str] = None, host: Optional[str] = None,
+               target_host: Optional[str] = None, kind: Optional[str] = None, reason: Optional[str] = None) -> None:
         records.append(ActionRecord(t, kind or a.kind, operator, instance, host, target_host, reason or a.reason))
 
     for a in actions:

@@ -6,6 +6,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Optional, TextIO
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class Progress:
     """Called with each run's Outcome; prints a line at most every `every_s` (and at the end) to
     `stream` (default: standard error)."""
 
-    def __init__(self, total: int, what: str = "sweep", stream=None, every_s: float = 5.0):
+    def __init__(self, total: int, what: str = "sweep", stream: Optional[TextIO] = None, every_s: float = 5.0) -> None:
         self.total, self.what, self.stream, self.every_s = total, what, stream, every_s
         self.counts = {"complete": 0, "incomplete": 0, "skipped": 0}
         self.t0 = time.monotonic()

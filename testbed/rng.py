@@ -3,6 +3,7 @@ run seed and a stable name, so adding a consumer never changes the draws of anot
 from __future__ import annotations
 
 import zlib
+from typing import Callable
 
 import numpy as np
 
@@ -15,7 +16,7 @@ class DrawBuffer:
     """Hands out draws one at a time from numpy blocks (fast in a Python loop, still seeded), or
     block by block to compiled code (`rest`, then `block`): the same stream either way."""
 
-    def __init__(self, draw, block: int = 8192):
+    def __init__(self, draw: Callable[[int], np.ndarray], block: int = 8192) -> None:
         self._draw = draw  # callable(size) -> ndarray
         self._block = block
         self._values: list[float] = []

@@ -29,7 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from testbed import runs_folder
 from testbed.config import BackendName, ConfigError, ExperimentConfig, to_plain
@@ -219,7 +219,7 @@ def _spark_task(packed: bytes) -> bytes:
     return pickle.dumps(run_once(pickle.loads(packed)))
 
 
-def run_spark(runs: Sequence[SweepRun], spark_cfg, done: Callable[[Outcome], None]) -> None:
+def run_spark(runs: Sequence[SweepRun], spark_cfg: Any, done: Callable[[Outcome], None]) -> None:
     """One Spark task per run, no speculative copies (a retried task is safe: see `run_once`).
     While the job runs, runs are reported as their folders complete; failures when it returns."""
     import pickle

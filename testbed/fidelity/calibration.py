@@ -15,7 +15,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 import optuna
 import pandas as pd
@@ -100,7 +100,7 @@ def _suggest(trial: optuna.Trial) -> Dict[str, Any]:
     return values
 
 
-def calibrate(cfg: CalibrationConfig, log=None) -> CalibrationResult:
+def calibrate(cfg: CalibrationConfig, log: Optional[TextIO] = None) -> CalibrationResult:
     """Run the search and write the profile and its record."""
     reference = load_reference()
     base = compose_experiment([f"pattern={cfg.pattern}", f"profile={cfg.base_profile}"], Path(cfg.conf_dir))

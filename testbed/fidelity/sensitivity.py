@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -92,7 +92,8 @@ def _plain(v: Any) -> Any:
 
 
 def sweep(profile: str, pattern: str, variants: Sequence[Variant], reference: pd.DataFrame, reps: int = 1,
-          seed: int = 1, duration_min: float = 120.0, conf_dir: Path = CONF_DIR, log=None) -> pd.DataFrame:
+          seed: int = 1, duration_min: float = 120.0, conf_dir: Path = CONF_DIR,
+          log: Optional[TextIO] = None) -> pd.DataFrame:
     """Run the profile and each variant on one pattern (same seeds); per variant and published cell:
     the measured value, the profile's value and the difference, plus the variant's distance."""
     def run(extra: Sequence[str]) -> Tuple[pd.DataFrame, float]:

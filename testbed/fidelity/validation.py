@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, TextIO
 
 from reporting.fidelity_gaps import FIDELITY_FOLDER
 from reporting.paper_comparison import load_reference
@@ -63,7 +63,7 @@ def parse_config(args: Sequence[str]) -> FidelityConfig:
     return parse_arguments(FidelityConfig, args).validate()
 
 
-def run_fidelity(cfg: FidelityConfig, log=None) -> Path:
+def run_fidelity(cfg: FidelityConfig, log: Optional[TextIO] = None) -> Path:
     out = Path(cfg.out)
     folder = out / FIDELITY_FOLDER
     folder.mkdir(parents=True, exist_ok=True)

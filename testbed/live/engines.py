@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import List, Mapping, Sequence
+from typing import Any, List, Mapping, Sequence
 
 import docker
 import docker.errors
@@ -78,7 +78,7 @@ class ContainerSpec:
     cgroup_parent: str = ""  # the logical host's cgroup (HostHolder), "" = the engine's default
     volumes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # host path -> {bind, mode}
 
-    def run(self, client: DockerClient):
+    def run(self, client: DockerClient) -> Any:
         """Create and start the container (detached); returns the SDK's Container."""
         return client.containers.run(
             # no init process: the image's own process is PID 1, and the kernel drops a signal sent to a

@@ -445,7 +445,7 @@ class HostPool:
         metrics flush and exit. A slow machine shows slow service times, so the bound grows with it."""
         return self.live.stop_timeout_s + 3.0 * self.live.parallel * max(0.0, self.service_bound_s(operator))
 
-    def _terminate(self, container, timeout_s: float) -> None:
+    def _terminate(self, container: Any, timeout_s: float) -> None:
         """SIGTERM until the container exits, SIGKILL after `timeout_s`. The image starts the runner
         with SIGTERM ignored until its handler is installed (operators/Dockerfile), so a stop that
         comes during start-up is not lost and not fatal: it is repeated every second instead."""
@@ -471,7 +471,7 @@ class HostPool:
                         raise
                 return
 
-    def _crash(self, ident: str, container, reason: str) -> None:
+    def _crash(self, ident: str, container: Any, reason: str) -> None:
         """An instance ended without being asked to: record it for the watchdog, remove the container."""
         exit_code, tail = None, reason
         if container is not None:
@@ -625,7 +625,7 @@ class HostPool:
     def _t(self, t: Optional[float]) -> float:
         return self.clock() if t is None else t
 
-    def _spawn(self, target, *args) -> threading.Thread:
+    def _spawn(self, target: Callable[..., Any], *args: Any) -> threading.Thread:
         th = threading.Thread(target=target, args=args, daemon=True, name=f"hostpool-{target.__name__}")
         with self._lock:
             self._threads = {x for x in self._threads if x.is_alive()}
@@ -644,7 +644,7 @@ class HostPool:
             pass  # not there, or the engine away: cleanup removes the run's containers by label
 
     @staticmethod
-    def _remove(container) -> int:
+    def _remove(container: Any) -> int:
         try:
             container.remove(force=True)
             return 1

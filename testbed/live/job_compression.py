@@ -25,7 +25,7 @@ def scaled(value: Any, f: float) -> Any:
     return float(value) / f
 
 
-def compress_config(run_cfg, f: float) -> Dict[str, Dict[str, Any]]:
+def compress_config(run_cfg: Any, f: float) -> Dict[str, Dict[str, Any]]:
     """Divide the times of a run's resolved config by f, in place; returns what changed
     ({section: {key: [paper, live]}}) for the manifest."""
     changed: Dict[str, Dict[str, Any]] = {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 import numpy as np
 import pika
@@ -70,7 +70,7 @@ class ItemSource:
         except BaseException as exc:  # surfaced to the control loop, which fails the run
             self.error = exc
 
-    def _emit(self, conn, ch) -> None:
+    def _emit(self, conn: Any, ch: Any) -> None:
         props = pika.BasicProperties(delivery_mode=1)
         for t, n in enumerate(self.arrivals):
             keys = self.rng.choice(len(self.keys), size=n, p=self.weights) if n else np.zeros(0, dtype=int)
@@ -144,7 +144,7 @@ class Router:
             self.error = exc
             self._idle.set()
 
-    def _wait_unpaused(self, conn) -> bool:
+    def _wait_unpaused(self, conn: Any) -> bool:
         """While paused: report idle and keep the connection alive. False when stopping."""
         while self._paused.is_set():
             self._idle.set()
@@ -153,7 +153,7 @@ class Router:
             conn.process_data_events(time_limit=0.05)
         return not self._stop.is_set()
 
-    def _forward(self, conn) -> None:
+    def _forward(self, conn: Any) -> None:
         inbox = conn.channel()
         inbox.basic_qos(prefetch_count=self.prefetch)
         out = conn.channel()

@@ -9,9 +9,11 @@ ring changes only where queues come or go (the keys of the other queues stay whe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from testbed.messages import one_line
+
+T = TypeVar("T")
 
 RING_WEIGHT = 20  # ring points per worker queue: with one point a queue's share varies far more
 
@@ -120,7 +122,8 @@ class Outage:
         self.since = None
 
 
-def retry_until(fn, deadline_s: float, clock, sleep, errors=(Exception,), pause_s: float = 0.5):
+def retry_until(fn: Callable[[], T], deadline_s: float, clock: Callable[[], float], sleep: Callable[[float], None],
+                errors: Tuple[Type[BaseException], ...] = (Exception,), pause_s: float = 0.5) -> T:
     """fn() until it returns without one of `errors` or `deadline_s` (of `clock`) has passed; the last
     error is raised then. At least one attempt."""
     end = clock() + deadline_s
@@ -133,7 +136,7 @@ def retry_until(fn, deadline_s: float, clock, sleep, errors=(Exception,), pause_
             sleep(pause_s)
 
 
-def parse_ids(raw) -> frozenset:
+def parse_ids(raw: Union[str, bytes, None]) -> frozenset:
     """The item ids a worker's last checkpoint committed (hash ``lastcommit``: "3,17,42"; None: none)."""
     if not raw:
         return frozenset()

@@ -159,7 +159,7 @@ class LiveMonitor:
         self.last = reading
         return reading
 
-    def _observation(self, t: float, interval: float, sent: Mapping[str, int], batch, depths: Mapping[str, int],
+    def _observation(self, t: float, interval: float, sent: Mapping[str, int], batch: Any, depths: Mapping[str, int],
                      processed: Mapping[str, int], dead: Mapping[str, int],
                      means: Mapping[str, Optional[float]], purged: Mapping[str, int],
                      inactive: Collection[str] = ()) -> Observation:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from testbed.model import (
     NEW_HOST_PREFIX,
@@ -234,7 +234,7 @@ class BtuPolicy(Policy):
     def _best_host(self, plan: Plan, op: OperatorType) -> Optional[str]:
         return self.placement.host_for(plan, op)
 
-    def _utilities(self, snapshot: Snapshot, plan: Plan, names) -> Dict[str, float]:
+    def _utilities(self, snapshot: Snapshot, plan: Plan, names: Iterable[str]) -> Dict[str, float]:
         ops = snapshot.operators
         return {
             n: downscale_utility(n, plan, ops[n].queue, ops[n].duration, snapshot.penalty, self.cfg)

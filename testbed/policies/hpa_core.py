@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 PODS, PERCENT = "Pods", "Percent"
 MAX, MIN, DISABLED = "Max", "Min", "Disabled"
@@ -50,7 +50,7 @@ def usage_ratio(pods: Sequence[PodMetric], target_pct: int) -> Optional[float]:
     return None if util is None else util / target_pct
 
 
-def _with(pods: Sequence[PodMetric], usage_m) -> List[PodMetric]:
+def _with(pods: Sequence[PodMetric], usage_m: Callable[[PodMetric], Optional[int]]) -> List[PodMetric]:
     return [PodMetric(usage_m(p), p.request_m, p.ready) for p in pods]
 
 

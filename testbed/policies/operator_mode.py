@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Deque, Dict, List, Tuple
+from typing import Any, Deque, Dict, List, Tuple
 
 import numpy as np
 
@@ -28,7 +28,7 @@ WINDOW_S = 61
 Sample = Tuple[float, float, float, Dict[str, Tuple[float, float]], float]
 
 
-def _samples(policy, snapshot: Snapshot) -> Dict[str, Deque[Sample]]:
+def _samples(policy: Any, snapshot: Snapshot) -> Dict[str, Deque[Sample]]:
     """Append this cycle's sample per operator to the policy's buffers (kept for the last 10 min)."""
     st = policy.__dict__.setdefault("_operator_mode", {"last_t": 0.0, "buf": {}})
     span = snapshot.t - st["last_t"]
@@ -85,7 +85,7 @@ def _release_empty(plan: Plan) -> List[Action]:
     return [ReleaseHost(h, "no instance left on the host") for h in plan.empty_hosts()]
 
 
-def daedalus_operator_actions(policy, snapshot: Snapshot) -> List[Action]:
+def daedalus_operator_actions(policy: Any, snapshot: Snapshot) -> List[Action]:
     bufs = _samples(policy, snapshot)
     plan, actions = Plan(snapshot), []
     placement = policy.placement or FirstFit()
@@ -109,7 +109,7 @@ def daedalus_operator_actions(policy, snapshot: Snapshot) -> List[Action]:
     return actions + _release_empty(plan)
 
 
-def hpa_operator_actions(policy, snapshot: Snapshot) -> List[Action]:
+def hpa_operator_actions(policy: Any, snapshot: Snapshot) -> List[Action]:
     p = policy.params
     plan, actions = Plan(snapshot), []
     placement = policy.placement or FirstFit()

@@ -9,11 +9,13 @@ options, the evaluations and the reports pick the policies up from here.
 from __future__ import annotations
 
 from dataclasses import dataclass, is_dataclass
-from typing import Any, Callable, Dict, Type
+from typing import Any, Callable, Dict, Type, TypeVar
 
 from testbed.discovery import discover
 from testbed.placement.base import Placement
 from testbed.policies.contract import Policy
+
+PolicyClass = TypeVar("PolicyClass", bound=type)
 
 __all__ = ["Policy", "PolicyEntry", "make_policy", "policies", "policy_entry", "register_policy"]
 
@@ -33,14 +35,15 @@ class PolicyEntry:
 _REGISTRY: Dict[str, PolicyEntry] = {}
 
 
-def register_policy(name: str, params: Type[Any], billing: str = "rebill", placement: str = "first_fit"):
+def register_policy(name: str, params: Type[Any], billing: str = "rebill",
+                    placement: str = "first_fit") -> Callable[[PolicyClass], PolicyClass]:
     """Class decorator: make a policy (a `Policy` subclass) known under `name`."""
     if billing not in ("own", "rebill"):
         raise ValueError(f"billing must be 'own' or 'rebill', got {billing!r}")
     if not is_dataclass(params):
         raise TypeError(f"policy {name!r}: its parameters must be a dataclass, got {params!r}")
 
-    def add(cls):
+    def add(cls: PolicyClass) -> PolicyClass:
         if not (isinstance(cls, type) and issubclass(cls, Policy)):
             raise TypeError(f"policy {name!r}: {cls!r} must subclass testbed.policies.contract.Policy")
         cls.name = name

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -57,7 +57,7 @@ def worker_shares(weights: np.ndarray, key_group: np.ndarray, n: int, groups: in
 
 
 class JobSimulation:
-    def __init__(self, cfg: ExperimentConfig, policy: Policy, pattern, seed: int):
+    def __init__(self, cfg: ExperimentConfig, policy: Policy, pattern: Any, seed: int) -> None:
         self.cfg = cfg
         self.job: JobConfig = cfg.job
         self.policy = policy
@@ -204,7 +204,8 @@ class JobSimulation:
         ts.extend(done.tolist())
         ms.extend(lat.tolist())
 
-    def _snapshot(self, t: int, n: int, top: int, thr, cpu, lag, uptime, ready_from) -> JobSnapshot:
+    def _snapshot(self, t: int, n: int, top: int, thr: np.ndarray, cpu: np.ndarray, lag: np.ndarray,
+                  uptime: np.ndarray, ready_from: Dict[int, int]) -> JobSnapshot:
         lo = max(0, t + 1 - self.job.window_s)
         sl = slice(lo, t + 1)
         workers = {f"w{w}": w for w in range(n)}

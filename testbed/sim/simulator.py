@@ -2,7 +2,7 @@
 policy for actions every reasoning cycle and produces the event-log tables of one run."""
 from __future__ import annotations
 
-from typing import Dict, List, Tuple, Union
+from typing import Any, Dict, List, Tuple, Union
 
 from testbed.actions import actions_table
 from testbed.billing import price_per_btu
@@ -108,7 +108,7 @@ class Simulation:
         sha = getattr(self.pattern, "sha256", None)  # a generated rate series (workloads: recorded in the manifest)
         return RunResult(self._finish_tables(), self.duration_s, {"workload_sha256": sha} if sha else {})
 
-    def _capacity(self):
+    def _capacity(self) -> Any:
         serving = self.cluster.serving()
         slots = {o: len(serving[o]) * self.services[o].parallel for o in serving}
         instances = {o: [i.id for i in serving[o]] for o in serving}
@@ -116,7 +116,7 @@ class Simulation:
             self.service_s = self._contended_service_times(serving)
         return slots, self.service_s, instances
 
-    def _contended_service_times(self, serving) -> Dict[str, float]:
+    def _contended_service_times(self, serving: Any) -> Dict[str, float]:
         """Busy slots needing more cores than a host has slow every instance on it alike."""
         demand: Dict[str, float] = {}
         for o, members in serving.items():
@@ -165,7 +165,7 @@ class Simulation:
             leased=len(cluster.hosts), ready=sum(1 for h in cluster.hosts.values() if h.ready_at <= t),
         )
 
-    def _instance_observations(self, flows, serving) -> tuple:
+    def _instance_observations(self, flows: Any, serving: Any) -> tuple:
         """Every instance serving at the interval's end or having served in it, per operator in start
         order; utilisation = busy time / (interval x items in parallel), at most 1 (an item started
         near the end counts its whole service time)."""

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import List, Optional, Tuple
+from typing import Callable, Iterable, List, Optional, Tuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from testbed.placement.odp.indexed import Indexed
 from testbed.placement.odp.metrics import Bounds, bounds, span
 
 INF = np.inf
+ColumnRange = Callable[[int], np.ndarray]  # the columns of operator i's x (or edge k's y)
 
 
 class ObjectiveForm(str, Enum):
@@ -95,7 +97,8 @@ class _Rows:
         self.families: List[Tuple[str, int]] = []
         self.count = 0
 
-    def add_family(self, name: str, n_rows: int, rows, cols, vals, lower, upper) -> None:
+    def add_family(self, name: str, n_rows: int, rows: ArrayLike, cols: ArrayLike, vals: ArrayLike,
+                   lower: ArrayLike, upper: ArrayLike) -> None:
         rows = np.asarray(rows, dtype=np.int64)
         vals = np.asarray(vals, dtype=float)
         keep = vals != 0.0  # zero delays on self-loops, zero demands
@@ -216,7 +219,9 @@ def _objective(ix: Indexed, c: _Columns, b: Bounds, form: ObjectiveForm, num_col
     return cost, offset
 
 
-def _response_time_rows(rows: _Rows, ix: Indexed, form, x_cols, y_cols, pair_values, r_col, t_start) -> None:
+def _response_time_rows(rows: _Rows, ix: Indexed, form: ResponseTimeForm, x_cols: ColumnRange, y_cols: ColumnRange,
+                        pair_values: Callable[[int, np.ndarray], np.ndarray], r_col: int,
+                        t_start: Optional[int]) -> None:
     cand = ix.candidates
 
     def exec_terms(i: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -227,10 +232,11 @@ def _response_time_rows(rows: _Rows, ix: Indexed, form, x_cols, y_cols, pair_val
 
     r_list, c_list, v_list = [], [], []
 
-    def row(index: int, terms) -> None:
+    def row(index: int, terms: Iterable[Tuple[ArrayLike, ArrayLike]]) -> None:
         for cols, vals in terms:
-            r_list.append(np.full(len(cols), index))
-            c_list.append(np.asarray(cols))
+            c = np.asarray(cols)
+            r_list.append(np.full(len(c), index))
+            c_list.append(c)
             v_list.append(np.asarray(vals, dtype=float))
 
     if form is ResponseTimeForm.PATHS:
@@ -241,6 +247,7 @@ def _response_time_rows(rows: _Rows, ix: Indexed, form, x_cols, y_cols, pair_val
         rows.add_family("response_time", len(paths), _cat(r_list), _cat(c_list), _cat(v_list), 0.0, INF)
         return
     # potentials: t_s ≥ exec_s (sources), t_j ≥ t_i + exec_j + delay_ij (edges), r ≥ t_sink (sinks)
+    assert t_start is not None  # the potentials' columns exist in this form
     dag = ix.dag
     count = 0
     for s in dag.sources:
@@ -255,7 +262,7 @@ def _response_time_rows(rows: _Rows, ix: Indexed, form, x_cols, y_cols, pair_val
     rows.add_family("response_time", count, _cat(r_list), _cat(c_list), _cat(v_list), 0.0, INF)
 
 
-def _capacity_rows(rows: _Rows, ix: Indexed, x_cols) -> None:
+def _capacity_rows(rows: _Rows, ix: Indexed, x_cols: ColumnRange) -> None:
     # (11) per node and resource kind: Σ_i C_i x_iu ≤ C_u; row index u * kinds + kind
     kinds = ix.capacity.shape[1]
     r_list, c_list, v_list = [], [], []
@@ -267,7 +274,7 @@ def _capacity_rows(rows: _Rows, ix: Indexed, x_cols) -> None:
     rows.add_family("capacity", ix.m * kinds, _cat(r_list), _cat(c_list), _cat(v_list), -INF, ix.capacity.ravel())
 
 
-def _and_rows(rows: _Rows, ix: Indexed, x_cols, y_cols) -> None:
+def _and_rows(rows: _Rows, ix: Indexed, x_cols: ColumnRange, y_cols: ColumnRange) -> None:
     # (13) x_iu = Σ_v y_(ij),(uv) and (14) x_jv = Σ_u y_(ij),(uv): y is the AND of two x
     cand = ix.candidates
     for name, source_side in (("and_source", True), ("and_target", False)):
@@ -288,7 +295,7 @@ def _and_rows(rows: _Rows, ix: Indexed, x_cols, y_cols) -> None:
         rows.add_family(name, count, _cat(r_list), _cat(c_list), _cat(v_list), 0.0, 0.0)
 
 
-def _bandwidth_rows(rows: _Rows, ix: Indexed, y_cols) -> None:
+def _bandwidth_rows(rows: _Rows, ix: Indexed, y_cols: ColumnRange) -> None:
     # (17) per link u ≠ v with a finite B: Σ_(i,j) λ_ij y_(ij),(uv) ≤ B_uv (only links some y can load)
     cand = ix.candidates
     m = ix.m

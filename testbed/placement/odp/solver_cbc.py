@@ -13,7 +13,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import pulp
@@ -69,7 +69,7 @@ def solve_cbc(model: LinearModel, settings: SolverSettings) -> RawSolution:
     return _from_log(log, cols, solve_s, cpu_s, prob.sol_status)
 
 
-def _from_log(log: str, cols, solve_s: float, cpu_s: float, sol_status: int) -> RawSolution:
+def _from_log(log: str, cols: Sequence[Any], solve_s: float, cpu_s: float, sol_status: int) -> RawSolution:
     result = _RESULT.findall(log)
     presolved = _PRESOLVE.findall(log)
     if result:

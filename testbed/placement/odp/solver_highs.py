@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import List
+from typing import Any, List
 
 import highspy
 import numpy as np
@@ -79,7 +79,7 @@ def _subscribe_trace(h: "highspy.Highs", trace: List[TracePoint]) -> None:
     TRACE_EVERY_S from the interrupt callback, which HiGHS calls often during branch and bound."""
     last = [-math.inf]
 
-    def record(event, forced: bool) -> None:
+    def record(event: Any, forced: bool) -> None:
         out = event.data_out
         t = float(out.running_time)
         if not forced and t - last[0] < TRACE_EVERY_S:

@@ -100,7 +100,7 @@ def _d(history: np.ndarray) -> int:
         return 1
 
 
-def auto_arima(history: Sequence[float]):
+def auto_arima(history: Sequence[float]) -> Any:
     """The paper's auto-ARIMA: non-seasonal, d from KPSS and ADF, p, q ≤ 5, stepwise, seed 20."""
     import pmdarima as pm
 
@@ -152,7 +152,7 @@ class Forecaster:
         forecast, kind = choose(self.error, arima, window, self.fallback_horizon, self.use_threshold)
         return forecast, kind
 
-    def _train(self, history: Sequence[float]):
+    def _train(self, history: Sequence[float]) -> Any:
         if len(history) < 10:
             return None
         try:

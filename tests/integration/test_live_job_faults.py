@@ -31,7 +31,8 @@ from testbed.eventlog import read_manifest
 from testbed.experiment import run_experiment
 from testbed.live.job import LiveJobError
 
-from .conftest import name_of, redis_reachable, wait_for_rabbit
+from .conftest import name_of, wait_for_rabbit
+from .service_faults import restart_broker, restart_redis, restore_broker, restore_redis
 from .test_live_job import SCENARIO, check_run, table
 from .test_live_run import config
 
@@ -133,25 +134,15 @@ def test_a_killed_worker_is_replaced_and_the_job_restarts_from_its_checkpoints(t
     assert_cleaned_up(rabbitmq_url, redis_url)
 
 
-def rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=180)
-
-
 def test_a_rabbitmq_restart_ends_the_run_incomplete_with_its_reason(tmp_path, rabbitmq_url, redis_url, docker_url,
                                                                    operator_images):
-    stopped = []
+    stopped: List[bool] = []
 
     def restart():
-        rabbitmqctl("stop_app")
-        stopped.append(True)
-        time.sleep(3)
-        rabbitmqctl("start_app")
-        rabbitmqctl("await_startup")
+        restart_broker(3.0, lambda: stopped.append(True))
 
     def restore():
-        if stopped:  # never leave the shared broker stopped
-            subprocess.run(["rabbitmqctl", "-q", "start_app"], capture_output=True, timeout=180)
-        wait_for_rabbit(rabbitmq_url)
+        restore_broker(rabbitmq_url, bool(stopped))  # never leave the shared broker stopped
 
     fault = Fault(restart, restore)
     t0 = time.monotonic()
@@ -166,36 +157,9 @@ def test_a_rabbitmq_restart_ends_the_run_incomplete_with_its_reason(tmp_path, ra
     assert_cleaned_up(rabbitmq_url, redis_url)
 
 
-def restart_redis(url: str) -> None:
-    """Shut Redis down without saving and start it again with the settings it ran with (those of
-    infra/services.sh: no RDB, no AOF), as a crash and a restart by the script would."""
-    client = redis.Redis.from_url(url)
-    conf = {k: client.config_get(k)[k] for k in ("port", "bind", "dir", "logfile", "pidfile", "save", "appendonly")}
-    try:
-        client.shutdown(nosave=True)
-    except redis.exceptions.ConnectionError:
-        pass  # it closed the connection on its way out
-    client.close()
-    deadline = time.monotonic() + 30
-    while redis_reachable(url):
-        if time.monotonic() > deadline:
-            raise TimeoutError("Redis did not stop")
-        time.sleep(0.1)
-    subprocess.run(["redis-server", "--daemonize", "yes", "--port", conf["port"], "--bind", conf["bind"],
-                    "--dir", conf["dir"], "--save", conf["save"], "--appendonly", conf["appendonly"],
-                    "--logfile", conf["logfile"], "--pidfile", conf["pidfile"]], check=True, timeout=60)
-
-
 def test_a_redis_restart_ends_the_run_incomplete_naming_the_lost_state(tmp_path, rabbitmq_url, redis_url, docker_url,
                                                                       operator_images):
-    def restore():
-        deadline = time.monotonic() + 10
-        while not redis_reachable(redis_url) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if not redis_reachable(redis_url):
-            subprocess.run(["bash", "infra/services.sh", "start"], capture_output=True, timeout=300)
-
-    fault = Fault(lambda: restart_redis(redis_url), restore)
+    fault = Fault(lambda: restart_redis(redis_url), lambda: restore_redis(redis_url))
     run, raised = run_with(fault, tmp_path)
     m = read_manifest(run)
     assert m.status == "incomplete" and raised is not None

@@ -6,7 +6,8 @@ faults injected from a thread while the run goes on. The thread waits on the run
 (items processed, read from Redis; the replacement container running), never on fixed sleeps, so
 a loaded machine only makes the run slower.
 
-* **An operator container killed with SIGKILL, then a broker restart** (one run): the watchdog
+* **An operator container stopped (SIGSTOP) until its queues hold items, then killed with SIGKILL, then
+  a broker restart** (one run): the watchdog
   replaces O6 on its host (an action with its reason; exit code 137), the items left in the killed
   instance's queues go to the replacement (`details.network.rehomed`), the senders and the provider
   hold what they send while RabbitMQ is away and publish it when it is back; the run completes and
@@ -32,12 +33,12 @@ import pytest
 import redis
 
 from operators.api import processed_hash
+from operators.wiring import INSTANCE_SEPARATOR
 from testbed.eventlog import read_manifest
 from testbed.experiment import run_experiment
 from testbed.live.run import LiveRunError
 
-from .conftest import redis_reachable, wait_for_rabbit
-from .test_live_job_faults import restart_redis
+from .service_faults import restart_broker, restart_redis, restore_broker, restore_redis
 from .test_live_run import config
 
 pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]
@@ -128,13 +129,14 @@ class Faults(threading.Thread):
                 self.error = self.error or exc
 
 
-def rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=180)
-
-
 def kill_then_restart_the_broker(faults: Faults) -> None:
     [victim] = containers(VICTIM)
     faults.log["killed"] = victim.attrs["Labels"]["testbed.instance"]
+    # stopped first, so that its queues hold items when it dies however fast the machine is; SIGSTOP and
+    # SIGKILL reach a container's PID 1 from the host
+    victim.kill(signal="SIGSTOP")
+    wait_until(lambda: queued_for(faults.log["killed"]) >= 1, ITEM_DEADLINE_S,
+               f"items queued for the stopped {faults.log['killed']}")
     faults.log["processed_at_kill"] = faults.processed()
     victim.kill()  # SIGKILL
     # the replacement runs and works through what its predecessor left (handed on to its queues)
@@ -143,11 +145,17 @@ def kill_then_restart_the_broker(faults: Faults) -> None:
     faults.wait_processed(faults.log["processed_at_kill"] + ITEMS_BEFORE_FAULT)
     faults.log["processed_at_restart"] = faults.processed()
     faults.log["stopped"] = True
-    rabbitmqctl("stop_app")
-    time.sleep(OUTAGE_S)  # the fault's length, not a wait for the machine
-    rabbitmqctl("start_app")
-    rabbitmqctl("await_startup")
+    restart_broker(OUTAGE_S)
     faults.log["restarted"] = True
+
+
+def queued_for(instance: str) -> int:
+    """Messages (ready and unacknowledged) in the input queues of one instance."""
+    listed = subprocess.run(["rabbitmqctl", "-q", "list_queues", "name", "messages"], check=True, capture_output=True,
+                            text=True, timeout=120).stdout.splitlines()
+    rows = [line.split() for line in listed]
+    return sum(int(row[1]) for row in rows if len(row) == 2 and row[0].endswith(f"{INSTANCE_SEPARATOR}{instance}")
+               and row[1].isdigit())
 
 
 def queues_and_keys_left(prefix: str, redis_url: str) -> dict:
@@ -165,10 +173,8 @@ def queues_and_keys_left(prefix: str, redis_url: str) -> dict:
 def faulty_run(tmp_path_factory, rabbitmq_url, redis_url, docker_url, operator_images):
     out = tmp_path_factory.mktemp("odp-faults")
 
-    def restore():
-        if "stopped" in faults.log and "restarted" not in faults.log:  # never leave the shared broker stopped
-            subprocess.run(["rabbitmqctl", "-q", "start_app"], capture_output=True, timeout=180)
-        wait_for_rabbit(rabbitmq_url)
+    def restore():  # never leave the shared broker stopped
+        restore_broker(rabbitmq_url, "stopped" in faults.log and "restarted" not in faults.log)
 
     faults = Faults(redis_url, kill_then_restart_the_broker, restore)
     faults.start()
@@ -198,7 +204,8 @@ def test_the_killed_instance_is_replaced_on_its_host_and_its_items_handed_on(fau
     assert records[new]["host"] == records[faults.log["killed"]]["host"] and records[new]["running_at"] is not None
     network = manifest.details["network"]
     assert faults.log["killed"] in network["gone"]
-    # the killed instance held a prefetch's worth and senders kept sending to it until they saw it go
+    # the killed instance's queues held items (it was stopped first) and senders kept sending to it until
+    # they saw it go
     assert network["rehomed"].get(VICTIM, 0) >= 1, network
 
 
@@ -230,14 +237,7 @@ def test_nothing_of_the_faulty_run_is_left(faulty_run, redis_url):
 
 def test_a_redis_restart_ends_the_run_incomplete_naming_it(tmp_path, rabbitmq_url, redis_url, docker_url,
                                                           operator_images):
-    def restore():
-        deadline = time.monotonic() + 10
-        while not redis_reachable(redis_url) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if not redis_reachable(redis_url):
-            subprocess.run(["bash", "infra/services.sh", "start"], capture_output=True, timeout=300)
-
-    faults = Faults(redis_url, lambda f: restart_redis(redis_url), restore)
+    faults = Faults(redis_url, lambda f: restart_redis(redis_url), lambda: restore_redis(redis_url))
     faults.start()
     raised = None
     try:

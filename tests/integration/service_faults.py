@@ -1,0 +1,61 @@
+"""Faults injected into the shared services during live runs, and their restoration: a test that
+stops the broker or Redis never leaves it stopped for the tests after it."""
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Callable, Optional
+
+import redis
+
+from .conftest import redis_reachable, wait_for_rabbit
+
+
+def rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=180)
+
+
+def restart_broker(outage_s: float, on_stopped: Optional[Callable[[], None]] = None) -> None:
+    """Stop RabbitMQ's application for `outage_s` (the fault's length, not a wait for the machine) and
+    start it again; `on_stopped` runs once it is down."""
+    rabbitmqctl("stop_app")
+    if on_stopped is not None:
+        on_stopped()
+    time.sleep(outage_s)
+    rabbitmqctl("start_app")
+    rabbitmqctl("await_startup")
+
+
+def restore_broker(url: str, stopped: bool) -> None:
+    if stopped:
+        subprocess.run(["rabbitmqctl", "-q", "start_app"], capture_output=True, timeout=180)
+    wait_for_rabbit(url)
+
+
+def restart_redis(url: str) -> None:
+    """Shut Redis down without saving and start it again with the settings it ran with (those of
+    infra/services.sh: no RDB, no AOF), as a crash and a restart by the script would."""
+    client = redis.Redis.from_url(url)
+    conf = {k: client.config_get(k)[k] for k in ("port", "bind", "dir", "logfile", "pidfile", "save", "appendonly")}
+    try:
+        client.shutdown(nosave=True)
+    except redis.exceptions.ConnectionError:
+        pass  # it closed the connection on its way out
+    client.close()
+    deadline = time.monotonic() + 30
+    while redis_reachable(url):
+        if time.monotonic() > deadline:
+            raise TimeoutError("Redis did not stop")
+        time.sleep(0.1)
+    subprocess.run(["redis-server", "--daemonize", "yes", "--port", conf["port"], "--bind", conf["bind"],
+                    "--dir", conf["dir"], "--save", conf["save"], "--appendonly", conf["appendonly"],
+                    "--logfile", conf["logfile"], "--pidfile", conf["pidfile"]], check=True, timeout=60)
+
+
+def restore_redis(url: str) -> None:
+    """Redis back after a restart test: it comes back by itself within seconds, else the project's script starts it."""
+    deadline = time.monotonic() + 10
+    while not redis_reachable(url) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not redis_reachable(url):
+        subprocess.run(["bash", "infra/services.sh", "start"], capture_output=True, timeout=300)

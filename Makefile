@@ -64,13 +64,16 @@ constraints:
 	  echo "wrote $(or $(CONSTRAINTS),constraints.txt); make setup reinstalls $(VENV) from it"
 
 # a live evaluation (backend docker) first installs and starts the broker, Redis and dockerd, and
-# builds the operator images (each step idempotent, quick when done already). The scripts say on
+# builds the operator images; one on Flink (backend flink) installs Flink and builds its job (each
+# step idempotent, quick when done already). The scripts say on
 # stderr what they do, one line per step (nothing when it is done already); their status lines on
 # stdout are dropped here.
 experiment: $(STAMP)
 	@if [ "$(BACKEND)" = docker ] || [ "$$($(BIN)/testbed evaluations $(or $(EVAL),btu) backend)" = docker ]; then \
 	  bash infra/services.sh install >/dev/null && bash infra/services.sh start >/dev/null && \
 	  bash infra/docker.sh start >/dev/null && PROVIDER=0 bash infra/images.sh >/dev/null; fi
+	@if [ "$(BACKEND)" = flink ] || [ "$$($(BIN)/testbed evaluations $(or $(EVAL),btu) backend)" = flink ]; then \
+	  bash infra/flink.sh build >/dev/null; fi
 	$(BIN)/testbed experiment $(OVERRIDES)
 	$(BIN)/testbed report $(or $(OUT),runs)/$(or $(WORKLOAD),$$($(BIN)/testbed evaluations $(or $(EVAL),btu) workload)) $(REPORT_ARGS)
 

@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from testbed.arguments import ConfigError
 from testbed.emulation import AvailabilityMode, EmulationConfig, validate_emulation
-from testbed.job_config import JobConfig, LiveJobConfig
+from testbed.job_config import FlinkJobConfig, JobConfig, LiveJobConfig
 from testbed.placement.base import PlacementConfig, placements
 from testbed.policies.registry import policies as registered_policies
 from testbed.workloads.patterns import PatternConfig
@@ -41,6 +41,7 @@ class Sampling(str, Enum):
 class BackendName(str, Enum):
     sim = "sim"
     docker = "docker"  # the live testbed: operator containers on Docker hosts (testbed/live)
+    flink = "flink"  # job mode on a real Apache Flink in reactive mode (testbed/flink)
 
 
 class TransportName(str, Enum):
@@ -198,6 +199,7 @@ class BackendConfig:
     live: LiveConfig = field(default_factory=LiveConfig)
     # inter-host delay and availability (ODP experiments); enabled: the per-item model with per-instance queues
     emulation: EmulationConfig = field(default_factory=EmulationConfig)
+    flink: FlinkJobConfig = field(default_factory=FlinkJobConfig)
 
 
 @dataclass
@@ -391,6 +393,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         _validate_live_job(cfg)
     if cfg.backend.name == BackendName.docker:
         _validate_live(cfg)
+    if cfg.backend.name == BackendName.flink:
+        _validate_flink(cfg)
     return cfg
 
 
@@ -591,6 +595,15 @@ def _validate_live(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"backend.live.work_ms.{o}", "unknown operator")
         if ms < 0:
             raise ConfigError(f"backend.live.work_ms.{o}", "must be >= 0")
+
+
+def _validate_flink(cfg: ExperimentConfig) -> None:
+    """A real Flink runs one job: job mode only."""
+    if not cfg.job.enabled:
+        raise ConfigError("backend", "backend=flink runs job mode (job.enabled=true, e.g. evaluation=daedalus_flink)")
+    problem = cfg.backend.flink.validate()
+    if problem is not None:
+        raise ConfigError(*problem)
 
 
 def _validate_live_job(cfg: ExperimentConfig) -> None:

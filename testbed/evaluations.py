@@ -36,7 +36,7 @@ def describe(cfg: ExperimentConfig) -> str:
 
 
 USAGE = ("usage: testbed evaluations [NAME [workload|backend]]  (workload: print only its default workload; "
-         "backend: only its backend, sim or docker)")
+         "backend: only its backend, sim, docker or flink)")
 
 
 def main(argv: List[str]) -> int:

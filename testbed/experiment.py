@@ -67,6 +67,10 @@ class RunSpec:
         return f"{self.pattern}/{self.label or self.config}/{self.rep}"
 
 
+# runs on a real engine are named beside the simulated runs of the same configuration
+RUN_SUFFIX = {BackendName.docker: "-live", BackendName.flink: "-flink"}
+
+
 def run_seed(seed: int, rep: int) -> int:
     """Repetition r of every configuration shares its seed: configurations see the same randomness."""
     return int(np.random.SeedSequence([seed, rep]).generate_state(1)[0])
@@ -109,7 +113,7 @@ def plan_runs(cfg: ExperimentConfig) -> List[RunSpec]:
     check_initial_deployment(cfg)
     runs, settings = [], runs_folder.settings_digest(cfg)
     for conf in configurations(cfg):
-        name = f"{conf.name}-live" if cfg.backend.name == BackendName.docker else conf.name  # beside simulated ones
+        name = conf.name + RUN_SUFFIX.get(cfg.backend.name, "")  # beside simulated ones
         btu = conf.btu_minutes if conf.btu_minutes is not None else cfg.billing.btu_minutes
         for rep in range(1, cfg.reps + 1):
             runs.append(RunSpec(cfg.pattern.name, name, conf.policy, btu, rep, run_seed(cfg.seed, rep),
@@ -118,7 +122,8 @@ def plan_runs(cfg: ExperimentConfig) -> List[RunSpec]:
 
 
 def configuration_of(cfg: ExperimentConfig, spec: RunSpec) -> RunConfiguration:
-    name = spec.config.removesuffix("-live") if cfg.backend.name == BackendName.docker else spec.config
+    name = spec.config.removesuffix(RUN_SUFFIX.get(cfg.backend.name, "")) if cfg.backend.name in RUN_SUFFIX \
+        else spec.config
     return next(c for c in configurations(cfg) if c.name == name)
 
 
@@ -138,12 +143,21 @@ def config_for(cfg: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
     # load_scale is applied here, once: the run's resolved config holds the effective tick
     run_cfg.topology.tick_ms = cfg.topology.tick_ms / cfg.load_scale
     run_cfg.load_scale = 1.0
-    if run_cfg.job.enabled and run_cfg.backend.name == BackendName.docker:
-        # live job mode: the config's times are the paper's, compressed here (recorded as resolved)
+    if run_cfg.job.enabled and run_cfg.backend.name in RUN_SUFFIX:
+        # job mode on a real engine: the config's times are the paper's, compressed here (recorded as resolved)
         from testbed.live.job_compression import compress_config
 
-        compress_config(run_cfg, run_cfg.backend.live.job.time_compression)
+        compress_config(run_cfg, time_compression(run_cfg))
     return run_cfg
+
+
+def time_compression(run_cfg: ExperimentConfig) -> float:
+    """f of a job-mode run on a real engine (1 in the simulator)."""
+    if run_cfg.backend.name == BackendName.flink:
+        return run_cfg.backend.flink.time_compression
+    if run_cfg.backend.name == BackendName.docker:
+        return run_cfg.backend.live.job.time_compression
+    return 1.0
 
 
 def policy_for(run_cfg: ExperimentConfig) -> Policy:
@@ -185,7 +199,11 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
     try:
         pattern = build_pattern(run_cfg.pattern, cfg.seed)
         policy = policy_for(run_cfg)
-        if run_cfg.backend.name == BackendName.docker and run_cfg.job.enabled:
+        if run_cfg.backend.name == BackendName.flink:  # job mode on a real Apache Flink
+            from testbed.flink.run import FlinkJobRun
+
+            result = FlinkJobRun(run_cfg, policy, pattern, spec.run_id, spec.run_dir).run()
+        elif run_cfg.backend.name == BackendName.docker and run_cfg.job.enabled:
             from testbed.live.job import LiveJobRun  # job mode, live (keyed worker containers)
 
             result = LiveJobRun(run_cfg, policy, pattern, spec.seed, spec.run_id, spec.run_dir).run()
@@ -281,7 +299,7 @@ def _mark_interrupted(specs: List[RunSpec]) -> None:
 
 def _run_all(cfg: ExperimentConfig, specs: List[RunSpec]) -> List[Path]:
     workers = min(cfg.workers or os.cpu_count() or 1, len(specs))
-    if cfg.backend.name == BackendName.docker:
+    if cfg.backend.name in RUN_SUFFIX:
         workers = 1  # live runs share the machine's engine, broker and cores: one at a time
     print(f"{len(specs)} run(s) of pattern {cfg.pattern.name} into {cfg.out}/ with {workers} worker(s)",
           file=sys.stderr)

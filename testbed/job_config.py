@@ -15,7 +15,7 @@ paper's 6 h into 60 min (loop 10 s, horizon 150 s, grace 30 s, keep 100 s, RT ta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 
 @dataclass
@@ -108,4 +108,33 @@ class LiveJobConfig:
                     f"{self.cpus * max_scaleout:g} exceeds backend.live.job.cpu_budget ({self.cpu_budget:g})")
         if not self.image:
             return "backend.live.job.image", "must name an image"
+        return None
+
+
+@dataclass
+class FlinkJobConfig:
+    """Job mode on a real Apache Flink in reactive mode (`backend=flink`, testbed/flink/run.py): one
+    TaskManager of one slot per worker. `settings` are the cluster's (testbed/flink/settings.py,
+    docs/flink.md#settings), validated by name when the config is loaded."""
+
+    time_compression: float = 6.0  # f, as backend.live.job.time_compression
+    # sentences/s one TaskManager counts at a busy time of 1 (measured: docs/flink.md): the workload is
+    # normalised so that its peak is job.peak_fraction x job.capacity_workers x tm_rate
+    tm_rate: float = 60.0
+    drain_timeout_s: float = 120.0  # after the run, what is due must be counted within this (else: pending)
+    settings: Dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> Optional[Tuple[str, str]]:
+        """(key, problem) of the first invalid value, None if all are fine."""
+        if self.time_compression < 1:
+            return "backend.flink.time_compression", f"must be >= 1, got {self.time_compression}"
+        for key in ("tm_rate", "drain_timeout_s"):
+            if not getattr(self, key) > 0:
+                return f"backend.flink.{key}", f"must be > 0, got {getattr(self, key)}"
+        from testbed.flink.settings import FlinkSettingsError, from_mapping
+
+        try:
+            from_mapping(self.settings)
+        except FlinkSettingsError as exc:
+            return f"backend.flink.settings.{exc.key}", str(exc).split(": ", 1)[1]
         return None

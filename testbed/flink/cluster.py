@@ -110,7 +110,7 @@ class FlinkCluster:
                 f"-Dmetrics.reporter.prom.port={prom}",
                 "--schedule", str(schedule_file), "--words-per-sentence", str(s.words_per_sentence),
                 "--vocabulary", str(s.vocabulary), "--zipf", str(s.zipf), "--seed", str(s.seed),
-                "--work-us", str(s.work_us)]
+                "--work-us", str(s.work_us), "--wait-us", str(s.wait_us)]
         log_file = self.work_dir / "log" / "jobmanager.out"
         self.jobmanager = processes.launch("jobmanager", argv, self._env(), log_file, prom)
 

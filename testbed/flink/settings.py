@@ -50,6 +50,9 @@ class FlinkSettings:
     zipf: float = 1.0
     seed: int = 1
     work_us: int = 0  # CPU time the counting operator spends per word: sets one TaskManager's capacity
+    # time the counting operator waits per word (as for an external call): a TaskManager's capacity is
+    # then 1e6 / wait_us words/s whatever the machine's cores, so that TaskManagers add capacity
+    wait_us: int = 0
 
     def validate(self) -> "FlinkSettings":
         for key in ("jm_memory_mb", "tm_memory_mb", "words_per_sentence", "vocabulary"):
@@ -57,8 +60,9 @@ class FlinkSettings:
                 raise FlinkSettingsError(key, f"must be >= 1, got {getattr(self, key)}")
         for key in ("checkpoint_s", "heartbeat_interval_s", "heartbeat_timeout_s", "start_timeout_s", "stop_timeout_s"):
             _positive(key, getattr(self, key))
-        if self.work_us < 0:
-            raise FlinkSettingsError("work_us", f"must be >= 0, got {self.work_us}")
+        for key in ("work_us", "wait_us"):
+            if getattr(self, key) < 0:
+                raise FlinkSettingsError(key, f"must be >= 0, got {getattr(self, key)}")
         for key in ("stabilization_s", "cooldown_s", "restart_delay_s", "zipf", "buffer_timeout_ms"):
             _non_negative(key, getattr(self, key))
         if self.rescale_max_delay_s is not None:

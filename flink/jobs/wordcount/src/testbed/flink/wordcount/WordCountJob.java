@@ -14,7 +14,7 @@ import org.apache.flink.util.Collector;
  * running count per word (keyed). Arguments: --schedule FILE (seconds rate per line) and optionally
  * --words-per-sentence (8), --vocabulary (10000), --zipf (1.0: word frequencies ~ 1/rank),
  * --sentences (4096 distinct sentences, cycled), --seed (1), --work-us (0: CPU time spent per
- * counted word, to set a TaskManager's capacity). The source runs at parallelism 1
+ * counted word) and --wait-us (0: time waited per counted word), to set a TaskManager's capacity. The source runs at parallelism 1
  * (max parallelism 1, so reactive mode keeps it there); split and count scale with the cluster.
  */
 public final class WordCountJob {
@@ -31,7 +31,7 @@ public final class WordCountJob {
                 // run at parallelism 1), so that the splitting scales with the cluster
                 .flatMap(new Splitter()).name("split").uid("split").disableChaining()
                 .keyBy(w -> w.word)
-                .process(new WordCounter(params.getLong("work-us", 0))).name("count").uid("count")
+                .process(new WordCounter(params.getLong("work-us", 0), params.getLong("wait-us", 0))).name("count").uid("count")
                 .sinkTo(new DiscardingSink<>()).name("discard").uid("discard");
         env.execute("testbed-wordcount");
     }

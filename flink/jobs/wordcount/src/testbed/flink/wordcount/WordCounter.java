@@ -22,11 +22,16 @@ import org.apache.flink.util.Collector;
  * Latency (processing time - the sentence's scheduled time) goes to latencyMs and latencySumMs.
  * workMicros of the task thread's own CPU time are spent per word (0: none), so that a TaskManager's
  * capacity can be set below what the one source emits; CPU time, not wall time, so that contention
- * slows the work down instead of shortening it.
+ * slows the work down instead of shortening it. waitMicros per word are waited instead (as for a call
+ * to an external service): a TaskManager's capacity is then 1e6 / waitMicros words/s whatever the
+ * machine's cores, which is what lets several TaskManagers on a small machine add capacity. The wait
+ * is paid in parks of at least 1 ms, each one's overshoot counted against the next.
  */
 public final class WordCounter extends KeyedProcessFunction<String, Word, Long> implements CheckpointedFunction {
     private static final long serialVersionUID = 1L;
     private final long workNanos;
+    private final long waitNanos;
+    private transient long waitDebtNanos;
     private transient ThreadMXBean threads;
     private transient ValueState<Long> count;
     private transient ListState<Long> countedState;
@@ -34,8 +39,9 @@ public final class WordCounter extends KeyedProcessFunction<String, Word, Long> 
     private transient WindowHistogram latency;
     private transient Counter latencySum;
 
-    public WordCounter(long workMicros) {
+    public WordCounter(long workMicros, long waitMicros) {
         this.workNanos = workMicros * 1000L;
+        this.waitNanos = waitMicros * 1000L;
     }
 
     @Override
@@ -54,6 +60,14 @@ public final class WordCounter extends KeyedProcessFunction<String, Word, Long> 
             long end = threads.getCurrentThreadCpuTime() + workNanos;
             while (threads.getCurrentThreadCpuTime() < end) {
                 // burn the word's CPU time
+            }
+        }
+        if (waitNanos > 0) {
+            waitDebtNanos += waitNanos;
+            if (waitDebtNanos >= 1_000_000L) {
+                long start = System.nanoTime();
+                java.util.concurrent.locks.LockSupport.parkNanos(waitDebtNanos);
+                waitDebtNanos -= System.nanoTime() - start;
             }
         }
         Long c = count.value();

@@ -106,6 +106,8 @@ class _Rescale:
     index: int  # its row in the rescales table
     target: int
     t_s: float
+    emitted_before: float  # the source's position when the rescale began
+    lowest: float  # its lowest position since: where the restart rolled it back to
 
 
 class FlinkJobRun:
@@ -134,6 +136,7 @@ class FlinkJobRun:
         self.up_since = 0.0
         self.processed: Dict[str, float] = {}  # words per task attempt, the most seen
         self.cluster: Optional[FlinkCluster] = None
+        self.emitted = 0.0  # the source's position at the last reading
 
     @property
     def workers(self) -> List[str]:
@@ -198,6 +201,8 @@ class FlinkJobRun:
             if name in r.busy:
                 cpu[w] = r.busy[name]
         src0, src1 = prev.source, cur.source
+        if src1 is not None:
+            self.emitted = src1.emitted
         s.arrivals.append(src1.scheduled - src0.scheduled if src0 is not None and src1 is not None else 0.0)
         s.thr.append(thr)
         s.cpu.append(cpu)
@@ -246,7 +251,7 @@ class FlinkJobRun:
                                          f"reactive rescale {n} -> {target} TaskManagers: {abs(target - n)} "
                                          f"{how}; the job restarts from its last checkpoint"))
         for key, value in (("t_s", now), ("from_n", n), ("to_n", target), ("downtime_s", math.nan),
-                           ("replayed", math.nan), ("lag_before", float(self.series.lag[k])),
+                           ("replayed", 0), ("lag_before", float(self.series.lag[k])),
                            ("recovered_s", math.nan), ("capacity_before", n * self.flink.tm_rate),
                            ("capacity_after", target * self.flink.tm_rate)):
             self.rescales[key].append(value)
@@ -259,14 +264,18 @@ class FlinkJobRun:
         for w in range(target, n):
             self.ready_from.pop(w, None)
         self.n = target
-        self.pending = _Rescale(len(self.rescales["t_s"]) - 1, target, now)
+        self.pending = _Rescale(len(self.rescales["t_s"]) - 1, target, now, self.emitted, self.emitted)
 
     def _track_rescale(self, k: int, cur: JobReading) -> None:
         """Ends a rescale's downtime once the job runs at its target; then waits for its lag to recover."""
         t = float(k + 1)
         p = self.pending
+        if p is not None and cur.source is not None:
+            p.lowest = min(p.lowest, cur.source.emitted)
         if p is not None and _runs_at(cur, p.target):
             self.rescales["downtime_s"][p.index] = t - p.t_s
+            # sentences emitted again after the restart: what the source had emitted since the checkpoint
+            self.rescales["replayed"][p.index] = int(max(0.0, p.emitted_before - p.lowest))
             for w in range(p.target):
                 self.ready_from[w] = min(self.ready_from.get(w, t), t)
             self.pending, self.recovering = None, p.index

@@ -7,13 +7,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from testbed.workloads.registry import Pattern, PatternConfig, register_workload
-
-
-def step_index(times_s: np.ndarray, step_s: float) -> np.ndarray:
-    """Index of the step each time falls in; t < 0 counts as step 0."""
-    t = np.maximum(np.asarray(times_s, dtype=float), 0.0)
-    return np.floor(t / step_s).astype(np.int64)
+from testbed.workloads.registry import Pattern, PatternConfig, register_workload, step_index
 
 
 @dataclass(frozen=True)

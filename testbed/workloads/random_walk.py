@@ -9,8 +9,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from testbed.workloads.cycle import step_index
-from testbed.workloads.registry import Pattern, PatternConfig, register_workload
+from testbed.workloads.registry import Pattern, PatternConfig, register_workload, step_index
 
 
 @dataclass(frozen=True)

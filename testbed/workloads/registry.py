@@ -45,6 +45,12 @@ class Pattern(ABC):
         return int(self.series(np.array([t_s], dtype=float))[0])
 
 
+def step_index(times_s: np.ndarray, step_s: float) -> np.ndarray:
+    """Index of the step each time falls in, for the stepped patterns; t < 0 counts as step 0."""
+    t = np.maximum(np.asarray(times_s, dtype=float), 0.0)
+    return np.floor(t / step_s).astype(np.int64)
+
+
 class PatternError(ValueError):
     """An invalid pattern setting; ``key`` names the offending key below `pattern.`."""
 

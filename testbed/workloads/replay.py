@@ -13,8 +13,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 import pandas as pd
 
-from testbed.workloads.cycle import step_index
-from testbed.workloads.registry import Pattern, PatternConfig, register_workload
+from testbed.workloads.registry import Pattern, PatternConfig, register_workload, step_index
 
 REPLAY_TABLE = "random_walk_machines.csv"
 

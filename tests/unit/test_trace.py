@@ -174,3 +174,19 @@ def test_a_bad_trace_stops_the_command_with_one_line(tmp_path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip() == "config error: pattern.path: no such file '/nonexistent/x.csv'"
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow  # a whole job-mode simulation
+def test_the_example_trace_drives_job_mode(tmp_path) -> None:
+    from testbed.eventlog import EventLog
+    from testbed.experiment import run_experiment
+
+    cfg = compose_config("evaluation=daedalus", "pattern=trace", f"pattern.path={EXAMPLE}",
+                         "evaluation.only=[static-12]", "reps=1", "duration_min=30", "summary=false",
+                         f"out={tmp_path / 'runs'}")
+    (run,) = run_experiment(cfg)
+    assert read_manifest(run).status == "complete"
+    load = EventLog(run).read("load")
+    # the items arriving in each second: the example's minute-by-minute levels, held for each second
+    expected = np.repeat(pd.read_csv(EXAMPLE)["value"].to_numpy()[:30], 60)
+    assert load["items"].to_numpy().tolist() == expected.tolist()

@@ -38,7 +38,7 @@ HOLDS = ("step", "linear")
 ENDS = ("hold", "loop")
 CSV_SUFFIXES = (".csv",)
 PARQUET_SUFFIXES = (".parquet", ".pq")
-LOOP_HORIZON_S = 7 * 24 * 3600  # rates of a looping trace cover a week, the longest run the testbed allows
+RATES_HORIZON_S = 7 * 24 * 3600  # job-mode rates cover at most a week, the longest run the testbed allows
 
 
 @dataclass(frozen=True)
@@ -180,8 +180,10 @@ class TracePattern(Pattern):
 
     @functools.cached_property
     def rates(self) -> np.ndarray:
-        """Items/s of each second from 0: the trace's length (job mode holds the last), a week if it loops."""
-        seconds = LOOP_HORIZON_S if self.loop else max(1, int(np.ceil(self.period_s)))
+        """Items/s of each second from 0: the trace's length (job mode holds the last), a week if it loops
+        (or is longer)."""
+        length = max(1, int(np.ceil(self.period_s)))
+        seconds = RATES_HORIZON_S if self.loop else min(length, RATES_HORIZON_S)
         return self.values(np.arange(seconds, dtype=float))
 
 

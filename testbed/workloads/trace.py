@@ -64,7 +64,10 @@ def _read_table(path: Path) -> pd.DataFrame:
         except ImportError:
             raise ValueError("path: reading Parquet needs the package pyarrow (pip install pyarrow), "
                              "or give a CSV file") from None
-        return pd.read_parquet(path)
+        try:
+            return pd.read_parquet(path)
+        except (OSError, ValueError) as exc:  # pyarrow's errors derive from these
+            raise ValueError(f"path: '{path}' is not a readable Parquet file ({str(exc).splitlines()[0]})") from None
     if suffix not in CSV_SUFFIXES:
         raise ValueError(f"path: unsupported file type {suffix or '(none)'!r} of '{path}' "
                          f"(CSV: {', '.join(CSV_SUFFIXES)}; Parquet: {', '.join(PARQUET_SUFFIXES)})")

@@ -104,6 +104,7 @@ BAD_FILES = [
     ("a.csv", "", (), "pattern.path", "has no rows"),
     ("a.csv", "t,value\n", (), "pattern.path", "has no rows"),
     ("a.xlsx", "t,value\n0,1\n", (), "pattern.path", "unsupported file type '.xlsx'"),
+    ("a.parquet", "t,value\n0,1\n", (), "pattern.path", "is not a readable Parquet file"),
     ("a.csv", "t,value\nmonday,1\n", ("pattern.time_unit=timestamp",), "pattern.path",
      "row 1: t 'monday' is not a timestamp"),
     ("a.csv", "t,value\n0,1\n", ("pattern.time_unit=days",), "pattern.time_unit", "'days' is none of"),

@@ -19,7 +19,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from testbed.config import CONF_DIR, ConfigError, TopologyConfig
-from testbed.workloads.patterns import PatternConfig, PatternError, validate_pattern
+from testbed.workloads.patterns import PatternConfig, PatternError, kind_settings, pattern_node, validate_pattern
 from testbed.workloads.payloads import KINDS, PayloadConfig, PayloadConfigError, validate_payloads
 
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -41,7 +41,7 @@ def _default_kinds() -> Dict[str, str]:
 
 @dataclass
 class ProviderConfig:
-    pattern: PatternConfig = field(default_factory=PatternConfig)
+    pattern: PatternConfig = field(default_factory=pattern_node)  # flat: every workload kind's keys
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     payloads: PayloadConfig = field(default_factory=PayloadConfig)
     transport: TransportName = TransportName.rabbitmq
@@ -72,6 +72,10 @@ def to_typed(cfg: DictConfig | ProviderConfig) -> ProviderConfig:
         return cfg
     obj = OmegaConf.to_object(cfg)
     assert isinstance(obj, ProviderConfig)
+    try:  # the flat node as its kind's own settings
+        obj.pattern = kind_settings(obj.pattern)
+    except PatternError as exc:
+        raise ConfigError(f"pattern.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from exc
     return obj
 
 

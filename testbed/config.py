@@ -22,7 +22,7 @@ from testbed.emulation import AvailabilityMode, EmulationConfig, validate_emulat
 from testbed.job_config import FlinkJobConfig, JobConfig, LiveJobConfig
 from testbed.placement.base import PlacementConfig, placements
 from testbed.policies.registry import policies as registered_policies
-from testbed.workloads.patterns import PatternConfig
+from testbed.workloads.patterns import PatternConfig, PatternError, kind_settings, pattern_node
 from testbed.workloads.payloads import PayloadConfig, PayloadConfigError, validate_payloads
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "experiments" / "conf"
@@ -224,7 +224,7 @@ def _policies_node() -> Any:
 
 @dataclass
 class ExperimentConfig:
-    pattern: PatternConfig = field(default_factory=PatternConfig)
+    pattern: PatternConfig = field(default_factory=pattern_node)  # flat: every workload kind's keys
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     policy: PolicySelection = field(default_factory=PolicySelection)
     policies: Any = field(default_factory=_policies_node)  # parameters of every registered policy
@@ -285,6 +285,10 @@ def to_typed(cfg: DictConfig | ExperimentConfig) -> ExperimentConfig:
         cfg = obj
     if not isinstance(cfg.policies, dict):  # plain classes pickle (worker processes); the schema's do not
         cfg.policies = {f.name: getattr(cfg.policies, f.name) for f in fields(cfg.policies)}
+    try:  # the flat node as its kind's own settings: only its keys, and a class that pickles
+        cfg.pattern = kind_settings(cfg.pattern)
+    except PatternError as exc:
+        raise ConfigError(f"pattern.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from exc
     return cfg
 
 
@@ -342,7 +346,7 @@ def validate_seed(key: str, value: int) -> None:
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     """Semantic checks that types cannot express. Raises ConfigError naming the key."""
-    from testbed.workloads.patterns import PatternError, validate_pattern
+    from testbed.workloads.patterns import gives_rates, validate_pattern
 
     validate_seed("seed", cfg.seed)
     if not 0 <= cfg.seed + cfg.pattern.seed_offset <= MAX_SEED:  # a random walk's seed
@@ -352,6 +356,11 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         validate_pattern(cfg.pattern)
     except PatternError as exc:
         raise ConfigError(f"pattern.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from exc
+    if cfg.job.enabled and not gives_rates(cfg.pattern):
+        raise ConfigError("pattern", f"evaluation {cfg.evaluation.name!r} runs in job mode (job.enabled), which "
+                                     f"replays items/s: workload {cfg.pattern.name!r} (kind {cfg.pattern.kind}) "
+                                     f"gives machine counts only; use one of its workloads "
+                                     f"({', '.join(cfg.evaluation.workloads)}) or a trace (pattern=trace)")
     _positive("reps", cfg.reps)
     _at_most("reps", cfg.reps, 1000)
     _positive("duration_min", cfg.duration_min)

@@ -176,7 +176,7 @@ class LiveJobRun:
         self.prefix = f"{run_prefix(run_id)}-{uuid.uuid4().hex[:8]}".lower()
         rates = getattr(pattern, "rates", None)
         if rates is None:
-            raise ValueError(f"job mode needs a rate workload (pattern kind daedalus), got {type(pattern).__name__}")
+            raise ValueError(f"job mode needs a workload with rates (items/s per second), got {type(pattern).__name__}")
         self.duration = int(round(cfg.duration_min * 60.0))  # live seconds (the config is compressed already)
         live_rates = compress_rates(np.asarray(rates, dtype=float), self.settings.time_compression)
         if len(live_rates) < self.duration:

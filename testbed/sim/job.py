@@ -64,7 +64,7 @@ class JobSimulation:
         self.duration = int(round(cfg.duration_min * 60.0))
         rates = getattr(pattern, "rates", None)
         if rates is None:
-            raise ValueError(f"job mode needs a rate workload (pattern kind daedalus), got {type(pattern).__name__}")
+            raise ValueError(f"job mode needs a workload with rates (items/s per second), got {type(pattern).__name__}")
         rates = np.asarray(rates, dtype=float)
         if len(rates) < self.duration:
             rates = np.concatenate([rates, np.full(self.duration - len(rates), rates[-1])])

@@ -11,16 +11,18 @@ items per second.
   from the generator it is given (the experiment derives it from its seed).
 
 The job simulator (testbed/sim/job.py) normalises rates to its workers' capacity: the peak is
-0.9 × C(12). As a pattern (`kind: daedalus`), the series is a rate per second; `as_machines`
-turns it into machine counts for the OEE topology's provider.
+0.9 × C(12). As a pattern (the workload kind `daedalus`, `Daedalus` below), the series is a rate per
+second; `as_machines` turns it into machine counts for the OEE topology's provider.
 """
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
+
+from testbed.workloads.registry import Pattern, PatternConfig, register_workload
 
 DURATION_S = 21_600
 PHI, SIGMA = 0.9, 0.01
@@ -120,9 +122,9 @@ def as_machines(r: np.ndarray, peak_machines: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class DaedalusPattern:
-    """A Daedalus workload as a pattern (testbed.workloads.patterns): `rates` per second for the job
-    simulator; `series` gives machine counts (as_machines) for the OEE topology."""
+class DaedalusPattern(Pattern):
+    """A Daedalus workload as a pattern: `rates` per second for the job simulator; `series` gives
+    machine counts (as_machines) for the OEE topology."""
 
     name: str
     workload: str
@@ -135,9 +137,27 @@ class DaedalusPattern:
         idx = np.floor(np.maximum(np.asarray(times_s, dtype=float), 0.0)).astype(np.int64)
         return m[np.minimum(idx, len(m) - 1)]
 
-    def machines_at(self, t_s: float) -> int:
-        return int(self.series(np.array([t_s], dtype=float))[0])
-
     @property
     def sha256(self) -> str:
         return hashlib.sha256(np.ascontiguousarray(self.rates, dtype=np.float64).tobytes()).hexdigest()
+
+
+@register_workload("daedalus")
+@dataclass
+class Daedalus(PatternConfig):
+    """pattern.workload: a name of WORKLOADS (items/s per second, 6 h, with the catalogue's noise)."""
+
+    kind: str = "daedalus"
+    workload: str = ""
+
+    gives_rates = True
+
+    def validate(self) -> None:
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"workload: unknown Daedalus workload {self.workload!r}; known: "
+                             f"{', '.join(sorted(WORKLOADS))}")
+
+    def build(self, rng: Optional[np.random.Generator]) -> Pattern:
+        if rng is None:
+            raise ValueError(f"pattern {self.name!r} (a Daedalus workload) needs rng=numpy.random.Generator")
+        return DaedalusPattern(self.name, self.workload, rates(self.workload, rng))

@@ -17,9 +17,9 @@ found by bisection so that the mean is the target mean: min, max and mean are ex
 rounded to integers by largest remainder, which keeps the total). ``peak`` rescales the result (the
 live scale, 40 events/s).
 
-A rate series is used as a pattern (testbed.workloads.patterns, kind ``spikes``): the "machines" value
-at time t is the rate of second ⌊t⌋, and a topology with one source of one item per 1 s tick emits
-exactly that many events in that second. This module does not import testbed.workloads.patterns.
+A rate series is used as a pattern (the workload kind ``spikes``, `Spikes` below): the "machines"
+value at time t is the rate of second ⌊t⌋, and a topology with one source of one item per 1 s tick
+emits exactly that many events in that second.
 """
 from __future__ import annotations
 
@@ -27,9 +27,11 @@ import csv
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from testbed.workloads.registry import Pattern, PatternConfig, register_workload
 
 # The reference's knots (workloads.md §3.2): (second, events/s).
 PAPER_LIKE_KNOTS: Tuple[Tuple[float, float], ...] = (
@@ -237,9 +239,9 @@ def sha256(r: np.ndarray) -> str:
 
 
 @dataclass(frozen=True)
-class RatePattern:
-    """A rate series as a pattern (testbed.workloads.patterns.Pattern, registered as one there): at time
-    t the value is the rate of second ⌊t⌋; before 0 the first, after the end the last (held)."""
+class RatePattern(Pattern):
+    """A rate series as a pattern: at time t the value is the rate of second ⌊t⌋; before 0 the first,
+    after the end the last (held)."""
 
     name: str
     rates: Tuple[int, ...] = field(repr=False)
@@ -250,9 +252,27 @@ class RatePattern:
         idx = np.floor(np.maximum(np.asarray(times_s, dtype=float), 0.0) / self.step_s).astype(np.int64)
         return values[np.minimum(idx, len(values) - 1)]
 
-    def machines_at(self, t_s: float) -> int:
-        return int(self.series(np.array([t_s], dtype=float))[0])
-
     @property
     def sha256(self) -> str:
         return sha256(np.asarray(self.rates))
+
+
+@register_workload("spikes")
+@dataclass
+class Spikes(PatternConfig):
+    """pattern.spikes.*: the spike generator's settings; its values are events/s, one per second."""
+
+    kind: str = "spikes"
+    spikes: SpikesConfig = field(default_factory=SpikesConfig)
+
+    gives_rates = True
+    counts_machines = False  # events/s: the PRESPS report plots them
+
+    def validate(self) -> None:
+        try:
+            validate_spikes(self.spikes)
+        except ValueError as exc:
+            raise ValueError(f"spikes.{exc}") from exc
+
+    def build(self, rng: Optional[np.random.Generator]) -> Pattern:
+        return RatePattern(self.name, tuple(int(v) for v in generate(self.spikes, rng)))

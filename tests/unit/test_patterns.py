@@ -13,11 +13,12 @@ from testbed.workloads.patterns import (
     CyclePattern,
     PatternConfig,
     PatternError,
-    PatternKind,
     RandomWalkPattern,
     ReplayPattern,
     load_replay_table,
     make_pattern,
+    pattern_config,
+    pattern_node,
     plot_patterns,
     validate_pattern,
 )
@@ -25,10 +26,11 @@ from testbed.workloads.patterns import (
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "experiments" / "conf" / "pattern"
 CSV = ROOT / "testbed" / "workloads" / "data" / "random_walk_machines.csv"
+TRACE = ROOT / "experiments" / "traces" / "example.csv"
 
 
 def walk(seed: int, **overrides) -> RandomWalkPattern:
-    cfg = PatternConfig(name="rw", kind=PatternKind.random_walk, step_minutes=1.0, **overrides)
+    cfg = pattern_config(name="rw", kind="random_walk", step_minutes=1.0, **overrides)
     pattern = make_pattern(cfg, np.random.default_rng(seed))
     assert isinstance(pattern, RandomWalkPattern)
     return pattern
@@ -49,14 +51,14 @@ def test_stepwise_by_hand(t_s: float, expected: int) -> None:
 
 
 def test_two_level() -> None:
-    p = make_pattern(PatternConfig(name="two_level", levels=[2, 8], step_minutes=8.0))
+    p = make_pattern(pattern_config(name="two_level", levels=[2, 8], step_minutes=8.0))
     assert isinstance(p, CyclePattern)
     assert [p.machines_at(m * 60.0) for m in (0, 7.99, 8, 15.99, 16, 24, 32)] == [2, 2, 8, 8, 2, 8, 2]
 
 
 @pytest.mark.parametrize("column", ["random_walk_1", "random_walk_2"])
 def test_replay_is_verbatim_and_holds_last_value(column: str) -> None:
-    p = make_pattern(PatternConfig(name=column, kind=PatternKind.replay, column=column, step_minutes=1.0))
+    p = make_pattern(pattern_config(name=column, kind="replay", column=column, step_minutes=1.0))
     assert isinstance(p, ReplayPattern)
     expected = csv_column(column)
     assert len(expected) == 200
@@ -100,7 +102,7 @@ def test_random_walk_tight_bounds() -> None:
 
 def test_random_walk_needs_rng() -> None:
     with pytest.raises(ValueError, match="rng"):
-        make_pattern(PatternConfig(kind=PatternKind.random_walk))
+        make_pattern(pattern_config(kind="random_walk"))
 
 
 @pytest.mark.parametrize("name", ["stepwise", "two_level", "random_walk_1", "random_walk"])
@@ -121,30 +123,30 @@ def test_series_equals_machines_at(name: str) -> None:
         (dict(step_minutes=0.0), "step_minutes"),
         (dict(step_minutes=-1.0), "step_minutes"),
         (dict(name=""), "name"),
-        (dict(kind=PatternKind.replay, column="random_walk_3"), "column"),
-        (dict(kind=PatternKind.replay), "column"),
-        (dict(kind=PatternKind.random_walk, min_machines=5, max_machines=3, start=4), "min_machines"),
-        (dict(kind=PatternKind.random_walk, start=9), "start"),
-        (dict(kind=PatternKind.random_walk, start=0), "start"),
-        (dict(kind=PatternKind.random_walk, p_down=0.7, p_up=0.6), "p_down"),
-        (dict(kind=PatternKind.random_walk, p_down=-0.1), "p_down"),
-        (dict(kind=PatternKind.random_walk, p_up=1.5), "p_up"),
+        (dict(kind="replay", column="random_walk_3"), "column"),
+        (dict(kind="replay"), "column"),
+        (dict(kind="random_walk", min_machines=5, max_machines=3, start=4), "min_machines"),
+        (dict(kind="random_walk", start=9), "start"),
+        (dict(kind="random_walk", start=0), "start"),
+        (dict(kind="random_walk", p_down=0.7, p_up=0.6), "p_down"),
+        (dict(kind="random_walk", p_down=-0.1), "p_down"),
+        (dict(kind="random_walk", p_up=1.5), "p_up"),
     ],
 )
 def test_validation_names_the_key(overrides: dict, key: str) -> None:
     with pytest.raises(PatternError) as exc:
-        validate_pattern(PatternConfig(**overrides))
+        validate_pattern(pattern_config(**overrides))
     assert exc.value.key == key
     assert isinstance(exc.value, ValueError)
 
 
 def test_unknown_column_lists_available() -> None:
     with pytest.raises(PatternError, match="random_walk_1, random_walk_2"):
-        make_pattern(PatternConfig(kind=PatternKind.replay, column="nope"))
+        make_pattern(pattern_config(kind="replay", column="nope"))
 
 
 def load_conf(path: Path):
-    return OmegaConf.merge(OmegaConf.structured(PatternConfig), OmegaConf.load(path))
+    return OmegaConf.merge(OmegaConf.structured(pattern_node()), OmegaConf.load(path))
 
 
 def test_yaml_files_load_and_build() -> None:
@@ -154,6 +156,8 @@ def test_yaml_files_load_and_build() -> None:
     }
     for f in files:
         cfg = load_conf(f)
+        if cfg.kind == "trace":  # the preset needs the user's file
+            cfg.path = str(TRACE)
         assert cfg.name == f.stem
         typed = OmegaConf.to_object(cfg)
         assert isinstance(typed, PatternConfig)

@@ -21,7 +21,7 @@ from reporting.evaluations.presps import (
     windows,
 )
 from testbed.config import ConfigError
-from testbed.workloads.patterns import PatternConfig, PatternKind, make_pattern
+from testbed.workloads.patterns import make_pattern, pattern_config
 from testbed.workloads.presps import (
     SpikesConfig,
     calibrate,
@@ -63,7 +63,7 @@ def test_calibration_and_rounding_by_hand():
 def test_file_replay_and_the_pattern_hook(tmp_path: Path):
     path = tmp_path / "rates.csv"
     path.write_text("second,rate\n0,10\n1,20\n2,30\n")
-    cfg = PatternConfig(name="mine", kind=PatternKind.spikes, spikes=SpikesConfig(profile="file", file=str(path)))
+    cfg = pattern_config(name="mine", kind="spikes", spikes=SpikesConfig(profile="file", file=str(path)))
     p = make_pattern(cfg)
     assert p.series(np.array([-1.0, 0.0, 0.9, 1.0, 2.5, 100.0])).tolist() == [10, 10, 10, 20, 30, 30]
     assert p.machines_at(1.2) == 20

@@ -346,21 +346,8 @@ def validate_seed(key: str, value: int) -> None:
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     """Semantic checks that types cannot express. Raises ConfigError naming the key."""
-    from testbed.workloads.patterns import gives_rates, validate_pattern
-
     validate_seed("seed", cfg.seed)
-    if not 0 <= cfg.seed + cfg.pattern.seed_offset <= MAX_SEED:  # a random walk's seed
-        raise ConfigError("pattern.seed_offset", f"seed + seed_offset must lie in [0, 2**63 - 1], "
-                                                 f"got {cfg.seed + cfg.pattern.seed_offset}")
-    try:
-        validate_pattern(cfg.pattern)
-    except PatternError as exc:
-        raise ConfigError(f"pattern.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from exc
-    if cfg.job.enabled and not gives_rates(cfg.pattern):
-        raise ConfigError("pattern", f"evaluation {cfg.evaluation.name!r} runs in job mode (job.enabled), which "
-                                     f"replays items/s: workload {cfg.pattern.name!r} (kind {cfg.pattern.kind}) "
-                                     f"gives machine counts only; use one of its workloads "
-                                     f"({', '.join(cfg.evaluation.workloads)}) or a trace (pattern=trace)")
+    _validate_workload(cfg)
     _positive("reps", cfg.reps)
     _at_most("reps", cfg.reps, 1000)
     _positive("duration_min", cfg.duration_min)
@@ -405,6 +392,23 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     if cfg.backend.name == BackendName.flink:
         _validate_flink(cfg)
     return cfg
+
+
+def _validate_workload(cfg: ExperimentConfig) -> None:
+    from testbed.workloads.patterns import gives_rates, validate_pattern
+
+    if not 0 <= cfg.seed + cfg.pattern.seed_offset <= MAX_SEED:  # a random walk's seed
+        raise ConfigError("pattern.seed_offset", f"seed + seed_offset must lie in [0, 2**63 - 1], "
+                                                 f"got {cfg.seed + cfg.pattern.seed_offset}")
+    try:
+        validate_pattern(cfg.pattern)
+    except PatternError as exc:
+        raise ConfigError(f"pattern.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from exc
+    if cfg.job.enabled and not gives_rates(cfg.pattern):
+        raise ConfigError("pattern", f"evaluation {cfg.evaluation.name!r} runs in job mode (job.enabled), which "
+                                     f"replays items/s: workload {cfg.pattern.name!r} (kind {cfg.pattern.kind}) "
+                                     f"gives machine counts only; use one of its workloads "
+                                     f"({', '.join(cfg.evaluation.workloads)}) or a trace (pattern=trace)")
 
 
 def _validate_runtime(rt: "RuntimeConfig", key: str = "runtime") -> None:

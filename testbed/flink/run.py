@@ -17,7 +17,8 @@ mode, deciding on the same `JobSnapshot`, with each worker one TaskManager of on
   Decisions taken while a rescale is still under way are not applied (as in the simulator).
 * **Accounting.** After the run the source's schedule has ended; the run waits until everything due
   is counted (`drain_timeout_s`): then scheduled = counted, and nothing was counted twice (the keyed
-  state's total is exactly-once). Processed − counted = the replays after restarts.
+  state's total is exactly-once). Processed − counted = the replays after restarts (at least: the
+  readings miss an attempt's last words before a restart).
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def workload_rates(pattern: Any, duration_s: int, compression: float, peak_rate:
     value up to `duration_s`, scaled so that the peak is `peak_rate`."""
     raw = getattr(pattern, "rates", None)
     if raw is None:
-        raise ValueError(f"job mode needs a rate workload (e.g. pattern kind daedalus), got {type(pattern).__name__}")
+        raise ValueError(f"job mode needs a workload with rates (items/s per second), got {type(pattern).__name__}")
     r = compress_rates(np.asarray(raw, dtype=float), compression)
     if len(r) < duration_s:
         r = np.concatenate([r, np.full(duration_s - len(r), r[-1] if len(r) else 0.0)])
@@ -77,8 +78,10 @@ class Accounting:
     emitted: float  # emitted by the source (its position after the last restart)
     counted: float  # counted in the keyed state (words / words per sentence)
     pending: float  # scheduled - counted: not counted when the drain ended
-    processed: float  # processed by every task attempt together (a replay is processed again)
-    replays: float  # processed - counted
+    # processed by the task attempts as far as readings saw them (a replay is processed again); a lower
+    # bound: an attempt's last words before a restart, after its last reading, are not seen
+    processed: float
+    replays: float  # processed - counted, at least (0 when the readings saw fewer than were counted)
     drained: bool  # everything due was counted within drain_timeout_s
 
     def as_dict(self) -> Dict[str, Any]:
@@ -106,8 +109,7 @@ class _Rescale:
     index: int  # its row in the rescales table
     target: int
     t_s: float
-    emitted_before: float  # the source's position when the rescale began
-    lowest: float  # its lowest position since: where the restart rolled it back to
+    replays_before: float  # sentences processed more than once before the rescale began
 
 
 class FlinkJobRun:
@@ -136,7 +138,7 @@ class FlinkJobRun:
         self.up_since = 0.0
         self.processed: Dict[str, float] = {}  # words per task attempt, the most seen
         self.cluster: Optional[FlinkCluster] = None
-        self.emitted = 0.0  # the source's position at the last reading
+        self.replays = 0.0  # sentences processed more than once so far (processed - counted)
 
     @property
     def workers(self) -> List[str]:
@@ -201,8 +203,6 @@ class FlinkJobRun:
             if name in r.busy:
                 cpu[w] = r.busy[name]
         src0, src1 = prev.source, cur.source
-        if src1 is not None:
-            self.emitted = src1.emitted
         s.arrivals.append(src1.scheduled - src0.scheduled if src0 is not None and src1 is not None else 0.0)
         s.thr.append(thr)
         s.cpu.append(cpu)
@@ -217,6 +217,8 @@ class FlinkJobRun:
         self._latency(k, prev, cur)
         for attempt, words in cur.attempts().items():
             self.processed[attempt] = max(words, self.processed.get(attempt, 0.0))
+        if cur.subtask_count() == self.n and cur.status == "RUNNING":  # every subtask read: the total is whole
+            self.replays = max(self.replays, (sum(self.processed.values()) - cur.counted()) / self.wps)
 
     def _latency(self, k: int, prev: JobReading, cur: JobReading) -> None:
         """The mean latency of the words counted in second k (same task attempts in both readings)."""
@@ -264,18 +266,16 @@ class FlinkJobRun:
         for w in range(target, n):
             self.ready_from.pop(w, None)
         self.n = target
-        self.pending = _Rescale(len(self.rescales["t_s"]) - 1, target, now, self.emitted, self.emitted)
+        self.pending = _Rescale(len(self.rescales["t_s"]) - 1, target, now, self.replays)
 
     def _track_rescale(self, k: int, cur: JobReading) -> None:
         """Ends a rescale's downtime once the job runs at its target; then waits for its lag to recover."""
         t = float(k + 1)
         p = self.pending
-        if p is not None and cur.source is not None:
-            p.lowest = min(p.lowest, cur.source.emitted)
         if p is not None and _runs_at(cur, p.target):
             self.rescales["downtime_s"][p.index] = t - p.t_s
-            # sentences emitted again after the restart: what the source had emitted since the checkpoint
-            self.rescales["replayed"][p.index] = int(max(0.0, p.emitted_before - p.lowest))
+            # what the restart processed again (at least: an old attempt's last words may be unseen)
+            self.rescales["replayed"][p.index] = int(round(max(0.0, self.replays - p.replays_before)))
             for w in range(p.target):
                 self.ready_from[w] = min(self.ready_from.get(w, t), t)
             self.pending, self.recovering = None, p.index
@@ -316,7 +316,7 @@ class FlinkJobRun:
         return Accounting(scheduled=src.scheduled if src is not None else math.nan,
                           emitted=src.emitted if src is not None else math.nan, counted=counted,
                           pending=(src.scheduled if src is not None else total) - counted, processed=processed,
-                          replays=processed - counted, drained=_counted_all(reading, total, self.wps))
+                          replays=max(0.0, processed - counted), drained=_counted_all(reading, total, self.wps))
 
     def _tables(self) -> Dict[str, Dict[str, list]]:
         s = self.series

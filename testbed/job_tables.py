@@ -14,6 +14,13 @@ from testbed.policies.contract import Policy
 from testbed.policies.job_inputs import JOB_OPERATOR
 
 LEASE_COLUMNS = ("host", "start_s", "end_s", "btu_s", "paid_btus", "prolongations", "released")
+# the `rescales` table: one row per controller rescale, its true (simulated) or measured downtime
+RESCALE_COLUMNS = ("t_s", "from_n", "to_n", "downtime_s", "replayed", "lag_before", "recovered_s",
+                   "capacity_before", "capacity_after")
+
+
+def new_rescales() -> Dict[str, list]:
+    return {k: [] for k in RESCALE_COLUMNS}
 
 
 def job_tables(step: int, arrivals: np.ndarray, thr: np.ndarray, cpu: np.ndarray, lag: np.ndarray,

@@ -39,16 +39,13 @@ from testbed.flink.cluster import FlinkCluster
 from testbed.flink.metrics import JobReading, rates
 from testbed.flink.schedule import RateSchedule, from_rates
 from testbed.flink.settings import FlinkSettings, from_mapping
-from testbed.job_tables import job_tables
+from testbed.job_tables import job_tables, new_rescales
 from testbed.live.job_compression import compress_rates
 from testbed.model import ScaleDown
 from testbed.policies.contract import Policy
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
 from testbed.policies.scaling import job_rescale
 from testbed.run_result import RunResult
-
-RESCALE_COLUMNS = ("t_s", "from_n", "to_n", "downtime_s", "replayed", "lag_before", "recovered_s",
-                   "capacity_before", "capacity_after")
 
 
 def workload_rates(pattern: Any, duration_s: int, compression: float, peak_rate: float) -> np.ndarray:
@@ -130,7 +127,7 @@ class FlinkJobRun:
         self.schedule = run_schedule(self.rates)
         self.series = _Series(self.top)
         self.records: List[ActionRecord] = []
-        self.rescales: Dict[str, list] = {k: [] for k in RESCALE_COLUMNS}
+        self.rescales: Dict[str, list] = new_rescales()
         self.pending: Optional[_Rescale] = None
         self.recovering: Optional[int] = None  # a rescale whose lag has not come back yet
         self.ready_from: Dict[int, float] = {}

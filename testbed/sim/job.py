@@ -34,7 +34,7 @@ import numpy as np
 from testbed.actions import ActionRecord
 from testbed.config import ExperimentConfig
 from testbed.job_config import JobConfig
-from testbed.job_tables import job_tables
+from testbed.job_tables import job_tables, new_rescales
 from testbed.model import ScaleDown
 from testbed.policies.contract import Policy
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
@@ -217,8 +217,6 @@ class JobSimulation:
             ready={k: ready_from.get(w, 0) <= t + 1 for k, w in workers.items()})
 
 
-RESCALE_COLUMNS = ("t_s", "from_n", "to_n", "downtime_s", "replayed", "lag_before", "recovered_s",
-                   "capacity_before", "capacity_after")
 
 
 @dataclass
@@ -245,7 +243,7 @@ class _RunState:
     lat_t: List[float] = field(default_factory=list)
     lat_ms: List[float] = field(default_factory=list)
     records: List[ActionRecord] = field(default_factory=list)
-    rescales: Dict[str, list] = field(default_factory=lambda: {k: [] for k in RESCALE_COLUMNS})
+    rescales: Dict[str, list] = field(default_factory=new_rescales)
 
     @classmethod
     def start(cls, sim: JobSimulation, n: int) -> _RunState:

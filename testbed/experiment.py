@@ -200,7 +200,7 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
         pattern = build_pattern(run_cfg.pattern, cfg.seed)
         policy = policy_for(run_cfg)
         if run_cfg.backend.name == BackendName.flink:  # job mode on a real Apache Flink
-            from testbed.flink.run import FlinkJobRun
+            from testbed.live.flink_job import FlinkJobRun
 
             result = FlinkJobRun(run_cfg, policy, pattern, spec.run_id, spec.run_dir).run()
         elif run_cfg.backend.name == BackendName.docker and run_cfg.job.enabled:

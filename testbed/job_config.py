@@ -113,7 +113,7 @@ class LiveJobConfig:
 
 @dataclass
 class FlinkJobConfig:
-    """Job mode on a real Apache Flink in reactive mode (`backend=flink`, testbed/flink/run.py): one
+    """Job mode on a real Apache Flink in reactive mode (`backend=flink`, testbed/live/flink_job.py): one
     TaskManager of one slot per worker. `settings` are the cluster's (testbed/flink/settings.py,
     docs/flink.md#settings), validated by name when the config is loaded."""
 

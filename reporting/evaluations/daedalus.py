@@ -99,4 +99,4 @@ DAEDALUS = register_report(EvaluationReport(
     sections=sections, platform_pattern_sections=False, summary_columns=SUMMARY))
 register_report(DAEDALUS, "daedalus_ks")  # the Kafka Streams variant: same metrics, reference and claims
 register_report(DAEDALUS, "daedalus_live")  # live and scaled down (testbed/live/job.py): the same report
-register_report(DAEDALUS, "daedalus_flink")  # on a real Flink (testbed/flink/run.py): the same report
+register_report(DAEDALUS, "daedalus_flink")  # on a real Flink (testbed/live/flink_job.py): the same report

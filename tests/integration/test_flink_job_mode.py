@@ -1,5 +1,5 @@
 """Daedalus, the HPA and a static deployment driving a real Apache Flink in reactive mode
-(`backend=flink`, testbed/flink/run.py, docs/flink.md#job-mode-runs): evaluation daedalus_flink,
+(`backend=flink`, testbed/live/flink_job.py, docs/flink.md#job-mode-runs): evaluation daedalus_flink,
 compressed to a minute per run (the first 72 min of wc_sine at a time compression of 72), starting
 from one TaskManager while the workload's peak needs two. Daedalus must rescale by adding or
 removing TaskManagers; every sentence the schedule made due must be counted exactly once once the

@@ -1,4 +1,4 @@
-"""The Flink job mode's pure parts (testbed/flink/run.py) and its configuration: the workload as
+"""The Flink job mode's pure parts (testbed/live/flink_job.py) and its configuration: the workload as
 the source's schedule, and bad settings named before anything starts. The runs themselves are in
 tests/integration/test_flink_job_mode.py."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from testbed.config import ConfigError
 from testbed.experiment import config_for, plan_runs
-from testbed.flink.run import run_schedule, workload_rates
+from testbed.live.flink_job import run_schedule, workload_rates
 from tests.conftest import compose_config
 
 

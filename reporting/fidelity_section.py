@@ -11,8 +11,8 @@ from typing import List, Optional
 
 import pandas as pd
 
+from reporting.claims import HOLDS
 from reporting.fidelity_gaps import FIDELITY_FOLDER, cell_gaps, is_compliance, strongest, summarise_effects
-from reporting.paper_comparison import HOLDS
 from reporting.report_document import Block, Section, Table, number
 
 CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "experiments" / "calibration"

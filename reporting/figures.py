@@ -19,8 +19,10 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from reporting.metrics import LEVELS  # noqa: E402
-from reporting.paper_comparison import LEVEL_LABELS  # noqa: E402
+from reporting.metrics import (
+    LEVEL_LABELS,  # noqa: E402
+    LEVELS,  # noqa: E402
+)
 
 SOURCES = ("paper", "measured")
 _SERIES = ("data volume [items/s]", "operator instances", "leased VMs")

@@ -34,6 +34,7 @@ from testbed.policies.btu import release_window_s
 
 # compliance levels: a sample complies at a level when duration_ms <= factor * slo_ms
 LEVELS: Tuple[Tuple[str, float], ...] = (("realtime", 1.0), ("near_realtime", 2.0), ("relaxed", 5.0))
+LEVEL_LABELS = {"realtime": "real-time", "near_realtime": "near real-time", "relaxed": "relaxed"}
 
 # Metrics that do not depend on the BTU length used for billing, then those that do, in report order.
 BTU_INDEPENDENT_METRICS: Tuple[str, ...] = (

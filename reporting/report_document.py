@@ -11,8 +11,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import pandas as pd
 
 from reporting.elasticity import ELASTICITY_METRICS
-from reporting.metrics import LEVELS, rebilled
-from reporting.paper_comparison import LEVEL_LABELS
+from reporting.metrics import LEVEL_LABELS, LEVELS, rebilled
 from reporting.report_metrics import compliance_metric
 from reporting.run_catalog import RunCatalog
 

@@ -18,6 +18,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from testbed.arguments import ConfigError
+from testbed.claim_spec import ClaimSpec, validate_claims
 from testbed.emulation import AvailabilityMode, EmulationConfig, validate_emulation
 from testbed.job_config import FlinkJobConfig, JobConfig, LiveJobConfig
 from testbed.placement.base import PlacementConfig, placements
@@ -81,7 +82,8 @@ class EvaluationConfig:
     configurations: List[RunConfiguration] = field(default_factory=list)
     only: List[str] = field(default_factory=list)  # run just these configurations (names); empty: all
     reference: str = ""  # the published table (long format), relative to the project
-    claims: str = ""  # the set of claims the report checks (reporting)
+    claims: List[ClaimSpec] = field(default_factory=list)  # the paper's claims, checked by reporting/claims.py
+    claims_from: str = ""  # check another evaluation's claims instead (its name)
 
 
 @dataclass
@@ -546,6 +548,11 @@ def _validate_evaluation(cfg: ExperimentConfig) -> None:
                 _validate_scale(dataclasses.replace(cfg, runtime=rt))
             except ConfigError as exc:
                 raise ConfigError(f"{key}.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from exc
+    try:
+        validate_claims(ev.claims, names)
+    except ValueError as exc:  # "<key>: <message>"
+        key, _, message = str(exc).partition(": ")
+        raise ConfigError(key, message) from exc
     for i, name in enumerate(ev.only):
         if name not in names:
             raise ConfigError(f"evaluation.only[{i}]",

@@ -34,7 +34,6 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import pandas as pd
 
-DEFAULT = "btu"
 _BUILTIN = ("btu", "presps", "odp", "compare", "daedalus")  # modules of this package that register entries
 _REGISTRY: Dict[str, "EvaluationReport"] = {}
 
@@ -91,9 +90,10 @@ def _load() -> None:
 
 
 def report_for(evaluation: str) -> EvaluationReport:
-    """The entry of an evaluation; the BTU paper's for an evaluation without one."""
+    """The entry of an evaluation: the one registered under its name, else the one its YAML
+    declares (reference table and claims; evaluations declaring the same share one entry)."""
     _load()
-    return _REGISTRY.get(evaluation) or _REGISTRY[DEFAULT]
+    return _REGISTRY.get(evaluation) or declared_report(evaluation)
 
 
 def reports_for(evaluations: Iterable[str]) -> List[EvaluationReport]:
@@ -117,6 +117,22 @@ def metric_order() -> List[str]:
     for entry in _REGISTRY.values():
         out += [m for m in entry.metric_names if m not in out]
     return out
+
+
+_DECLARED: Dict[Tuple[str, str], EvaluationReport] = {}
+
+
+def declared_report(evaluation: str) -> EvaluationReport:
+    """An entry from the evaluation's YAML alone: its `reference` table beside the measured one and
+    its `claims` (or those of `claims_from`) checked by reporting.claims; no metrics, no sections."""
+    from reporting import claims as engine
+
+    reference, source = engine.declared_sources(evaluation)
+    key = (reference, source)
+    if key not in _DECLARED:
+        _DECLARED[key] = EvaluationReport(name=source or evaluation, reference=engine.reference_reader(reference),
+                                          claims=engine.claim_checker(source) if source else None)
+    return _DECLARED[key]
 
 
 def compare_all(entries: Sequence[EvaluationReport], summary: pd.DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame]:

@@ -21,8 +21,9 @@ import optuna
 import pandas as pd
 from omegaconf import OmegaConf
 
+from reporting.evaluations.btu import load_reference
 from reporting.fidelity_gaps import cell_gaps
-from reporting.paper_comparison import compare, load_reference
+from reporting.paper_comparison import compare
 from testbed.arguments import parse_arguments, parse_command
 from testbed.config import CONF_DIR, ConfigError
 from testbed.fidelity.evaluation import Setting, compose_experiment, evaluate

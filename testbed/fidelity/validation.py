@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, TextIO
 
+from reporting.evaluations.btu import load_reference
 from reporting.fidelity_gaps import FIDELITY_FOLDER
-from reporting.paper_comparison import load_reference
 from testbed.arguments import parse_arguments, parse_command
 from testbed.config import CONF_DIR, ConfigError, validate_seed
 from testbed.fidelity.evaluation import Setting, run_setting

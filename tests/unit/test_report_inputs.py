@@ -12,8 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from reporting import report
+from reporting.claims import FAILS, HOLDS, NOT_EVALUABLE, claim_checker
 from reporting.class_archive import ClassArchive
-from reporting.paper_comparison import FAILS, HOLDS, NOT_EVALUABLE, check_claims, compare, load_reference
+from reporting.evaluations.btu import load_reference
+from reporting.paper_comparison import compare
 from reporting.report_config import ReportConfig, ReportConfigError, parse_overrides
 from reporting.run_catalog import ReportError, load_catalog
 from testbed.cli import main as cli_main
@@ -122,6 +124,9 @@ def test_catalog_bills_runs_as_their_manifest_says(tmp_path: Path) -> None:
 
 
 # ---- the paper's table and claims ----------------------------------------------------------------------
+
+check_claims = claim_checker("btu")  # the claims experiments/conf/evaluation/btu.yaml declares
+
 
 def test_reference_table_is_the_published_one() -> None:
     ref = load_reference()

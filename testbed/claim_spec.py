@@ -1,0 +1,60 @@
+"""A paper's claim as data: what an evaluation's YAML declares under `evaluation.claims`, typed
+and checked for shape before anything runs. reporting/claims.py checks the claims on the tables."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Sequence, Set
+
+# the comparisons a claim may name (reporting/claims.py has one check for each)
+KIND_NAMES = ("greater", "less", "not_greater", "monotone_increasing", "ratio_at_most", "within")
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One claim as an evaluation's YAML declares it (`evaluation.claims[i]`)."""
+
+    id: str = ""
+    text: str = ""
+    compare: str = ""  # a key of KINDS
+    metrics: List[str] = field(default_factory=list)
+    configs: List[str] = field(default_factory=list)  # the configurations the claim is about
+    against: str = ""  # the configuration they are compared with ({btu}: the same BTU length)
+    bound: float = 0.0  # ratio_at_most: the largest ratio configs / against; within: the tolerance
+    allow: List[str] = field(default_factory=list)  # not_greater: "<config> <metric>" pairs that may be above
+    labels: Dict[str, str] = field(default_factory=dict)  # how a metric is named in a detail
+    holds: str = ""  # the detail of a claim that holds over several values
+
+def validate(specs: Sequence[ClaimSpec], prefix: str = "evaluation.claims") -> None:
+    """Raise ValueError("<prefix>[i].<key>: ...") for the first claim that cannot be checked."""
+    seen: Dict[str, int] = {}
+    for i, spec in enumerate(specs):
+        where = f"{prefix}[{i}]"
+        if not spec.id:
+            raise ValueError(f"{where}.id: missing")
+        if spec.id in seen:
+            raise ValueError(f"{where}.id: {spec.id!r} repeats claim {seen[spec.id]}")
+        seen[spec.id] = i
+        if spec.compare not in KIND_NAMES:
+            raise ValueError(f"{where}.compare: {spec.compare!r} is not one of {', '.join(KIND_NAMES)}")
+        if not spec.metrics or not all(spec.metrics):
+            raise ValueError(f"{where}.metrics: name at least one metric")
+        if not spec.configs or not all(spec.configs):
+            raise ValueError(f"{where}.configs: name at least one configuration")
+        if spec.compare != "monotone_increasing" and not spec.against:
+            raise ValueError(f"{where}.against: {spec.compare} compares with a configuration; name it")
+        if spec.compare == "monotone_increasing" and len(spec.configs) < 2:
+            raise ValueError(f"{where}.configs: monotone_increasing needs at least two configurations, in order")
+        if spec.compare in ("ratio_at_most", "within") and not spec.bound > 0:
+            raise ValueError(f"{where}.bound: {spec.compare} needs a bound > 0")
+
+
+def validate_claims(specs: Sequence[ClaimSpec], configurations: Set[str], prefix: str = "evaluation.claims") -> None:
+    """validate(), and every configuration a claim names is one of the evaluation's (a re-billed one
+    as <name>@<BTU> or <name>@{btu})."""
+    validate(specs, prefix)
+    for i, spec in enumerate(specs):
+        for key, names in (("configs", spec.configs), ("against", [spec.against])):
+            for name in names:
+                if re.sub(r"@(\d+|\{btu\})$", "", name) not in configurations:
+                    raise ValueError(f"{prefix}[{i}].{key}: unknown configuration {name!r}")

@@ -50,8 +50,8 @@ def _experiment(cfg: DictConfig) -> None:
     if typed.summary and runs:
         root = Path(typed.out) / typed.pattern.name
         print(f"evaluation {typed.evaluation.name}, workload {typed.pattern.name}, profile {typed.profile}")
-        if typed.job.enabled:  # job mode (Daedalus): its own metrics (reporting/daedalus.py)
-            from reporting.daedalus import format_results, results, runs_table
+        if typed.job.enabled:  # job mode (Daedalus): its own metrics (reporting/evaluations/daedalus/)
+            from reporting.evaluations.daedalus.text import format_results, results, runs_table
 
             table = results(runs_table(root))
             print(format_results(table))

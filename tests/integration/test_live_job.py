@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 import redis
 
-from reporting.daedalus import run_metrics
+from reporting.evaluations.daedalus.measures import run_metrics
 from testbed.eventlog import read_manifest
 from testbed.experiment import run_experiment
 from tests.integration.conftest import ROOT

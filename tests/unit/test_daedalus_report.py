@@ -1,11 +1,12 @@
-"""The Daedalus report's savings and claims on hand-made results (reporting/daedalus.py)."""
+"""The Daedalus report's savings and claims on hand-made results (reporting/evaluations/daedalus/)."""
 from __future__ import annotations
 
 import math
 
 import pandas as pd
 
-from reporting.daedalus import check_claims, comparison, load_reference, results
+from reporting.evaluations.daedalus.claims import check_claims
+from reporting.evaluations.daedalus.measures import comparison, load_reference, results
 
 
 def _runs(rows):
@@ -60,3 +61,14 @@ def test_d1_fails_when_daedalus_latency_is_above_static():
     claims = check_claims(results(runs)).set_index("claim")
     assert claims.loc["D1", "verdict"] == "does not hold"
     assert "between the HPAs False" in claims.loc["D1", "evidence"]
+
+
+def test_capacity_claim_names_each_workload_beside_its_own_error():
+    # no capacity error on wc_sine (NaN), 2.5 % on ysb_avazu and 7 % on tm_two_spike: the evidence pairs
+    # each value with its own workload, and the 7 % makes D6 fail
+    runs = _runs([{"pattern": p, "config": "daedalus", "rep": 1, "mean_workers": 5.0, "latency_ms": 1000.0,
+                   "keeps_up": 1.0, "capacity_error_pct": err}
+                  for p, err in (("wc_sine", math.nan), ("ysb_avazu", 2.5), ("tm_two_spike", 7.0))])
+    d6 = check_claims(results(runs)).set_index("claim").loc["D6"]
+    assert d6["evidence"].endswith("per workload: ysb_avazu 2.5 %, tm_two_spike 7.0 %")
+    assert d6["verdict"] == "does not hold"

@@ -164,7 +164,10 @@ def test_claims_and_the_extension_point():
     coarse = pd.DataFrame(rows).replace({"metric": {"throughput_degradation": "throughput_degradation_30s"}})
     p2 = check_claims(coarse, pd.DataFrame(columns=rows[0].keys())).iloc[1]
     assert p2["measured"] == "holds" and "30 s windows" in p2["measured_detail"]
-    assert report_for("presps").name == "presps" and report_for("no such evaluation").name == "btu"
+    assert report_for("presps").name == "presps"
+    # an evaluation without a registered report or claims in its YAML checks no paper's claims
+    assert report_for("no such evaluation").claims is None and report_for("no such evaluation").reference().empty
+    assert report_for("daedalus_oee") is report_for("btu")  # claims_from: btu, the same reference table
     assert [e.name for e in reports_for(["presps", "presps", "btu"])] == ["btu", "presps"]
     paper = report_for("presps").reference()
     assert set(paper["approach"]) == {"presps", "dabs"} and len(paper) == 8

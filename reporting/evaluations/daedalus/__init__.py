@@ -2,8 +2,11 @@
 job-mode metrics per run (mean workers, latency mean/p95, rescales, keeps-up, capacity-estimate
 error, forecast WAPE, predicted vs observed recovery time, excess workers on falling/rising load),
 Daedalus' savings against every other configuration, the published table beside the measured one,
-claims D1-D10 and the figures (workers and latency over time, latency ECDF). The computations are
-reporting/daedalus.py's; this module adapts them to the extension point."""
+claims D1-D10 and the figures (workers and latency over time, latency ECDF): measures.py (per-run
+metrics, results, the comparison), claims.py, figures.py and text.py (the evaluation's own report
+without Spark, and the job-mode table `testbed experiment` prints); this module registers them at
+the extension point. A variant (daedalus_ks, daedalus_live, daedalus_flink) reuses the whole report
+by its registration below."""
 from __future__ import annotations
 
 import math
@@ -12,8 +15,11 @@ from typing import Any, Dict, List
 
 import pandas as pd
 
-from reporting import daedalus as dd
 from reporting.evaluations import CLAIM_COLUMNS, EvaluationReport, SectionInputs, register_report
+from reporting.evaluations.daedalus import measures as dd
+from reporting.evaluations.daedalus.claims import check_claims
+from reporting.evaluations.daedalus.claims import fmt as _fmt
+from reporting.evaluations.daedalus.figures import figures
 
 METRICS = tuple(m for m in dd.METRICS if m != "workers_per_12") + ("workers_per_12",)
 SUMMARY = (("workers", "mean_workers", 2), ("latency ms", "latency_ms", 0), ("p95 ms", "latency_p95_ms", 0),
@@ -33,7 +39,7 @@ def reference() -> pd.DataFrame:
 
 
 def _long(summary: pd.DataFrame) -> pd.DataFrame:
-    """The report's results.csv rows of job-mode metrics as reporting.daedalus' long format."""
+    """The report's results.csv rows of job-mode metrics as the long format of measures.results."""
     rows = summary[summary.metric.isin(dd.METRICS)]
     col = "config" if "config" in rows else "approach"
     out = pd.DataFrame({"pattern": rows.pattern, "config": rows[col], "metric": rows.metric, "against": "",
@@ -52,7 +58,7 @@ def claims(summary: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     res = _long(summary)
     if not len(res):
         return pd.DataFrame(columns=CLAIM_COLUMNS)
-    c = dd.check_claims(res)
+    c = check_claims(res)
     where = {"D1": "wc_sine", "D2": "ysb_avazu", "D3": "tm_two_spike", "D4": "ks_sine"}
     return pd.DataFrame({"pattern": [where.get(k, "all") for k in c.claim], "claim": c.claim, "text": c.statement,
                          "paper": "holds", "paper_detail": "",
@@ -76,15 +82,15 @@ def sections(inputs: SectionInputs) -> List[Any]:
                           "run_dir": str(r.run_dir)} for r in inputs.runs])
     if runs.empty:
         return []
-    figs = dd.figures(runs, inputs.out / "figures")
+    figs = figures(runs, inputs.out / "figures")
     res = _long(inputs.summary)
     comp = dd.comparison(res, dd.load_reference())
     out = []
     for pattern, g in comp.groupby("pattern", sort=False):
-        rows = [[r.approach, dd._fmt(r.paper_workers), dd._fmt(r.measured_workers, 2), dd._fmt(r.paper_latency_ms, 0),
-                 dd._fmt(r.measured_latency_ms, 0), dd._fmt(r.measured_latency_p95_ms, 0),
-                 dd._fmt(r.paper_saved_pct, 0),
-                 dd._fmt(r.measured_saved_pct, 1), dd._fmt(r.keeps_up, 1), dd._fmt(r.rescales, 1)]
+        rows = [[r.approach, _fmt(r.paper_workers), _fmt(r.measured_workers, 2), _fmt(r.paper_latency_ms, 0),
+                 _fmt(r.measured_latency_ms, 0), _fmt(r.measured_latency_p95_ms, 0),
+                 _fmt(r.paper_saved_pct, 0),
+                 _fmt(r.measured_saved_pct, 1), _fmt(r.keeps_up, 1), _fmt(r.rescales, 1)]
                 for _, r in g.iterrows()]
         table = Table(f"{pattern}: published (ICPE 2024) beside measured, mean over repetitions",
                       ["approach", "workers (paper)", "workers", "latency ms (paper)", "latency ms", "p95 ms",

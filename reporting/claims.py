@@ -15,9 +15,8 @@ simulated twin's.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 import pandas as pd
 
@@ -30,8 +29,7 @@ EVALUATIONS = Path(__file__).resolve().parent.parent / "experiments" / "conf" / 
 Values = Mapping[Tuple[str, str], float]  # (configuration, metric) -> mean of one pattern
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     status: str  # HOLDS, FAILS or NOT_EVALUABLE
     detail: str
 

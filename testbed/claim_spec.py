@@ -10,7 +10,7 @@ from typing import Dict, List, Sequence, Set
 KIND_NAMES = ("greater", "less", "not_greater", "monotone_increasing", "ratio_at_most", "within")
 
 
-@dataclass(frozen=True)
+@dataclass
 class ClaimSpec:
     """One claim as an evaluation's YAML declares it (`evaluation.claims[i]`)."""
 

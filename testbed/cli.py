@@ -173,6 +173,10 @@ def fidelity(argv: List[str]) -> int:
 
 
 def odp(argv: List[str]) -> int:
+    if argv[:1] == ["runs"]:  # the measures of runs are the ODP evaluation's (reporting), not placement's
+        from reporting.evaluations.odp.runs import main as runs_main
+
+        return runs_main(argv[1:])
     from testbed.placement.odp.cli import main as odp_main
 
     return odp_main(argv)

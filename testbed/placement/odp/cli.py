@@ -64,15 +64,9 @@ def study_command(argv: List[str]) -> int:
     return run_study_command(opts)
 
 
-def runs_command(argv: List[str]) -> int:
-    from testbed.placement.odp.runs import main as runs_main
-
-    return runs_main(argv)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"solve": solve_command, "study": study_command, "runs": runs_command}
+    commands = {"solve": solve_command, "study": study_command}
     if not args or args[0] not in commands:
         print(USAGE, file=sys.stderr)
         return 2

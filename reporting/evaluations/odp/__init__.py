@@ -3,8 +3,8 @@
 beside the paper's numbers, the §7.2-style comparison (T-Storm-like best fit vs ODP_T: inter-host
 traffic, network usage, latency, reassignments) and claims O2, O3, O6, O7.
 
-The per-run metrics are those of `testbed odp runs` (testbed/placement/odp/runs.py, pandas on the
-event log: `placements`, `latency`, `dropped`, `load`, `host_traffic`).
+The per-run metrics are those of `testbed odp runs` (runs.py, pandas on the event log: `placements`,
+`latency`, `dropped`, `load`, `host_traffic`).
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import Any, Dict, List, Mapping, Tuple
 import pandas as pd
 
 from reporting.evaluations import CLAIM_COLUMNS, EvaluationReport, SectionInputs, register_report
-from testbed.placement.odp.runs import PAPER_SOLVE_MS
-from testbed.placement.odp.runs import run_metrics as odp_run_metrics
+from reporting.evaluations.odp.runs import PAPER_SOLVE_MS
+from reporting.evaluations.odp.runs import run_metrics as odp_run_metrics
 
-REFERENCE = Path(__file__).resolve().parents[2] / "experiments" / "reference" / "paper_odp_results.csv"
+REFERENCE = Path(__file__).resolve().parents[3] / "experiments" / "reference" / "paper_odp_results.csv"
 HOLDS, FAILS, NOT_EVALUABLE = "holds", "does not hold", "not evaluable"
 METRICS: Tuple[str, ...] = (
     "R_ms", "R_p95_ms", "k", "A_model", "delivered_pct", "loss_pct", "T_items_s", "N_items_ms_s", "reassignments",

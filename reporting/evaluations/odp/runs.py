@@ -1,5 +1,6 @@
-"""Measures of the ODP experiments' runs (docs/papers/odp.md#the-71-experiment): per run folder,
-from its event log and resolved config, and the paper's numbers beside them.
+"""Measures of the ODP experiments' runs (docs/papers/odp.md#the-71-experiment), per run folder from
+its event log and resolved config: the report's per-run metrics, and `testbed odp runs` (the measured
+table beside the paper's numbers, and the report's claims).
 
 * `R_ms`: mean end-to-end latency of the sampled items reaching the consumer, after `warmup_s`;
 * `k`: instances on hosts below full availability in the final placement (the `placements` table);
@@ -111,31 +112,13 @@ def paper_71_table(measured: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("config")
 
 
-def claims_71(measured: pd.DataFrame) -> List[Dict[str, str]]:
-    """O2, O3, O7 (spec odp.md §10) as holds / does not hold on the measured means."""
-    t = paper_71_table(measured)
-    if t.empty:
-        return []
-    r, a = t.loc["odp-r"], t.loc["odp-a"]
-    expected_a = 0.99 ** r["k"]
-    return [
-        {"claim": "O2a: ODP_A places every instance on fully available hosts (A = 1)",
-         "verdict": "holds" if a["k"] == 0 and abs(a["A_model"] - 1) < 1e-12 and a["loss_pct"] == 0
-         else "does not hold",
-         "measured": f"k = {a['k']:g}, A = {a['A_model']:.4f}, loss {a['loss_pct']:.2f} %"},
-        {"claim": "O2b: ODP_R has the lower response time, about 1.8x lower (trend)",
-         "verdict": "holds" if a["R_ms"] > r["R_ms"] else "does not hold",
-         "measured": f"R(ODP_A) / R(ODP_R) = {a['R_ratio_to_odp_r']:.2f} (paper 1.8)"},
-        {"claim": "O3: A(ODP_R) = 0.99^k for its k instances on 99 % hosts (paper: k = 8, 92.27 %)",
-         "verdict": "holds" if abs(r["A_model"] - expected_a) < 1e-9 else "does not hold",
-         "measured": f"k = {r['k']:g}, A = {r['A_model']:.4f} = 0.99^{r['k']:g}; tuples delivered "
-                     f"{r['delivered_pct']:.2f} % (loss {r['loss_pct']:.2f} %, paper 3.37 %)"},
-        {"claim": "O7: ODP solves the Storm-sized instance (12 vertices, 8 nodes) in < 420 ms",
-         "verdict": "holds" if max(r["solve_cpu_ms_max"], a["solve_cpu_ms_max"]) < PAPER_SOLVE_MS else "does not hold",
-         "measured": f"slowest solve {max(r['solve_cpu_ms_max'], a['solve_cpu_ms_max']):.0f} ms CPU, "
-                     f"{max(r['solve_ms_max'], a['solve_ms_max']):.0f} ms wall (HiGHS, 1 thread, shared 2-core "
-                     "machine)"},
-    ]
+def claims(measured: pd.DataFrame, pattern: str = "tag_and_count") -> pd.DataFrame:
+    """The report's claims (reporting.evaluations.odp.check_claims) on these measured means."""
+    from reporting.evaluations.odp import check_claims
+
+    long = measured.drop(columns=["reps", "solve_status", "instances"], errors="ignore").reset_index()
+    long = long.melt(id_vars="config", var_name="metric", value_name="mean").assign(pattern=pattern)
+    return check_claims(long, pd.DataFrame())
 
 
 def main(argv: List[str]) -> int:
@@ -153,6 +136,6 @@ def main(argv: List[str]) -> int:
         t = paper_71_table(measured)
         if not t.empty:
             print("\n§7.1 beside the paper\n" + t.to_string(float_format=lambda v: f"{v:.4g}"))
-            for c in claims_71(measured):
-                print(f"{c['verdict']:>14}  {c['claim']}: {c['measured']}")
+        for c in claims(measured).itertuples():
+            print(f"{c.measured:>14}  {c.claim}: {c.text}: {c.measured_detail}")
     return 0

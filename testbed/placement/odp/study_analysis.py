@@ -105,11 +105,8 @@ def _fmt(v: float, digits: int = 2) -> str:
     return f"{v:.{digits}f}"
 
 
-def claims(df: pd.DataFrame, trace: pd.DataFrame, grid: Grid) -> List[Claim]:
-    out: List[Claim] = []
-    topos = sorted(df["topo"].unique())
-
-    # O8a: growth with operators vs with nodes (exponents of power-law fits over each sweep)
+def _growth(df: pd.DataFrame, topos: List[str]) -> Claim:
+    """O8a: growth with operators vs with nodes (exponents of power-law fits over each sweep)."""
     verdict, evidence = {}, []
     for measure, column in MEASURES.items():
         ok = True
@@ -120,11 +117,13 @@ def claims(df: pd.DataFrame, trace: pd.DataFrame, grid: Grid) -> List[Claim]:
             ok &= sa > sb
             evidence.append(f"{measure} {topo}: exponent {_fmt(sa)} in operators vs {_fmt(sb)} in nodes")
         verdict[measure] = _verdict(ok)
-    out.append(Claim("O8a", "resolution time grows much faster with |V_dsp| than with |V_res|",
-                     "power-law exponent of the operator sweep (9a) > that of the node sweep (9b), both topologies",
-                     verdict, "; ".join(evidence)))
+    return Claim("O8a", "resolution time grows much faster with |V_dsp| than with |V_res|",
+                 "power-law exponent of the operator sweep (9a) > that of the node sweep (9b), both topologies",
+                 verdict, "; ".join(evidence))
 
-    # O8b: Sc2 (fewer operators, more nodes, same |x|) solves faster than Sc1
+
+def _scenarios(df: pd.DataFrame, topos: List[str], grid: Grid) -> Claim:
+    """O8b: Sc2 (fewer operators, more nodes, same |x|) solves faster than Sc1."""
     verdict, evidence = {}, []
     sc1, sc2 = experiment(df, "sc1"), experiment(df, "sc2")
     for measure, column in MEASURES.items():
@@ -135,11 +134,13 @@ def claims(df: pd.DataFrame, trace: pd.DataFrame, grid: Grid) -> List[Claim]:
             ok &= t1 > t2
             evidence.append(f"{measure} {topo}: Sc1/Sc2 = {_fmt(t1 / t2)}")
         verdict[measure] = _verdict(ok)
-    out.append(Claim("O8b", "Sc2 is solved 2× (seq) and 36× (fat) faster than Sc1 (equal |x|)",
-                     f"Sc1 {grid.sc1} slower than Sc2 {grid.sc2} (operators, nodes), both topologies",
-                     verdict, "; ".join(evidence)))
+    return Claim("O8b", "Sc2 is solved 2× (seq) and 36× (fat) faster than Sc1 (equal |x|)",
+                 f"Sc1 {grid.sc1} slower than Sc2 {grid.sc2} (operators, nodes), both topologies",
+                 verdict, "; ".join(evidence))
 
-    # O9a: time falls as C_u rises
+
+def _capacity(df: pd.DataFrame, topos: List[str]) -> Claim:
+    """O9a: time falls as C_u rises."""
     verdict, evidence = {}, []
     for measure, column in MEASURES.items():
         ok = True
@@ -151,15 +152,13 @@ def claims(df: pd.DataFrame, trace: pd.DataFrame, grid: Grid) -> List[Claim]:
             evidence.append(f"{measure} {topo}: rank correlation {_fmt(rho)}, C_u={c['C_u'].iloc[0]:g}→"
                             f"{c['C_u'].iloc[-1]:g} ×{_fmt(last / first, 3)}")
         verdict[measure] = _verdict(ok)
-    out.append(Claim("O9a", "resolution time decreases as C_u rises from 2 to 10",
-                     "negative rank correlation of C_u and time, and the largest C_u faster than the smallest, "
-                     "both topologies", verdict, "; ".join(evidence)))
-    out.append(Claim("O9b", "the load (resources the application requires) does not affect resolution time",
-                     "the paper does not define the load sweep; not run", {m: UNMEASURED for m in MEASURES},
-                     "not run"))
+    return Claim("O9a", "resolution time decreases as C_u rises from 2 to 10",
+                 "negative rank correlation of C_u and time, and the largest C_u faster than the smallest, "
+                 "both topologies", verdict, "; ".join(evidence))
 
-    deg = degradation(df)
-    # O10a: sampling cuts time
+
+def _sampling_time(df: pd.DataFrame, deg: pd.DataFrame, topos: List[str]) -> Claim:
+    """O10a: sampling cuts time."""
     verdict, evidence = {}, []
     for measure, column in MEASURES.items():
         ok = not deg.empty
@@ -173,12 +172,14 @@ def claims(df: pd.DataFrame, trace: pd.DataFrame, grid: Grid) -> List[Claim]:
             evidence.append(f"{measure} {topo}: ×{_fmt(med.iloc[-1] / max(med.iloc[0], 1e-9), 1)} faster at "
                             f"{med.index[0]:.0%} than at 100 %, rank correlation {_fmt(rho)}")
         verdict[measure] = _verdict(ok)
-    out.append(Claim("O10a", "sampling candidates below 40 % cuts resolution time by up to ~10^5×",
-                     "median time rises with the candidate fraction (positive rank correlation) and the "
-                     "smallest fraction is faster than 100 %, both topologies (the factor is reported)",
-                     verdict, "; ".join(evidence)))
+    return Claim("O10a", "sampling candidates below 40 % cuts resolution time by up to ~10^5×",
+                 "median time rises with the candidate fraction (positive rank correlation) and the "
+                 "smallest fraction is faster than 100 %, both topologies (the factor is reported)",
+                 verdict, "; ".join(evidence))
 
-    # O10b: degradation at the smallest sampled fraction, fat small, sequential larger
+
+def _sampling_quality(deg: pd.DataFrame) -> Claim:
+    """O10b: degradation at the smallest sampled fraction, fat small, sequential larger."""
     evidence = []
     holds: Optional[bool] = None
     if not deg.empty:
@@ -188,26 +189,30 @@ def claims(df: pd.DataFrame, trace: pd.DataFrame, grid: Grid) -> List[Claim]:
             evidence.append(f"{topo} at {low:.0%}: " + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in at.loc[topo].items()))
         if {"fat", "seq"} <= set(at.index):
             holds = bool(at.loc["fat", "excess"] < at.loc["seq", "excess"] and at.loc["fat", "R_s/R_opt"] <= 1.05)
-    out.append(Claim("O10b", "at 20 % candidates fat degrades by 1.02 and sequential by about 3",
-                     "at the smallest sampled fraction, median excess ratio of fat < sequential's and fat's "
-                     "R_s/R_opt ≤ 1.05 (only an excess or normalised measure can reach ≈ 3, spec §12)",
-                     {m: _verdict(holds) for m in MEASURES}, "; ".join(evidence) or "no data"))
+    return Claim("O10b", "at 20 % candidates fat degrades by 1.02 and sequential by about 3",
+                 "at the smallest sampled fraction, median excess ratio of fat < sequential's and fat's "
+                 "R_s/R_opt ≤ 1.05 (only an excess or normalised measure can reach ≈ 3, spec §12)",
+                 {m: _verdict(holds) for m in MEASURES}, "; ".join(evidence) or "no data")
 
-    # O11: the gap under a time limit
+
+def _gap(trace: pd.DataFrame, topos: List[str], grid: Grid) -> Claim:
+    """O11: the gap under a time limit."""
     evidence = []
-    holds = None
+    holds: Optional[bool] = None
     if not trace.empty:
         t10 = {topo: time_to_gap(trace, topo) for topo in topos}
         final = {topo: trace[trace["topo"] == topo]["gap"].iloc[-1] for topo in topos}
         evidence = [f"{topo}: gap < 10 % {when(t10[topo])}, final gap {_fmt(final[topo], 3)}" for topo in topos]
         holds = t10.get("seq", math.inf) < t10.get("fat", math.inf)
-    out.append(Claim("O11", "under a time limit sequential reaches a gap < 10 % early (500 s), fat only near the end",
-                     f"on {grid.trace_size[0]} operators × {grid.trace_size[1]} nodes with a "
-                     f"{grid.trace_limit_s:g} s limit, sequential reaches a gap < 10 % before fat",
-                     {"wall": _verdict(holds), "cpu": UNMEASURED, "work": UNMEASURED},
-                     "; ".join(evidence) or "no trace"))
+    return Claim("O11", "under a time limit sequential reaches a gap < 10 % early (500 s), fat only near the end",
+                 f"on {grid.trace_size[0]} operators × {grid.trace_size[1]} nodes with a "
+                 f"{grid.trace_limit_s:g} s limit, sequential reaches a gap < 10 % before fat",
+                 {"wall": _verdict(holds), "cpu": UNMEASURED, "work": UNMEASURED},
+                 "; ".join(evidence) or "no trace")
 
-    # O12: fat harder than sequential at equal size
+
+def _shape(df: pd.DataFrame) -> Claim:
+    """O12: fat harder than sequential at equal size."""
     verdict, evidence = {}, []
     solved = df[~df["experiments"].str.contains("fig10c")]
     keys = ["n_ops", "n_nodes", "C_u", "cand_frac", "seed"]
@@ -221,7 +226,16 @@ def claims(df: pd.DataFrame, trace: pd.DataFrame, grid: Grid) -> List[Claim]:
         verdict[measure] = _verdict(share >= 0.8)
         evidence.append(f"{measure}: fat slower in {share:.0%} of {len(ratio)} pairs, median "
                         f"×{_fmt(ratio.median(), 1)}")
-    out.append(Claim("O12", "at equal size the fat topology is much harder than the sequential one",
-                     "fat slower than sequential in ≥ 80 % of the instances solved in both shapes",
-                     verdict, "; ".join(evidence)))
-    return out
+    return Claim("O12", "at equal size the fat topology is much harder than the sequential one",
+                 "fat slower than sequential in ≥ 80 % of the instances solved in both shapes",
+                 verdict, "; ".join(evidence))
+
+
+def claims(df: pd.DataFrame, trace: pd.DataFrame, grid: Grid) -> List[Claim]:
+    """O8-O12, each judged on wall time, CPU time and simplex iterations."""
+    topos = sorted(df["topo"].unique())
+    deg = degradation(df)
+    unrun = Claim("O9b", "the load (resources the application requires) does not affect resolution time",
+                  "the paper does not define the load sweep; not run", {m: UNMEASURED for m in MEASURES}, "not run")
+    return [_growth(df, topos), _scenarios(df, topos, grid), _capacity(df, topos), unrun,
+            _sampling_time(df, deg, topos), _sampling_quality(deg), _gap(trace, topos, grid), _shape(df)]

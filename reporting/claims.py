@@ -135,7 +135,8 @@ def monotone_increasing(spec: ClaimSpec, v: Values) -> Verdict:
     return Verdict(FAILS, "; ".join(fails)) if fails else Verdict(HOLDS, spec.holds)
 
 
-def _ratio_like(spec: ClaimSpec, v: Values, ok: Callable[[float, float], bool], what: str) -> Verdict:
+def _ratio_like(spec: ClaimSpec, v: Values, ok: Callable[[float, float], bool],
+                what: Callable[[float, float], str]) -> Verdict:
     results, missing, good = [], [], True
     for config, against, metric in _pairs(spec):
         a, b = v.get((config, metric)), v.get((against, metric))

@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Union
 
 import pandas as pd
 
+from reporting.evaluations.odp.claims import check_claims
 from testbed.eventlog import EventLog, find_runs, read_manifest
 
 # §7.1 and §7.2 as published (spec odp.md §9.1-9.2): what the measured table is set beside
@@ -28,7 +29,6 @@ PAPER_71: Dict[str, Dict[str, Optional[float]]] = {
     "odp-a": {"R_ratio_to_odp_r": 1.8, "A_model": 1.0, "k": 0, "loss_pct": None},
     "odp-r": {"R_ratio_to_odp_r": 1.0, "A_model": 0.99 ** 8, "k": 8, "loss_pct": 3.37},
 }
-PAPER_SOLVE_MS = 420.0  # "S-ODP computes the optimal solution in less than 420 ms" (CPLEX, §7.2)
 
 
 def final_hosts(placements: pd.DataFrame) -> Dict[str, str]:
@@ -113,9 +113,7 @@ def paper_71_table(measured: pd.DataFrame) -> pd.DataFrame:
 
 
 def claims(measured: pd.DataFrame, pattern: str = "tag_and_count") -> pd.DataFrame:
-    """The report's claims (reporting.evaluations.odp.check_claims) on these measured means."""
-    from reporting.evaluations.odp import check_claims
-
+    """The report's claims (claims.py) on these measured means."""
     long = measured.drop(columns=["reps", "solve_status", "instances"], errors="ignore").reset_index()
     long = long.melt(id_vars="config", var_name="metric", value_name="mean").assign(pattern=pattern)
     return check_claims(long, pd.DataFrame())

@@ -3,27 +3,34 @@
 The report (reporting.report) and the pandas summary (`testbed summary`, reporting.summary) compute
 the platform's metrics for every run: SLO compliance, costs in BTUs, actions, elasticity. An
 evaluation (experiments/conf/evaluation/<name>.yaml; a run's manifest names it as `experiment`)
-adds what its paper measures through one `EvaluationReport`, registered here under the
-evaluation's name:
+adds what its paper measures through one `EvaluationReport`:
 
-* ``run_metrics(run_dir, manifest) -> {metric: value}``: extra per-run metrics, BTU-independent,
-  computed with pandas from the run's event log (testbed.eventlog; small tables only). They join the
-  long format of results.csv / run_metrics.csv / summary.csv under their own names.
 * ``reference() -> DataFrame``: the published table in the long format of
   experiments/reference/*.csv (pattern, approach, btu_minutes, metric, mean, sd, note).
 * ``compare(summary, reference)`` and ``claims(summary, reference)``: paper vs measured per published
   value (paper_comparison.csv) and the paper's claims as holds / does not hold / not evaluable
   (claims.csv: pattern, claim, text, paper, paper_detail, measured, measured_detail).
+* ``run_metrics(run_dir, manifest) -> {metric: value}``: extra per-run metrics, BTU-independent,
+  computed with pandas from the run's event log (testbed.eventlog; small tables only). They join the
+  long format of results.csv / run_metrics.csv / summary.csv under their own names.
 * ``sections(inputs) -> [Section]``: the evaluation's own report sections (tables, figures drawn
   into ``inputs.out / "figures"``); with ``platform_pattern_sections=False`` they replace the
   platform's per-pattern compliance and cost sections for the evaluation's patterns.
 * ``summary_columns``: (header, metric, decimals) of the table `testbed summary` prints (empty:
   the platform's compliance and cost table).
 
-Adding an evaluation's report: a module in this package that calls `register_report(...)`, and its
-name in `_BUILTIN` below. An evaluation without an entry gets the BTU paper's (the platform's
-original report). Another evaluation that reuses an entry (e.g. a variant of an evaluation on
-another topology) registers the same object under its own name with `register_report(entry, name)`.
+Where an evaluation's entry comes from:
+
+* **Its YAML alone** (`declared_report`): `evaluation.reference` (the published table) and
+  `evaluation.claims` (claims as data, checked by reporting/claims.py; `evaluation.claims_from:
+  <evaluation>` checks another evaluation's). An evaluation that adds no metrics or sections needs
+  nothing else; one without a reference or claims shows none. Evaluations declaring the same
+  reference and claims share one entry (daedalus_oee uses btu's).
+* **Its home**, `reporting/evaluations/<name>.py` (a package `<name>/` when it is big), listed in
+  `_BUILTIN` below: its metrics, sections and the claims that need code (comparisons the kinds of
+  reporting/claims.py cannot say), registered with `register_report(entry)`. A variant of an
+  evaluation (another topology or backend: daedalus_ks, daedalus_live, daedalus_flink, presps_live,
+  odp_heuristics) reuses the home's entry with one line there, `register_report(entry, "<variant>")`.
 """
 from __future__ import annotations
 

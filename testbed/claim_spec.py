@@ -54,7 +54,7 @@ def validate_claims(specs: Sequence[ClaimSpec], configurations: Set[str], prefix
     as <name>@<BTU> or <name>@{btu})."""
     validate(specs, prefix)
     for i, spec in enumerate(specs):
-        for key, names in (("configs", spec.configs), ("against", [spec.against])):
+        for key, names in (("configs", spec.configs), ("against", [spec.against] if spec.against else [])):
             for name in names:
                 if re.sub(r"@(\d+|\{btu\})$", "", name) not in configurations:
                     raise ValueError(f"{prefix}[{i}].{key}: unknown configuration {name!r}")

@@ -142,6 +142,7 @@ def test_unknown_configurations_and_repeated_ids_are_refused() -> None:
 
 
 def test_config_load_refuses_a_bad_claim_naming_its_key() -> None:
+    assert len(compose_config("evaluation=btu").evaluation.claims) == 4  # the declared ones load
     with pytest.raises(ConfigError, match=r"evaluation.claims\[0\].configs: unknown configuration 'btu-90'"):
         compose_config("evaluation=btu", "evaluation.claims.0.configs=[btu-90]")
     with pytest.raises(ConfigError, match=r"evaluation.claims\[2\].compare: 'most' is not one of"):

@@ -194,10 +194,27 @@ def build_document(catalog: RunCatalog, summary: pd.DataFrame, comparison: pd.Da
     """The report. `extra_sections` follow the claims (the fidelity section, the evaluations' own,
     reporting.evaluations); patterns in `skip_patterns` get no platform compliance/cost section
     (an evaluation's sections replace it)."""
+    sections: List[Section] = [Section("The paper's claims", [claims_table(claims)])]
+    sections.extend(extra_sections)  # e.g. the fidelity section after the claims it explains
+    for pattern in sorted(summary["pattern"].unique()):
+        if pattern not in skip_patterns:
+            sections.append(_pattern_section(pattern, summary, comparison, figures))
+    across: List[Block] = [Figure(caption, figures[key]) for key, caption in (
+        ("arrival_patterns", "Arrival patterns (the paper's Fig. 7), from the runs' load tables"),
+        ("compliance_vs_paper", "Compliance against the paper"),
+        ("cost_vs_paper", "Cost against the paper")) if key in figures]
+    if across:
+        sections.append(Section("Across patterns", across))
+    sections.append(_runs_section(catalog))
+    return Document(f"Experiment report: {catalog.root.resolve().name}", _intro(catalog, spark_master, table_files),
+                    sections)
+
+
+def _intro(catalog: RunCatalog, spark_master: str, table_files: Sequence[Path]) -> List[str]:
     complete, incomplete = catalog.complete, catalog.incomplete
     revisions = sorted({r.manifest.code_revision for r in complete})
     configs = sorted({(r.pattern, r.config) for r in complete})
-    intro = [
+    return [
         f"Runs folder: {catalog.root.resolve()} — generated {datetime.now(timezone.utc).isoformat(timespec='seconds')} "
         f"with Spark ({spark_master}).",
         f"{len(complete)} complete run(s) in {len(configs)} configuration(s) of {len({p for p, _ in configs})} "
@@ -211,33 +228,31 @@ def build_document(catalog: RunCatalog, summary: pd.DataFrame, comparison: pd.Da
         + ".",
         "Tables: " + ", ".join(p.name for p in table_files) + " (folder tables/).",
     ]
-    sections: List[Section] = [Section("The paper's claims", [claims_table(claims)])]
-    sections.extend(extra_sections)  # e.g. the fidelity section after the claims it explains
-    for pattern in sorted(summary["pattern"].unique()):
-        if pattern in skip_patterns:
-            continue
-        own = summary[summary["pattern"] == pattern]
-        blocks: List[Block] = [
-            measured_table(own, _MAIN_COLUMNS,
-                           "Compliance (without O2/O6 unless noted) and cost, mean ± sd over repetitions"),
-            comparison_table(comparison, pattern),
-            measured_table(own, _ACTION_COLUMNS, "Actions and adaptation, mean ± sd"),
-            measured_table(own, _ELASTICITY_COLUMNS,
-                           "Elasticity (SPEC RG metrics, mean over operators; demand = instances for the measured "
-                           "input rate)"),
-            per_operator_table(own, "realtime"),
-        ]
-        for key, caption in ((f"timeseries_{pattern}", "Data volume, operator instances and leased VMs over time"),
-                             (f"durations_{pattern}", "Per-operator duration distributions")):
-            if key in figures:
-                blocks.append(Figure(caption, figures[key]))
-        sections.append(Section(f"Pattern {pattern}", blocks))
-    across: List[Block] = [Figure(caption, figures[key]) for key, caption in (
-        ("arrival_patterns", "Arrival patterns (the paper's Fig. 7), from the runs' load tables"),
-        ("compliance_vs_paper", "Compliance against the paper"),
-        ("cost_vs_paper", "Cost against the paper")) if key in figures]
-    if across:
-        sections.append(Section("Across patterns", across))
+
+
+def _pattern_section(pattern: str, summary: pd.DataFrame, comparison: pd.DataFrame,
+                     figures: Dict[str, Path]) -> Section:
+    own = summary[summary["pattern"] == pattern]
+    blocks: List[Block] = [
+        measured_table(own, _MAIN_COLUMNS,
+                       "Compliance (without O2/O6 unless noted) and cost, mean ± sd over repetitions"),
+        comparison_table(comparison, pattern),
+        measured_table(own, _ACTION_COLUMNS, "Actions and adaptation, mean ± sd"),
+        measured_table(own, _ELASTICITY_COLUMNS,
+                       "Elasticity (SPEC RG metrics, mean over operators; demand = instances for the measured "
+                       "input rate)"),
+        per_operator_table(own, "realtime"),
+    ]
+    for key, caption in ((f"timeseries_{pattern}", "Data volume, operator instances and leased VMs over time"),
+                         (f"durations_{pattern}", "Per-operator duration distributions")):
+        if key in figures:
+            blocks.append(Figure(caption, figures[key]))
+    return Section(f"Pattern {pattern}", blocks)
+
+
+def _runs_section(catalog: RunCatalog) -> Section:
+    """Incomplete and damaged runs first, every run, then each resolved config once."""
+    complete, incomplete = catalog.complete, catalog.incomplete
     run_blocks: List[Block] = [runs_table(catalog)]
     if incomplete:
         run_blocks.insert(0, Table("Incomplete runs (excluded from the means)", ["run", "status", "error"],
@@ -254,5 +269,4 @@ def build_document(catalog: RunCatalog, summary: pd.DataFrame, comparison: pd.Da
         users = sorted(f"{r.pattern}/{r.config}" for r in complete if r.config_digest == digest)
         run_blocks.append(Preformatted(f"resolved config {digest} ({', '.join(sorted(set(users)))})",
                                        json.dumps(cfg, indent=1, sort_keys=True)))
-    sections.append(Section("Runs", run_blocks))
-    return Document(f"Experiment report: {catalog.root.resolve().name}", intro, sections)
+    return Section("Runs", run_blocks)

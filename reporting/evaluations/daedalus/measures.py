@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Tuple
 
 import numpy as np
 import pandas as pd
@@ -180,6 +180,17 @@ def load_reference(path: Path = REFERENCE) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
+BACKEND_SUFFIXES = ("-live", "-flink")  # runs on a real engine are named beside the simulated ones
+
+
+def _split_backend(config: str) -> Tuple[str, str]:
+    """("hpa-80", "-flink") for "hpa-80-flink": the configuration and its backend's suffix."""
+    for suffix in BACKEND_SUFFIXES:
+        if config.endswith(suffix):
+            return config.removesuffix(suffix), suffix
+    return config, ""
+
+
 def comparison(res: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     """Published beside measured: per workload and approach, mean workers, mean latency and the
     savings of Daedalus against the approach (for the r50 HPAs the paper's values of the same target)."""
@@ -187,8 +198,10 @@ def comparison(res: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     for pattern in res.pattern.unique():
         configs = list(dict.fromkeys(res[res.pattern == pattern].config))
         for c in configs:
-            ref_c = c.replace("-r50", "")
+            base, suffix = _split_backend(c)
+            ref_c = base.replace("-r50", "")
             ref = reference[(reference.pattern == pattern) & (reference.approach == ref_c)]
+            ours = "daedalus" + suffix  # Daedalus on the same backend
 
             def paper(metric: str, ref: pd.DataFrame = ref) -> float:
                 sel = ref[ref.metric == metric]
@@ -201,8 +214,8 @@ def comparison(res: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
                          "measured_latency_ms": value(res, pattern, c, "latency_ms"),
                          "measured_latency_p95_ms": value(res, pattern, c, "latency_p95_ms"),
                          "paper_saved_pct": paper("workers_saved_pct"),
-                         "measured_saved_pct": value(res, pattern, "daedalus", "workers_saved_pct", c)
-                         if c != "daedalus" else math.nan,
+                         "measured_saved_pct": value(res, pattern, ours, "workers_saved_pct", c)
+                         if c != ours else math.nan,
                          "keeps_up": value(res, pattern, c, "keeps_up"),
                          "rescales": value(res, pattern, c, "rescales")})
     return pd.DataFrame(rows)

@@ -2,9 +2,8 @@
 and checked for shape before anything runs. reporting/claims.py checks the claims on the tables."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Set
+from typing import Dict, List, Sequence
 
 # the comparisons a claim may name (reporting/claims.py has one check for each)
 KIND_NAMES = ("greater", "less", "not_greater", "monotone_increasing", "ratio_at_most", "within")
@@ -47,14 +46,3 @@ def validate(specs: Sequence[ClaimSpec], prefix: str = "evaluation.claims") -> N
             raise ValueError(f"{where}.configs: monotone_increasing needs at least two configurations, in order")
         if spec.compare in ("ratio_at_most", "within") and not spec.bound > 0:
             raise ValueError(f"{where}.bound: {spec.compare} needs a bound > 0")
-
-
-def validate_claims(specs: Sequence[ClaimSpec], configurations: Set[str], prefix: str = "evaluation.claims") -> None:
-    """validate(), and every configuration a claim names is one of the evaluation's (a re-billed one
-    as <name>@<BTU> or <name>@{btu})."""
-    validate(specs, prefix)
-    for i, spec in enumerate(specs):
-        for key, names in (("configs", spec.configs), ("against", [spec.against] if spec.against else [])):
-            for name in names:
-                if re.sub(r"@(\d+|\{btu\})$", "", name) not in configurations:
-                    raise ValueError(f"{prefix}[{i}].{key}: unknown configuration {name!r}")

@@ -89,7 +89,6 @@ class Accounting:
 class _Series:
     """The per-second measurements (row k: run second k, ending at k + 1)."""
 
-    top: int
     arrivals: List[float] = field(default_factory=list)
     thr: List[np.ndarray] = field(default_factory=list)
     cpu: List[np.ndarray] = field(default_factory=list)
@@ -125,7 +124,7 @@ class FlinkJobRun:
         self.peak_rate = self.job.peak_fraction * self.job.capacity_workers * self.flink.tm_rate
         self.rates = workload_rates(pattern, self.duration, self.flink.time_compression, self.peak_rate)
         self.schedule = run_schedule(self.rates)
-        self.series = _Series(self.top)
+        self.series = _Series()
         self.records: List[ActionRecord] = []
         self.rescales: Dict[str, list] = new_rescales()
         self.pending: Optional[_Rescale] = None
@@ -212,10 +211,14 @@ class FlinkJobRun:
         s.parallel.append(self.n)
         s.uptime.append(k + 1.0 - self.up_since if running else 0.0)
         self._latency(k, prev, cur)
-        for attempt, words in cur.attempts().items():
-            self.processed[attempt] = max(words, self.processed.get(attempt, 0.0))
+        self._note_attempts(cur)
         if cur.subtask_count() == self.n and cur.status == "RUNNING":  # every subtask read: the total is whole
             self.replays = max(self.replays, (sum(self.processed.values()) - cur.counted()) / self.wps)
+
+    def _note_attempts(self, reading: JobReading) -> None:
+        """Words processed per task attempt: the most any reading saw."""
+        for attempt, words in reading.attempts().items():
+            self.processed[attempt] = max(words, self.processed.get(attempt, 0.0))
 
     def _latency(self, k: int, prev: JobReading, cur: JobReading) -> None:
         """The mean latency of the words counted in second k (same task attempts in both readings)."""
@@ -305,8 +308,7 @@ class FlinkJobRun:
         while not _counted_all(reading, total, self.wps) and time.monotonic() < deadline:
             time.sleep(0.5)
             reading = cluster.read()
-            for attempt, words in reading.attempts().items():
-                self.processed[attempt] = max(words, self.processed.get(attempt, 0.0))
+            self._note_attempts(reading)
         src = reading.source
         counted = reading.counted() / self.wps
         processed = sum(self.processed.values()) / self.wps
@@ -343,15 +345,6 @@ def _counted_all(reading: JobReading, total: float, wps: int) -> bool:
 
 
 def _memory_mb(cluster: FlinkCluster) -> Dict[str, float]:
-    """Resident memory per process at the run's end (from /proc)."""
-    out: Dict[str, float] = {}
-    for name, pid in (("jobmanager", cluster.jobmanager.pid if cluster.jobmanager else None),
-                      *((n, p.pid) for n, p in cluster.taskmanagers.items())):
-        if pid is None:
-            continue
-        try:
-            fields = Path(f"/proc/{pid}/status").read_text().split("VmRSS:")[1].split()
-            out[name] = float(fields[0]) / 1024.0
-        except (OSError, IndexError, ValueError):
-            continue
-    return out
+    """Resident memory per process at the run's end."""
+    procs = [p for p in (cluster.jobmanager, *cluster.taskmanagers.values()) if p is not None]
+    return {p.name: mb for p in procs if (mb := p.rss_mb()) is not None}

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tup
 import pandas as pd
 
 from testbed.claim_spec import KIND_NAMES, ClaimSpec, validate
+from testbed.eventlog import split_run_config
 
 HOLDS, FAILS, NOT_EVALUABLE = "holds", "does not hold", "not evaluable"
 CLAIM_COLUMNS = ["pattern", "claim", "text", "paper", "paper_detail", "measured", "measured_detail"]
@@ -176,7 +177,7 @@ def values(table: pd.DataFrame, pattern: str) -> Dict[Tuple[str, str], float]:
     if rows.empty:
         return {}
     if "config" in rows.columns:
-        rows = rows.assign(config=rows["config"].astype(str).str.removesuffix("-live"))
+        rows = rows.assign(config=[split_run_config(str(c))[0] for c in rows["config"]])
     labels = config_labels(rows)
     return {(c, str(m)): float(x) for c, m, x in zip(labels, rows["metric"], rows["mean"], strict=True)
             if not pd.isna(x)}

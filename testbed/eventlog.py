@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,16 @@ ACTIONS = ("lease", "prolong", "release", "scale_up", "scale_down", "migrate", "
            "restart")
 STATUSES = ("running", "complete", "incomplete")
 BILLING_MODES = ("own", "rebill")
+# a run on a real engine is named <configuration><suffix> by its backend, beside the simulated runs
+RUN_SUFFIXES = {"docker": "-live", "flink": "-flink"}
+
+
+def split_run_config(config: str) -> Tuple[str, str]:
+    """("hpa-80", "-flink") for the run configuration "hpa-80-flink": the configuration and its suffix."""
+    for suffix in RUN_SUFFIXES.values():
+        if config.endswith(suffix):
+            return config.removesuffix(suffix), suffix
+    return config, ""
 
 
 def billing_mode(manifest: "Manifest") -> str:

@@ -27,6 +27,7 @@ from testbed.config import (
     to_plain,
 )
 from testbed.eventlog import (
+    RUN_SUFFIXES,
     TABLES,
     EventLog,
     EventLogError,
@@ -65,10 +66,6 @@ class RunSpec:
     @property
     def run_id(self) -> str:
         return f"{self.pattern}/{self.label or self.config}/{self.rep}"
-
-
-# runs on a real engine are named beside the simulated runs of the same configuration
-RUN_SUFFIX = {BackendName.docker: "-live", BackendName.flink: "-flink"}
 
 
 def run_seed(seed: int, rep: int) -> int:
@@ -113,7 +110,7 @@ def plan_runs(cfg: ExperimentConfig) -> List[RunSpec]:
     check_initial_deployment(cfg)
     runs, settings = [], runs_folder.settings_digest(cfg)
     for conf in configurations(cfg):
-        name = conf.name + RUN_SUFFIX.get(cfg.backend.name, "")  # beside simulated ones
+        name = conf.name + RUN_SUFFIXES.get(cfg.backend.name.value, "")  # beside simulated ones
         btu = conf.btu_minutes if conf.btu_minutes is not None else cfg.billing.btu_minutes
         for rep in range(1, cfg.reps + 1):
             runs.append(RunSpec(cfg.pattern.name, name, conf.policy, btu, rep, run_seed(cfg.seed, rep),
@@ -122,8 +119,8 @@ def plan_runs(cfg: ExperimentConfig) -> List[RunSpec]:
 
 
 def configuration_of(cfg: ExperimentConfig, spec: RunSpec) -> RunConfiguration:
-    name = spec.config.removesuffix(RUN_SUFFIX.get(cfg.backend.name, "")) if cfg.backend.name in RUN_SUFFIX \
-        else spec.config
+    name = spec.config.removesuffix(RUN_SUFFIXES.get(cfg.backend.name.value, "")) \
+        if cfg.backend.name.value in RUN_SUFFIXES else spec.config
     return next(c for c in configurations(cfg) if c.name == name)
 
 
@@ -143,7 +140,7 @@ def config_for(cfg: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
     # load_scale is applied here, once: the run's resolved config holds the effective tick
     run_cfg.topology.tick_ms = cfg.topology.tick_ms / cfg.load_scale
     run_cfg.load_scale = 1.0
-    if run_cfg.job.enabled and run_cfg.backend.name in RUN_SUFFIX:
+    if run_cfg.job.enabled and run_cfg.backend.name.value in RUN_SUFFIXES:
         # job mode on a real engine: the config's times are the paper's, compressed here (recorded as resolved)
         from testbed.live.job_compression import compress_config
 
@@ -299,7 +296,7 @@ def _mark_interrupted(specs: List[RunSpec]) -> None:
 
 def _run_all(cfg: ExperimentConfig, specs: List[RunSpec]) -> List[Path]:
     workers = min(cfg.workers or os.cpu_count() or 1, len(specs))
-    if cfg.backend.name in RUN_SUFFIX:
+    if cfg.backend.name.value in RUN_SUFFIXES:
         workers = 1  # live runs share the machine's engine, broker and cores: one at a time
     print(f"{len(specs)} run(s) of pattern {cfg.pattern.name} into {cfg.out}/ with {workers} worker(s)",
           file=sys.stderr)

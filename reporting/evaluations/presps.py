@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from reporting.evaluations import CLAIM_COLUMNS, EvaluationReport, SectionInputs, register_report
+from testbed.eventlog import split_run_config
 
 REFERENCE = Path(__file__).resolve().parents[2] / "experiments" / "reference" / "paper_presps_results.csv"
 HOLDS, FAILS, NOT_EVALUABLE = "holds", "does not hold", "not evaluable"
@@ -174,7 +175,7 @@ def load_reference(path: Path = REFERENCE) -> pd.DataFrame:
 
 def system_of(config: str) -> str:
     """The system a configuration runs: live runs are named <configuration>-live (testbed.experiment)."""
-    return str(config).removesuffix("-live")
+    return split_run_config(str(config))[0]
 
 
 def _values(table: pd.DataFrame, pattern: str) -> Dict[Tuple[str, str], float]:

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict
 
 import numpy as np
 import pandas as pd
 
-from testbed.eventlog import EventLog, EventLogError, find_runs, read_manifest
+from testbed.eventlog import EventLog, EventLogError, find_runs, read_manifest, split_run_config
 
 PROJECT = Path(__file__).resolve().parents[3]
 REFERENCE = PROJECT / "experiments" / "reference" / "paper_daedalus_results.csv"
@@ -180,17 +180,6 @@ def load_reference(path: Path = REFERENCE) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-BACKEND_SUFFIXES = ("-live", "-flink")  # runs on a real engine are named beside the simulated ones
-
-
-def _split_backend(config: str) -> Tuple[str, str]:
-    """("hpa-80", "-flink") for "hpa-80-flink": the configuration and its backend's suffix."""
-    for suffix in BACKEND_SUFFIXES:
-        if config.endswith(suffix):
-            return config.removesuffix(suffix), suffix
-    return config, ""
-
-
 def comparison(res: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     """Published beside measured: per workload and approach, mean workers, mean latency and the
     savings of Daedalus against the approach (for the r50 HPAs the paper's values of the same target)."""
@@ -198,7 +187,7 @@ def comparison(res: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     for pattern in res.pattern.unique():
         configs = list(dict.fromkeys(res[res.pattern == pattern].config))
         for c in configs:
-            base, suffix = _split_backend(c)
+            base, suffix = split_run_config(c)
             ref_c = base.replace("-r50", "")
             ref = reference[(reference.pattern == pattern) & (reference.approach == ref_c)]
             ours = "daedalus" + suffix  # Daedalus on the same backend

@@ -1,8 +1,11 @@
 """How far a measured summary lands from the published table, cell by cell, and what moves a cell.
 
-A compliance cell's gap is in percentage points, a cost cell's in percent of the published mean;
-each is divided by its acceptance tolerance (5 pp, 15 %), so a normalised gap of 1 is exactly on
-the target's edge. The distance is the root mean square of the normalised gaps of one pattern.
+Each evaluation says how its published metrics are measured (`evaluation.fidelity.cells`, kinds in
+testbed.fidelity_spec): a percentage in points, a fraction in points, a count or cost relative to
+the published value, a latency as a ratio. Each gap is divided by its kind's tolerance (5 pp,
+15 %, x1.3), so a normalised gap of 1 is exactly on the target's edge. The distance is the root
+mean square of the normalised gaps of one pattern. The BTU paper's cells (compliance in points,
+costs relative) are the default.
 
 `testbed fidelity` (testbed.fidelity) measures gaps and distances while it calibrates and sweeps,
 and writes its sweep tables below FIDELITY_FOLDER; the report's fidelity section
@@ -13,17 +16,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from fnmatch import fnmatchcase
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 
 from reporting.paper_comparison import compare
+from testbed.fidelity_spec import CELL_KINDS
 
-COMPLIANCE_TOLERANCE_PP = 5.0
-COST_TOLERANCE_PCT = 15.0
 MISSING_GAP = 10.0  # normalised gap of a published cell the runs did not produce
 FIDELITY_FOLDER = "fidelity"  # below the runs folder: the sweep tables the report reads
+# The BTU paper's cells: compliance in percentage points, costs relative to the published value.
+BTU_CELLS: Mapping[str, str] = {"*_compliance_pct": "points", "resource_cost": "relative", "*_total_cost": "relative"}
+UNITS = {"points": "pp", "share": "pp", "relative": "%", "ratio": "x"}
 
 
 def is_compliance(metric: str) -> bool:
@@ -34,22 +40,45 @@ def is_cost(metric: str) -> bool:
     return metric == "resource_cost" or metric.endswith("_total_cost")
 
 
-def cell_gaps(comparison: pd.DataFrame) -> pd.DataFrame:
-    """Per published compliance or cost cell of `reporting.paper_comparison.compare` output: the gap
-    (pp or %), its unit, the tolerance, the normalised gap and whether the cell is within target."""
-    rows = comparison[[is_compliance(m) or is_cost(m) for m in comparison["metric"]]].copy()
-    compliance = np.array([is_compliance(m) for m in rows["metric"]], dtype=bool)
-    paper = rows["mean_paper"].to_numpy(dtype=float)
-    measured = rows["mean_measured"].to_numpy(dtype=float)
+def cell_kind(metric: str, cells: Mapping[str, str]) -> Optional[str]:
+    """The kind (testbed.fidelity_spec.CELL_KINDS) of a published metric; None: not a cell."""
+    if metric in cells:
+        return cells[metric]
+    return next((kind for pattern, kind in cells.items() if fnmatchcase(metric, pattern)), None)
+
+
+def _gap(kind: str, paper: float, measured: float) -> Tuple[float, float]:
+    """(gap in the kind's unit, gap normalised by the kind's tolerance); NaN when not measurable."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        gap = np.where(compliance, measured - paper, 100.0 * (measured - paper) / paper)
-    tolerance = np.where(compliance, COMPLIANCE_TOLERANCE_PP, COST_TOLERANCE_PCT)
-    normalised = np.abs(gap) / tolerance
-    rows["gap"] = gap
-    rows["unit"] = np.where(compliance, "pp", "%")
-    rows["tolerance"] = tolerance
+        if kind == "ratio":
+            ratio = measured / paper if paper > 0 and measured > 0 else math.nan
+            return ratio, abs(math.log(ratio)) / math.log(1.0 + CELL_KINDS[kind] / 100.0)
+        if kind == "relative":
+            gap = 100.0 * (measured - paper) / paper if paper else math.nan
+        elif kind == "share":
+            gap = 100.0 * (measured - paper)
+        else:
+            gap = measured - paper
+    return gap, abs(gap) / CELL_KINDS[kind]
+
+
+def cell_gaps(comparison: pd.DataFrame, cells: Mapping[str, str] = BTU_CELLS) -> pd.DataFrame:
+    """Per published cell of a paper comparison (reporting.paper_comparison.compare or an
+    evaluation's own) whose metric `cells` names: the gap in its kind's unit, the tolerance, the
+    normalised gap (1 = on the tolerance's edge; MISSING_GAP when not measured) and whether the
+    cell is within target."""
+    kinds = [cell_kind(str(m), cells) for m in comparison["metric"]]
+    rows = comparison[[k is not None for k in kinds]].copy()
+    kinds = [k for k in kinds if k is not None]
+    pairs = [_gap(k, float(p), float(m)) if not (pd.isna(p) or pd.isna(m)) else (math.nan, math.nan)
+             for k, p, m in zip(kinds, rows["mean_paper"], rows["mean_measured"], strict=True)]
+    normalised = np.array([n for _, n in pairs], dtype=float)
+    rows["gap"] = np.array([g for g, _ in pairs], dtype=float)
+    rows["unit"] = [UNITS[k] for k in kinds]
+    rows["tolerance"] = [CELL_KINDS[k] for k in kinds]
     rows["normalised_gap"] = np.where(np.isnan(normalised), MISSING_GAP, normalised)
     rows["within"] = rows["normalised_gap"] <= 1.0
+    rows["kind"] = kinds
     return rows.reset_index(drop=True)
 
 
@@ -63,8 +92,23 @@ class Distance:
     worst_gap: float  # normalised
 
 
-def distance(measured: pd.DataFrame, reference: pd.DataFrame, pattern: str) -> Distance:
-    """The distance of one pattern's measured summary (long format) to its published cells."""
+def gaps_distance(gaps: pd.DataFrame) -> Distance:
+    """The RMS of the normalised gaps of `cell_gaps`, and the worst cell."""
+    if gaps.empty:
+        raise ValueError("no published cells to measure a distance on")
+    worst = gaps.loc[gaps["normalised_gap"].idxmax()]
+    return Distance(
+        value=float(np.sqrt(np.mean(np.square(gaps["normalised_gap"].to_numpy(dtype=float))))),
+        cells=len(gaps), within=int(gaps["within"].sum()), worst_metric=str(worst["metric"]),
+        worst_config=str(worst["config"]), worst_gap=float(worst["normalised_gap"]),
+    )
+
+
+def distance(measured: pd.DataFrame, reference: pd.DataFrame, pattern: str,
+             cells: Mapping[str, str] = BTU_CELLS,
+             comparer: Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame] = compare) -> Distance:
+    """The distance of one pattern's measured summary (long format) to its published cells;
+    `comparer` pairs them (an evaluation's own comparison, or the platform's)."""
     mine = measured[measured["pattern"] == pattern]
     ref = reference[reference["pattern"] == pattern]
     if ref.empty:
@@ -72,13 +116,7 @@ def distance(measured: pd.DataFrame, reference: pd.DataFrame, pattern: str) -> D
     if mine.empty:  # compare() joins on measured patterns; without runs every cell is missing
         mine = pd.DataFrame({"pattern": [pattern], "approach": [""], "btu_minutes": pd.array([pd.NA], dtype="Int64"),
                              "metric": [""], "mean": [math.nan], "sd": [math.nan], "n": [0]})
-    gaps = cell_gaps(compare(mine, ref))
-    worst = gaps.loc[gaps["normalised_gap"].idxmax()]
-    return Distance(
-        value=float(np.sqrt(np.mean(np.square(gaps["normalised_gap"].to_numpy(dtype=float))))),
-        cells=len(gaps), within=int(gaps["within"].sum()), worst_metric=str(worst["metric"]),
-        worst_config=str(worst["config"]), worst_gap=float(worst["normalised_gap"]),
-    )
+    return gaps_distance(cell_gaps(comparer(mine, ref), cells))
 
 
 def strongest(table: pd.DataFrame, config: str, metric: str, top: int = 3) -> List[Tuple[str, str, float]]:
@@ -88,15 +126,22 @@ def strongest(table: pd.DataFrame, config: str, metric: str, top: int = 3) -> Li
     return [(str(r.name), str(r.variant), float(r.delta)) for r in rows.head(top).itertuples()]
 
 
-def summarise_effects(table: pd.DataFrame, metrics: Optional[Sequence[str]] = None) -> pd.DataFrame:
-    """Per variant: the mean delta of each metric for the baseline and for the BTU policy (mean over
-    its BTU lengths; pp for compliance, cost units for costs) and the variant's distance."""
-    metrics = list(metrics or ["realtime_compliance_pct", "near_realtime_compliance_pct", "relaxed_compliance_pct",
-                               "resource_cost"])
-    rows = table[table["metric"].isin(metrics)].copy()
-    rows["column"] = [f"{m} {'threshold' if c.startswith('threshold') else 'btu'}"
-                      for m, c in zip(rows["metric"], rows["config"], strict=True)]
+def summarise_effects(table: pd.DataFrame, metrics: Optional[Sequence[str]] = None,
+                      by_btu: bool = True) -> pd.DataFrame:
+    """Per variant: the mean delta of each metric (pp for compliance, cost units for costs, the
+    metric's unit otherwise) and the variant's distance; `by_btu` splits each metric into the
+    baseline and the BTU policy (mean over its BTU lengths)."""
+    if metrics is None:
+        metrics = (["realtime_compliance_pct", "near_realtime_compliance_pct", "relaxed_compliance_pct",
+                    "resource_cost"] if by_btu else list(dict.fromkeys(table["metric"])))
+    rows = table[table["metric"].isin(list(metrics))].copy()
+    if by_btu:
+        rows["column"] = [f"{m} {'threshold' if c.startswith('threshold') else 'btu'}"
+                          for m, c in zip(rows["metric"], rows["config"], strict=True)]
+        order = [f"{m} {a}" for m in metrics for a in ("threshold", "btu")]
+    else:
+        rows["column"], order = rows["metric"], list(metrics)
     wide = rows.pivot_table(index=["group", "name", "variant", "distance"], columns="column", values="delta",
                             aggfunc="mean", sort=False).reset_index()
-    ordered = [f"{m} {a}" for m in metrics for a in ("threshold", "btu") if f"{m} {a}" in wide.columns]
+    ordered = [c for c in order if c in wide.columns]
     return wide[["group", "name", "variant", *ordered, "distance"]]

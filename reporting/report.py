@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from reporting.evaluations import SectionInputs, compare_all, report_for, reports_for
+from reporting.fidelity_gaps import BTU_CELLS
 from reporting.fidelity_section import acceptance_gaps, fidelity_section, load_fidelity
 from reporting.figure_data import FigureData, figure_data
 from reporting.figure_drawing import FigureWorkers
@@ -181,7 +182,8 @@ def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalo
             own_patterns += sorted({r.pattern for r in runs})
     if fidelity:
         files["fidelity_gaps"] = out / "tables" / "fidelity_gaps.csv"
-        acceptance_gaps(comparison).to_csv(files["fidelity_gaps"], index=False)
+        acceptance_gaps(comparison, fidelity.config.get("cells") or BTU_CELLS).to_csv(files["fidelity_gaps"],
+                                                                                    index=False)
     t0 = time.perf_counter()
     drawn: Dict[str, Path] = {}
     if workers is not None and data is not None:

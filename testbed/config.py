@@ -21,6 +21,8 @@ from testbed.arguments import ConfigError
 from testbed.claim_spec import ClaimSpec
 from testbed.claim_spec import validate as validate_claims
 from testbed.emulation import AvailabilityMode, EmulationConfig, validate_emulation
+from testbed.fidelity_spec import FidelitySpec
+from testbed.fidelity_spec import validate as validate_fidelity
 from testbed.job_config import FlinkJobConfig, JobConfig, LiveJobConfig
 from testbed.placement.base import PlacementConfig, placements
 from testbed.policies.registry import policies as registered_policies
@@ -85,6 +87,7 @@ class EvaluationConfig:
     reference: str = ""  # the published table (long format), relative to the project
     claims: List[ClaimSpec] = field(default_factory=list)  # the paper's claims, checked by reporting/claims.py
     claims_from: str = ""  # check another evaluation's claims instead (its name)
+    fidelity: FidelitySpec = field(default_factory=FidelitySpec)  # its calibration loop (testbed/fidelity)
 
 
 @dataclass
@@ -556,10 +559,27 @@ def _validate_evaluation(cfg: ExperimentConfig) -> None:
     except ValueError as exc:  # "<key>: <message>"
         key, _, message = str(exc).partition(": ")
         raise ConfigError(key, message) from exc
+    _check_fidelity(cfg)
     for i, name in enumerate(ev.only):
         if name not in names:
             raise ConfigError(f"evaluation.only[{i}]",
                               f"no configuration {name!r} in evaluation {ev.name!r}: {sorted(names)}")
+
+
+def _check_fidelity(cfg: ExperimentConfig) -> None:
+    """The fidelity loop's shape, and that every key it sets is a key of the config."""
+    spec = cfg.evaluation.fidelity
+    try:
+        validate_fidelity(spec, cfg.evaluation.workloads)
+    except ValueError as exc:  # "<key>: <message>"
+        key, _, message = str(exc).partition(": ")
+        raise ConfigError(key, message) from exc
+    node = OmegaConf.structured(cfg)
+    absent = object()
+    keys = [(f"parameters[{i}].keys", k) for i, p in enumerate(spec.parameters) for k in p.keys]
+    for where, key in [*keys, *((f"fixed.{k}", k) for k in spec.fixed)]:
+        if OmegaConf.select(node, key, default=absent) is absent:
+            raise ConfigError(f"evaluation.fidelity.{where}", f"{key!r} is not a key of the experiment config")
 
 
 def policy_params(cfg: ExperimentConfig, policy: str, overrides: Dict[str, Any], key: str = "params") -> Any:

@@ -13,11 +13,9 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 import pandas as pd
 from omegaconf import OmegaConf
 
-from reporting.fidelity_gaps import cell_gaps
-from reporting.paper_comparison import compare
 from testbed.config import CONF_DIR
-from testbed.fidelity.evaluation import Setting, compose_experiment, evaluate
-from testbed.fidelity.parameters import SEARCH_SPACE, current_values, literal, to_overrides
+from testbed.fidelity.evaluation import Loop, compose_experiment, evaluate
+from testbed.fidelity.parameters import current_values, literal, to_overrides
 
 CELL_COLUMNS = ["config", "metric", "mean_paper", "mean_measured", "gap", "unit"]
 
@@ -30,18 +28,17 @@ class Variant:
     overrides: Tuple[str, ...]
 
 
-def _cells(summary: pd.DataFrame, reference: pd.DataFrame, pattern: str) -> pd.DataFrame:
-    return cell_gaps(compare(summary, reference[reference["pattern"] == pattern]))[CELL_COLUMNS]
-
-
-def parameter_variants(profile: str, pattern: str, conf_dir: Path = CONF_DIR) -> List[Variant]:
+def parameter_variants(loop: Loop, profile: str, pattern: str) -> List[Variant]:
     """Each search-space parameter moved alone away from the profile's value (x0.5 and x2, the
     neighbouring integers, the other categories)."""
-    values = current_values(compose_experiment([f"pattern={pattern}", f"profile={profile}"], conf_dir))
+    space = loop.spec.parameters
+    cfg = compose_experiment([f"evaluation={loop.evaluation}", f"pattern={pattern}", f"profile={profile}"],
+                             loop.conf_dir)
+    values = current_values(cfg, space)
     out = []
-    for p in SEARCH_SPACE:
+    for p in space:
         for label, value in p.variants(values[p.name]):
-            out.append(Variant("parameter", p.name, label, tuple(to_overrides({p.name: value}))))
+            out.append(Variant("parameter", p.name, label, tuple(to_overrides({p.name: value}, space))))
     return out
 
 
@@ -65,14 +62,18 @@ BEHAVIOUR_GROUPS: Dict[str, str] = {
 
 
 def behaviour_variants(profile: str, pattern: str, behaviour_profile: str = "visp2017",
-                       plain_profile: str = "paper", conf_dir: Path = CONF_DIR) -> List[Variant]:
+                       plain_profile: str = "paper", conf_dir: Path = CONF_DIR,
+                       evaluation: str = "btu") -> List[Variant]:
     """Per behaviour the behaviour profile switches on (a key, or a group of BEHAVIOUR_GROUPS): the
     profile with it toggled between the plain profile's values (off) and the behaviour profile's
     (on), whichever the profile lacks."""
     behaviours = OmegaConf.to_container(OmegaConf.load(Path(conf_dir) / "profile" / f"{behaviour_profile}.yaml"))
     assert isinstance(behaviours, dict)
-    plain = OmegaConf.structured(compose_experiment([f"pattern={pattern}", f"profile={plain_profile}"], conf_dir))
-    mine = OmegaConf.structured(compose_experiment([f"pattern={pattern}", f"profile={profile}"], conf_dir))
+    def composed(p: str) -> Any:
+        return OmegaConf.structured(compose_experiment([f"evaluation={evaluation}", f"pattern={pattern}",
+                                                        f"profile={p}"], conf_dir))
+
+    plain, mine = composed(plain_profile), composed(profile)
     groups: Dict[str, List[Tuple[str, Any]]] = {}
     for key, on in sorted(_flatten(behaviours).items()):
         if key != "profile":
@@ -91,15 +92,13 @@ def _plain(v: Any) -> Any:
     return getattr(v, "value", v)
 
 
-def sweep(profile: str, pattern: str, variants: Sequence[Variant], reference: pd.DataFrame, reps: int = 1,
-          seed: int = 1, duration_min: float = 120.0, conf_dir: Path = CONF_DIR,
+def sweep(loop: Loop, profile: str, pattern: str, variants: Sequence[Variant], reps: int = 1, seed: int = 1,
           log: Optional[TextIO] = None) -> pd.DataFrame:
     """Run the profile and each variant on one pattern (same seeds); per variant and published cell:
     the measured value, the profile's value and the difference, plus the variant's distance."""
     def run(extra: Sequence[str]) -> Tuple[pd.DataFrame, float]:
-        summary, d = evaluate(Setting(pattern, profile, reps, seed, duration_min, None, tuple(extra)), reference,
-                              conf_dir)
-        return _cells(summary, reference, pattern), d.value
+        summary, d = evaluate(loop.setting(pattern, profile, reps, seed, None, extra), loop)
+        return loop.cells(summary, pattern)[CELL_COLUMNS], d.value
 
     base_cells, base_distance = run(())
     frames = []

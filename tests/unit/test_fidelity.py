@@ -15,8 +15,8 @@ from reporting.paper_comparison import compare
 from reporting.report_document import Table
 from testbed.config import CONF_DIR, ConfigError, Measurement
 from testbed.fidelity.calibration import calibrate, parse_config
-from testbed.fidelity.evaluation import compose_experiment
-from testbed.fidelity.parameters import BY_NAME, config_values, current_values, round3, to_overrides
+from testbed.fidelity.evaluation import Loop, compose_experiment
+from testbed.fidelity.parameters import config_values, current_values, round3, to_overrides
 from testbed.fidelity.sensitivity import behaviour_variants
 from testbed.fidelity.validation import parse_config as parse_fidelity_config
 
@@ -68,10 +68,14 @@ def test_distance_counts_missing_cells_and_zero_when_equal():
         distance(same, REFERENCE, "nowhere")
 
 
+SPACE = Loop.load("btu").spec.parameters
+BY_NAME = {p.name: p for p in SPACE}
+
+
 def test_parameters_map_to_config_keys():
     assert round3(1234.5) == 1230.0 and round3(0.012345) == 0.0123
-    assert config_values({"container_start_s": 20.0}) == {"infrastructure.container_start_s": [10.0, 20.0]}
-    overrides = to_overrides({"kpi_service_ms": 80.0, "cpu_contention": True})
+    assert config_values({"container_start_s": 20.0}, SPACE) == {"infrastructure.container_start_s": [10.0, 20.0]}
+    overrides = to_overrides({"kpi_service_ms": 80.0, "cpu_contention": True}, SPACE)
     assert overrides == ["backend.cpu_contention=true", "topology.operators.O3.service.mean_ms=80.0",
                          "topology.operators.O4.service.mean_ms=80.0", "topology.operators.O5.service.mean_ms=80.0"]
     assert BY_NAME["parallel"].variants(1) == [("2", 2)]
@@ -120,8 +124,8 @@ def test_calibration_is_reproducible_and_its_profile_loads(tmp_path):
     assert loaded.profile == "tiny_calibrated"
     assert current_values(loaded) == a.best.values
     assert loaded.policies["threshold"].up2_threshold == 1250  # from visp2017
-    assert loaded == compose_experiment(["profile=visp2017", *to_overrides(a.best.values), "profile=tiny_calibrated"],
-                                        conf_a)
+    assert loaded == compose_experiment(["profile=visp2017", *to_overrides(a.best.values, SPACE),
+                                         "profile=tiny_calibrated"], conf_a)
     record = pd.read_csv(a.record_paths[0])
     assert list(record["trial"]) == [0, 1] and record["distance"].min() == pytest.approx(a.best.distance)
 
@@ -181,5 +185,5 @@ def test_strongest_and_fidelity_section_explain_a_miss():
     miss = next(t for t in texts if t.startswith("held btu-10 resource_cost"))
     assert "+30.0 %" in miss and ("missed by 15.0 "
                                   "%") in miss and miss.index("hop_latency_ms") < miss.index("o1_service_ms")
-    per_pattern = next(b for b in section.blocks if isinstance(b, Table) and b.headers[0] == "pattern")
-    assert per_pattern.rows[0][:3] == ["cal", "calibration", "1/1"] and per_pattern.rows[1][5] == "0/1"
+    per_pattern = next(b for b in section.blocks if isinstance(b, Table) and b.headers[0] == "workload")
+    assert per_pattern.rows[0][:3] == ["cal", "calibration", "1/1"] and per_pattern.rows[1][4] == "0/1"

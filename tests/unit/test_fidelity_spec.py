@@ -1,0 +1,135 @@
+"""An evaluation's fidelity loop as data: the spec's checks name the key, cell kinds measure gaps
+as documented, scaled parameters keep their ratios, and every evaluation that declares a loop
+composes with its search space on real config keys."""
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from reporting.fidelity_gaps import MISSING_GAP, cell_gaps, gaps_distance
+from testbed.config import CONF_DIR, ConfigError
+from testbed.fidelity.calibration import parse_config
+from testbed.fidelity.evaluation import Loop, compose_experiment
+from testbed.fidelity.parameters import current_values, to_overrides
+from testbed.fidelity_spec import FidelityParameter, FidelitySpec, validate
+
+
+def _spec(**kw) -> FidelitySpec:
+    base = dict(calibrate_on="w", profile="cal", cells={"latency_ms": "ratio"},
+                parameters=[FidelityParameter("x", "float", ["job.base_latency_ms"], 1.0, 10.0)])
+    return FidelitySpec(**{**base, **kw})
+
+
+@pytest.mark.parametrize("change, key", [
+    (dict(calibrate_on="nope"), "calibrate_on"),
+    (dict(validate_on=["w", "other"]), "validate_on[1]"),
+    (dict(profile="paper"), "profile"),
+    (dict(cells={"latency_ms": "log"}), "cells.latency_ms"),
+    (dict(cells={}), "cells"),
+    (dict(budget=0), "budget"),
+    (dict(parameters=[FidelityParameter("x", "float", ["a"], 5.0, 1.0)]), "parameters[0].low"),
+    (dict(parameters=[FidelityParameter("x", "log_float", ["a"], 0.0, 1.0)]), "parameters[0].low"),
+    (dict(parameters=[FidelityParameter("x", "cube", ["a"], 0.0, 1.0)]), "parameters[0].kind"),
+    (dict(parameters=[FidelityParameter("x", "categorical", ["a"], choices=[1])]), "parameters[0].choices"),
+    (dict(parameters=[FidelityParameter("x", "float", [], 0.0, 1.0)]), "parameters[0].keys"),
+    (dict(parameters=[FidelityParameter("x", "float", ["a", "b"], 0.0, 1.0, factors=[1.0])]),
+     "parameters[0].factors"),
+    (dict(parameters=[FidelityParameter("x", "float", ["a"], 0.0, 1.0)] * 2), "parameters[1].name"),
+    (dict(fixed={"job.base_latency_ms": 3}), "fixed.job.base_latency_ms"),
+])
+def test_spec_errors_name_the_key(change, key):
+    with pytest.raises(ValueError) as exc:
+        validate(_spec(**change), ["w"])
+    assert str(exc.value).startswith(f"evaluation.fidelity.{key}: ")
+
+
+def test_no_parameters_means_no_loop_and_no_checks():
+    validate(FidelitySpec(calibrate_on="nowhere"), ["w"])
+    validate(_spec(validate_on=["w", "daedalus_ks:ks_sine"]), ["w"])
+
+
+def test_config_load_rejects_a_key_the_config_does_not_have():
+    with pytest.raises(ConfigError) as exc:
+        compose_experiment(["evaluation=daedalus", "evaluation.fidelity.parameters.0.keys=[job.no_such_key]"])
+    assert exc.value.key == "evaluation.fidelity.parameters[0].keys"
+
+
+def test_cell_kinds_measure_gaps_as_documented():
+    comparison = pd.DataFrame({
+        "pattern": "p", "approach": "a", "config": "a",
+        "metric": ["latency_ms", "latency_ms", "saved", "workers", "pct", "workers", "other"],
+        "mean_paper": [1000.0, 1000.0, 0.50, 10.0, 40.0, 10.0, 1.0],
+        "mean_measured": [1300.0, 500.0, 0.53, 12.0, 30.0, math.nan, 9.0]})
+    cells = {"latency_ms": "ratio", "saved": "share", "workers": "relative", "pct": "points"}
+    gaps = cell_gaps(comparison, cells)
+    assert list(gaps["metric"]) == ["latency_ms", "latency_ms", "saved", "workers", "pct", "workers"]
+    assert list(gaps["unit"]) == ["x", "x", "pp", "%", "pp", "%"]
+    assert gaps["gap"].iloc[:5].round(6).tolist() == [1.3, 0.5, 3.0, 20.0, -10.0]
+    # x1.3 is exactly on the edge, x0.5 is ln 2 / ln 1.3 tolerances away
+    assert gaps["normalised_gap"].iloc[:5].round(6).tolist() == [1.0, round(math.log(2) / math.log(1.3), 6), 0.6,
+                                                                  round(20 / 15, 6), 2.0]
+    assert gaps["normalised_gap"].iloc[5] == MISSING_GAP
+    assert gaps["within"].tolist() == [True, False, True, False, False, False]
+    d = gaps_distance(gaps)
+    assert d.cells == 6 and d.within == 2 and d.worst_gap == MISSING_GAP
+
+
+def test_a_scaled_parameter_keeps_the_ratios_and_reads_back():
+    p = FidelityParameter("scale", "log_float", ["a", "b"], 0.1, 10.0, factors=[1.0, 2.0])
+    assert p.config_values(0.7) == {"a": 0.7, "b": 1.4}
+    assert p.value_of(0.7) == 0.7
+    presps = Loop.load("presps")
+    values = current_values(compose_experiment(["evaluation=presps"]), presps.spec.parameters)
+    assert values["service_scale_ms"] == pytest.approx(0.696)  # A's cost; B has twice, C 1.5 times
+    overrides = to_overrides({"service_scale_ms": 1.0}, presps.spec.parameters)
+    assert "topology.operators.B.service.mean_ms=2.0" in overrides
+    assert "topology.operators.C.service.mean_ms=1.5" in overrides
+
+
+@pytest.mark.parametrize("evaluation", ["btu", "daedalus", "presps"])
+def test_declared_loops_compose_with_their_values_and_measured_ones(evaluation):
+    loop = Loop.load(evaluation)
+    cfg = compose_experiment([f"evaluation={evaluation}"])
+    values = current_values(cfg, loop.spec.parameters)
+    assert set(values) == {p.name for p in loop.spec.parameters}
+    # every trial's overrides compose into a valid config, measured values included
+    trial = compose_experiment([f"evaluation={evaluation}", *loop.overrides(values)])
+    assert current_values(trial, loop.spec.parameters) == values
+    if evaluation == "daedalus":
+        assert trial.job.downtime_in_s == [1.2, 2.0]
+
+
+def test_searched_cells_are_the_calibration_configurations_only():
+    loop = Loop.load("presps")
+    ref = loop.reference()
+    searched = loop.searched(ref, "presps_spikes")
+    assert set(searched["approach"]) == {"presps"} and set(ref["approach"]) >= {"presps", "dabs"}
+    assert "evaluation.only=[presps]" in loop.calibration_setting("presps_spikes", "paper", 1, 1, {}).extra
+
+
+def test_a_key_the_evaluation_sets_itself_cannot_be_calibrated(tmp_path: Path):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    path = conf / "evaluation" / "daedalus.yaml"
+    path.write_text(path.read_text().replace("job:\n  enabled: true\n", "job:\n  enabled: true\n  peak_fraction: 0.8\n"))
+    with pytest.raises(ConfigError) as exc:
+        Loop.load("daedalus", conf)
+    assert exc.value.key == "evaluation.fidelity.parameters[2].keys"
+
+
+def test_calibration_arguments_default_to_the_evaluation():
+    cfg = parse_config(["evaluation=daedalus"]).resolve(Loop.load("daedalus"))
+    assert (cfg.pattern, cfg.name, cfg.budget, cfg.duration_min) == ("wc_sine", "daedalus_calibrated", 40, 360.0)
+    with pytest.raises(ConfigError) as exc:
+        parse_config(["evaluation=daedalus", "pattern=stepwise"]).resolve(Loop.load("daedalus"))
+    assert exc.value.key == "pattern"
+    with pytest.raises(ConfigError) as exc:
+        Loop.load("odp_nope")
+    assert exc.value.key == "evaluation"
+    with pytest.raises(ConfigError) as exc:
+        Loop.load("daedalus_flink")  # runs on a real engine: nothing to calibrate there
+    assert exc.value.key == "evaluation"

@@ -29,7 +29,7 @@ MISSING_GAP = 10.0  # normalised gap of a published cell the runs did not produc
 FIDELITY_FOLDER = "fidelity"  # below the runs folder: the sweep tables the report reads
 # The BTU paper's cells: compliance in percentage points, costs relative to the published value.
 BTU_CELLS: Mapping[str, str] = {"*_compliance_pct": "points", "resource_cost": "relative", "*_total_cost": "relative"}
-UNITS = {"points": "pp", "share": "pp", "relative": "%", "ratio": "x"}
+UNITS = {"points": "pp", "share": "pp", "relative": "%", "ratio": "x", "absolute": ""}
 
 
 def is_compliance(metric: str) -> bool:

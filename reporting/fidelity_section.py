@@ -56,7 +56,7 @@ def acceptance_gaps(comparison: pd.DataFrame, cells: Mapping[str, str] = BTU_CEL
     return cell_gaps(comparison, cells)
 
 
-KIND_TARGETS = {"points": "±5 pp", "share": "±5 pp", "relative": "±15 %", "ratio": "x1/1.3-x1.3"}
+KIND_TARGETS = {"points": "±5 pp", "share": "±5 pp", "relative": "±15 %", "ratio": "x1/1.3-x1.3", "absolute": "±1"}
 
 
 def roles(gaps: pd.DataFrame, calibrated_on: str, configs: List[str]) -> pd.Series:

@@ -24,7 +24,8 @@ PARAMETER_KINDS = ("log_float", "float", "int", "categorical")
 #   share    - a fraction in [0, 1]: 100 x (measured - published), in percentage points (5 pp)
 #   relative - a count or cost: 100 x (measured - published) / published, in % (15 %)
 #   ratio    - a latency: measured / published; |ln ratio| / ln 1.3, so x1.3 and x1/1.3 are on the edge
-CELL_KINDS: Dict[str, float] = {"points": 5.0, "share": 5.0, "relative": 15.0, "ratio": 30.0}
+#   absolute - a small count whose published value may be 0: measured - published (1 unit)
+CELL_KINDS: Dict[str, float] = {"points": 5.0, "share": 5.0, "relative": 15.0, "ratio": 30.0, "absolute": 1.0}
 
 
 def round3(x: float) -> float:

@@ -90,7 +90,7 @@ def test_a_scaled_parameter_keeps_the_ratios_and_reads_back():
     assert "topology.operators.C.service.mean_ms=1.5" in overrides
 
 
-@pytest.mark.parametrize("evaluation", ["btu", "daedalus", "presps"])
+@pytest.mark.parametrize("evaluation", ["btu", "daedalus", "presps", "odp"])
 def test_declared_loops_compose_with_their_values_and_measured_ones(evaluation):
     loop = Loop.load(evaluation)
     cfg = compose_experiment([f"evaluation={evaluation}"])
@@ -115,7 +115,8 @@ def test_a_key_the_evaluation_sets_itself_cannot_be_calibrated(tmp_path: Path):
     conf = tmp_path / "conf"
     shutil.copytree(CONF_DIR, conf)
     path = conf / "evaluation" / "daedalus.yaml"
-    path.write_text(path.read_text().replace("job:\n  enabled: true\n", "job:\n  enabled: true\n  peak_fraction: 0.8\n"))
+    text = path.read_text().replace("job:\n  enabled: true\n", "job:\n  enabled: true\n  peak_fraction: 0.8\n")
+    path.write_text(text)
     with pytest.raises(ConfigError) as exc:
         Loop.load("daedalus", conf)
     assert exc.value.key == "evaluation.fidelity.parameters[2].keys"
@@ -133,3 +134,28 @@ def test_calibration_arguments_default_to_the_evaluation():
     with pytest.raises(ConfigError) as exc:
         Loop.load("daedalus_flink")  # runs on a real engine: nothing to calibrate there
     assert exc.value.key == "evaluation"
+
+
+def _summary(rows):
+    out = pd.DataFrame(rows, columns=["pattern", "approach", "config", "metric", "mean"])
+    return out.assign(btu_minutes=pd.array([pd.NA] * len(out), dtype="Int64"), sd=math.nan, n=1)
+
+
+def test_published_ratios_and_savings_are_measured_from_two_runs():
+    from reporting.evaluations import report_for
+
+    odp = report_for("odp")
+    summary = _summary([("tag_and_count", "static", "odp-r", "R_ms", 100.0),
+                        ("tag_and_count", "static", "odp-a", "R_ms", 180.0),
+                        ("tag_and_count", "static", "odp-r", "k", 8.0)])
+    comp = odp.compare(summary, odp.reference()).set_index(["config", "metric"])
+    assert comp.loc[("odp-a", "R_ratio_to_odp_r"), "mean_measured"] == pytest.approx(1.8)
+    assert comp.loc[("odp-r", "k"), "mean_measured"] == 8.0
+    daedalus = report_for("daedalus")
+    summary = _summary([("wc_sine", "daedalus", "daedalus", "mean_workers", 6.0),
+                        ("wc_sine", "hpa", "hpa-80", "mean_workers", 8.0),
+                        ("wc_sine", "daedalus", "daedalus-flink", "mean_workers", 2.0),
+                        ("wc_sine", "hpa", "hpa-80-flink", "mean_workers", 4.0)])
+    comp = daedalus.compare(summary, daedalus.reference())
+    saved = comp[(comp.metric == "workers_saved_pct") & (comp.config == "hpa-80")]
+    assert saved["mean_measured"].tolist() == [pytest.approx(25.0)]  # not against the Flink runs

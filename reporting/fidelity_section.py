@@ -134,6 +134,26 @@ def _effects_table(table: pd.DataFrame, caption: str, btu: bool) -> Table:
                  f"the profile's own is {profile_distance:.2f})", headers, rows)
 
 
+def preferred_alternatives(table: pd.DataFrame, configs: List[str]) -> List[str]:
+    """Per alternative (an unknown only held-out cells judge): the distance of the held-out cells
+    under each of its values, the profile's own included, and the value they prefer."""
+    if "profile_normalised_gap" not in table:
+        return []
+    rows = table[(table["group"] == "alternative") & ~table["config"].isin(configs)]
+    out = []
+    for name, own in rows.groupby("name", sort=False):
+        def rms(gaps: pd.Series) -> float:
+            return float((gaps.astype(float) ** 2).mean() ** 0.5)
+
+        first = own[own["variant"] == own["variant"].iloc[0]]
+        scores = {"the profile's own": rms(first["profile_normalised_gap"])}
+        scores.update({str(v): rms(g["normalised_gap"]) for v, g in own.groupby("variant", sort=False)})
+        best = min(scores, key=lambda k: scores[k])
+        out.append(f"{name}: the held-out cells ({', '.join(sorted(set(own['config'])))}) prefer {best} "
+                   f"(distance {scores[best]:.2f}; " + ", ".join(f"{k} {v:.2f}" for k, v in scores.items()) + ").")
+    return out
+
+
 def fidelity_section(inputs: FidelityInputs, comparison: pd.DataFrame, claims: pd.DataFrame) -> Section:
     cfg = inputs.config
     calibrated_on = cfg.get("calibrated_on", "stepwise")
@@ -170,6 +190,8 @@ def fidelity_section(inputs: FidelityInputs, comparison: pd.DataFrame, claims: p
     if inputs.sensitivity is not None and not inputs.sensitivity.empty:
         blocks.append(_effects_table(inputs.sensitivity,
                                      f"One-at-a-time sensitivity on {cfg.get('sweep_pattern', calibrated_on)}", btu))
+    if inputs.sensitivity is not None and not inputs.sensitivity.empty:
+        blocks.extend(preferred_alternatives(inputs.sensitivity, configs))
     if inputs.behaviours is not None and not inputs.behaviours.empty:
         blocks.append(_effects_table(inputs.behaviours,
                                      "Original-system behaviours of profile "

@@ -576,7 +576,8 @@ def _check_fidelity(cfg: ExperimentConfig) -> None:
         raise ConfigError(key, message) from exc
     node = OmegaConf.structured(cfg)
     absent = object()
-    keys = [(f"parameters[{i}].keys", k) for i, p in enumerate(spec.parameters) for k in p.keys]
+    keys = [(f"{group}[{i}].keys", k) for group in ("parameters", "alternatives")
+            for i, p in enumerate(getattr(spec, group)) for k in p.keys]
     for where, key in [*keys, *((f"fixed.{k}", k) for k in spec.fixed)]:
         if OmegaConf.select(node, key, default=absent) is absent:
             raise ConfigError(f"evaluation.fidelity.{where}", f"{key!r} is not a key of the experiment config")

@@ -3,6 +3,9 @@ and checked for shape before anything runs. testbed/fidelity/ runs the loop (`te
 `testbed fidelity`); reporting/fidelity_gaps.py measures each published cell by its kind.
 
 * `parameters`: the unknowns the paper never published, each a search range over config keys;
+* `alternatives`: unknowns that only held-out cells can judge (a baseline's own behaviour when only
+  the other approach's cells are searched): never fitted; `testbed fidelity` runs each value and
+  the report says which one the held-out cells prefer;
 * `fixed`: values measured elsewhere (a real engine, the live testbed) that every trial uses and
   the written profile keeps, so they are never fitted;
 * `cells`: how each published metric's gap is measured (a metric name or a glob -> a cell kind);
@@ -87,6 +90,7 @@ class FidelitySpec:
     duration_min: float = 0.0  # > 0: a trial's simulated minutes; 0: the evaluation's own
     cells: Dict[str, str] = field(default_factory=dict)  # published metric (or glob) -> a key of CELL_KINDS
     parameters: List[FidelityParameter] = field(default_factory=list)
+    alternatives: List[FidelityParameter] = field(default_factory=list)  # judged on held-out cells only
     fixed: Dict[str, Any] = field(default_factory=dict)  # config key -> measured value, never searched
     behaviour_profile: str = ""  # a profile whose switches `testbed fidelity` toggles one at a time
     plain_profile: str = ""  # the values those switches take when off
@@ -136,7 +140,14 @@ def validate(spec: FidelitySpec, workloads: Sequence[str], prefix: str = "evalua
         if kind not in CELL_KINDS:
             raise ValueError(f"{prefix}.cells.{metric}: {kind!r} is not one of {', '.join(CELL_KINDS)}")
     _validate_parameters(spec.parameters, f"{prefix}.parameters")
-    searched = {k for p in spec.parameters for k in p.keys}
+    _validate_parameters(spec.alternatives, f"{prefix}.alternatives")
+    names = {p.name for p in spec.parameters}
+    for i, p in enumerate(spec.alternatives):
+        if p.name in names or set(p.keys) & {k for q in spec.parameters for k in q.keys}:
+            raise ValueError(f"{prefix}.alternatives[{i}].name: {p.name!r} is also a searched parameter")
+    if spec.alternatives and not (spec.calibrate_configs or spec.validate_on):
+        raise ValueError(f"{prefix}.alternatives: nothing is held out to judge them (calibrate_configs, validate_on)")
+    searched = {k for p in [*spec.parameters, *spec.alternatives] for k in p.keys}
     for key in spec.fixed:
         if key in searched:
             raise ValueError(f"{prefix}.fixed.{key}: also searched by a parameter; a measured value is not fitted")

@@ -96,7 +96,8 @@ def _check_profile_wins(path: Path, spec: FidelitySpec) -> None:
     raw.pop("defaults", None)
     raw.pop("evaluation", None)
     own = set(_flat_keys(raw))
-    keys = [(f"parameters[{i}].keys", k) for i, p in enumerate(spec.parameters) for k in p.keys]
+    keys = [(f"{group}[{i}].keys", k) for group in ("parameters", "alternatives")
+            for i, p in enumerate(getattr(spec, group)) for k in p.keys]
     for where, key in [*keys, *((f"fixed.{k}", k) for k in spec.fixed)]:
         if any(key == o or key.startswith(o + ".") or o.startswith(key + ".") for o in own):
             raise ConfigError(f"evaluation.fidelity.{where}",

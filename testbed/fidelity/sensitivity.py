@@ -17,12 +17,12 @@ from testbed.config import CONF_DIR
 from testbed.fidelity.evaluation import Loop, compose_experiment, evaluate
 from testbed.fidelity.parameters import current_values, literal, to_overrides
 
-CELL_COLUMNS = ["config", "metric", "mean_paper", "mean_measured", "gap", "unit"]
+CELL_COLUMNS = ["config", "metric", "mean_paper", "mean_measured", "gap", "unit", "normalised_gap"]
 
 
 @dataclass(frozen=True)
 class Variant:
-    group: str  # "parameter" or "behaviour"
+    group: str  # "parameter", "alternative" or "behaviour"
     name: str  # the parameter or the config key
     label: str  # e.g. x0.5, x2, true, "paper: 50"
     overrides: Tuple[str, ...]
@@ -31,14 +31,14 @@ class Variant:
 def parameter_variants(loop: Loop, profile: str, pattern: str) -> List[Variant]:
     """Each search-space parameter moved alone away from the profile's value (x0.5 and x2, the
     neighbouring integers, the other categories)."""
-    space = loop.spec.parameters
     cfg = compose_experiment([f"evaluation={loop.evaluation}", f"pattern={pattern}", f"profile={profile}"],
                              loop.conf_dir)
-    values = current_values(cfg, space)
     out = []
-    for p in space:
-        for label, value in p.variants(values[p.name]):
-            out.append(Variant("parameter", p.name, label, tuple(to_overrides({p.name: value}, space))))
+    for group, space in (("parameter", loop.spec.parameters), ("alternative", loop.spec.alternatives)):
+        values = current_values(cfg, space)
+        for p in space:
+            for label, value in p.variants(values[p.name]):
+                out.append(Variant(group, p.name, label, tuple(to_overrides({p.name: value}, space))))
     return out
 
 
@@ -104,9 +104,10 @@ def sweep(loop: Loop, profile: str, pattern: str, variants: Sequence[Variant], r
     frames = []
     for i, v in enumerate(variants, 1):
         cells, d = run(v.overrides)
-        merged = cells.merge(base_cells[["config", "metric", "mean_measured"]], on=["config", "metric"],
-                             suffixes=("", "_profile"))
-        merged = merged.rename(columns={"mean_measured": "measured", "mean_measured_profile": "profile_value"})
+        merged = cells.merge(base_cells[["config", "metric", "mean_measured", "normalised_gap"]],
+                             on=["config", "metric"], suffixes=("", "_profile"))
+        merged = merged.rename(columns={"mean_measured": "measured", "mean_measured_profile": "profile_value",
+                                        "normalised_gap_profile": "profile_normalised_gap"})
         merged.insert(0, "variant", v.label)
         merged.insert(0, "name", v.name)
         merged.insert(0, "group", v.group)
@@ -119,5 +120,5 @@ def sweep(loop: Loop, profile: str, pattern: str, variants: Sequence[Variant], r
             print(f"{v.group} {i}/{len(variants)} {v.name} {v.label}: distance {d:.3f} (profile {base_distance:.3f})",
                   file=log, flush=True)
     columns = ["group", "name", "variant", "config", "metric", "mean_paper", "measured", "profile_value", "delta",
-               "unit", "distance", "profile_distance", "overrides"]
+               "unit", "normalised_gap", "profile_normalised_gap", "distance", "profile_distance", "overrides"]
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)

@@ -40,6 +40,9 @@ def _spec(**kw) -> FidelitySpec:
      "parameters[0].factors"),
     (dict(parameters=[FidelityParameter("x", "float", ["a"], 0.0, 1.0)] * 2), "parameters[1].name"),
     (dict(fixed={"job.base_latency_ms": 3}), "fixed.job.base_latency_ms"),
+    (dict(alternatives=[FidelityParameter("y", "categorical", ["b"], choices=[1, 2])]), "alternatives"),
+    (dict(calibrate_configs=["a"], alternatives=[FidelityParameter("x", "categorical", ["b"], choices=[1, 2])]),
+     "alternatives[0].name"),
 ])
 def test_spec_errors_name_the_key(change, key):
     with pytest.raises(ValueError) as exc:
@@ -159,3 +162,16 @@ def test_published_ratios_and_savings_are_measured_from_two_runs():
     comp = daedalus.compare(summary, daedalus.reference())
     saved = comp[(comp.metric == "workers_saved_pct") & (comp.config == "hpa-80")]
     assert saved["mean_measured"].tolist() == [pytest.approx(25.0)]  # not against the Flink runs
+
+
+def test_the_held_out_cells_judge_an_alternative():
+    from reporting.fidelity_section import preferred_alternatives
+
+    rows = []
+    for variant, gap in (("queue", 3.0), ("drop", 0.5)):
+        for config, g in (("dabs", gap), ("presps", 9.0)):  # presps' cells were searched: they do not judge
+            rows.append({"group": "alternative", "name": "restart_source", "variant": variant, "config": config,
+                         "normalised_gap": g, "profile_normalised_gap": 2.0 if config == "dabs" else 0.1})
+    text = preferred_alternatives(pd.DataFrame(rows), ["presps"])
+    assert text == ["restart_source: the held-out cells (dabs) prefer drop (distance 0.50; the profile's own 2.00, "
+                    "queue 3.00, drop 0.50)."]

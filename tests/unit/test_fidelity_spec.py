@@ -175,3 +175,20 @@ def test_the_held_out_cells_judge_an_alternative():
     text = preferred_alternatives(pd.DataFrame(rows), ["presps"])
     assert text == ["restart_source: the held-out cells (dabs) prefer drop (distance 0.50; the profile's own 2.00, "
                     "queue 3.00, drop 0.50)."]
+
+
+@pytest.mark.parametrize("evaluation", ["btu", "daedalus", "presps", "odp"])
+def test_a_committed_profile_holds_its_record_s_best_values(evaluation):
+    import json
+
+    loop = Loop.load(evaluation)
+    record = CONF_DIR.parent / "calibration" / f"{loop.spec.profile}.record.json"
+    if not (CONF_DIR / "profile" / f"{loop.spec.profile}.yaml").is_file() or not record.is_file():
+        pytest.skip(f"no calibrated profile for {evaluation} yet (testbed calibrate evaluation={evaluation})")
+    best = json.loads(record.read_text())["best"]["values"]
+    cfg = compose_experiment([f"evaluation={evaluation}", f"profile={loop.spec.profile}"])
+    assert current_values(cfg, loop.spec.parameters) == best
+    for key, value in loop.spec.fixed.items():  # the measured values are in the profile too
+        from omegaconf import OmegaConf
+
+        assert OmegaConf.select(OmegaConf.structured(cfg), key) == value

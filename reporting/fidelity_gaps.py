@@ -67,9 +67,9 @@ def cell_gaps(comparison: pd.DataFrame, cells: Mapping[str, str] = BTU_CELLS) ->
     evaluation's own) whose metric `cells` names: the gap in its kind's unit, the tolerance, the
     normalised gap (1 = on the tolerance's edge; MISSING_GAP when not measured) and whether the
     cell is within target."""
-    kinds = [cell_kind(str(m), cells) for m in comparison["metric"]]
-    rows = comparison[[k is not None for k in kinds]].copy()
-    kinds = [k for k in kinds if k is not None]
+    found = [cell_kind(str(m), cells) for m in comparison["metric"]]
+    rows = comparison[[k is not None for k in found]].copy()
+    kinds = [k for k in found if k is not None]
     pairs = [_gap(k, float(p), float(m)) if not (pd.isna(p) or pd.isna(m)) else (math.nan, math.nan)
              for k, p, m in zip(kinds, rows["mean_paper"], rows["mean_measured"], strict=True)]
     normalised = np.array([n for _, n in pairs], dtype=float)

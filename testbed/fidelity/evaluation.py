@@ -6,7 +6,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import pandas as pd
 from hydra import compose, initialize_config_dir
@@ -91,7 +91,7 @@ def _check_profile_wins(path: Path, spec: FidelitySpec) -> None:
     silently undo the profile's value, so it may be neither searched nor fixed."""
     from omegaconf import OmegaConf
 
-    raw = OmegaConf.to_container(OmegaConf.load(path))
+    raw: Any = OmegaConf.to_container(OmegaConf.load(path))
     assert isinstance(raw, dict)
     raw.pop("defaults", None)
     raw.pop("evaluation", None)
@@ -105,8 +105,8 @@ def _check_profile_wins(path: Path, spec: FidelitySpec) -> None:
                               "move it to a profile or the topology")
 
 
-def _flat_keys(node: Mapping[str, Any], prefix: str = "") -> list:
-    out = []
+def _flat_keys(node: Mapping[str, Any], prefix: str = "") -> List[str]:
+    out: List[str] = []
     for k, v in node.items():
         out += _flat_keys(v, f"{prefix}{k}.") if isinstance(v, Mapping) and v else [f"{prefix}{k}"]
     return out

@@ -115,9 +115,16 @@ def _explain_misses(gaps: pd.DataFrame, calibrated_on: str, sensitivity: Optiona
             moves = strongest(sensitivity[sensitivity["group"] == "parameter"], r.config, r.metric)
             if moves:
                 text += (f" On {calibrated_on}, this cell moves most with: "
-                         + "; ".join(f"{n} {v} ({d:+.1f}{' pp' if r.unit == 'pp' else ''})" for n, v, d in moves) + ".")
+                         + "; ".join(f"{n} {v} ({_delta(d, r.kind)})" for n, v, d in moves) + ".")
         out.append(text)
     return out
+
+
+def _delta(delta: float, kind: str) -> str:
+    """A change of a cell's value in the unit its gap is read in (a fraction's in points)."""
+    if kind == "share":
+        return f"{100.0 * delta:+.1f} pp"
+    return f"{delta:+.1f}{' pp' if kind == 'points' else ''}"
 
 
 def _effects_table(table: pd.DataFrame, caption: str, btu: bool) -> Table:

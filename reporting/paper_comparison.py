@@ -42,11 +42,17 @@ def compare(measured: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     """One row per published value of a measured pattern: paper and measured mean/sd, difference."""
     patterns = sorted(set(measured["pattern"]))
     ref = reference[reference["pattern"].isin(patterns)]
-    mine = measured[KEYS + ["mean", "sd", "n"]].copy()
+    own_config = "config" in measured
+    mine = measured[KEYS + ["mean", "sd", "n"] + (["config"] if own_config else [])].copy()
     mine["btu_minutes"] = pd.array(mine["btu_minutes"], dtype="Int64")
     joined = ref.merge(mine, on=KEYS, how="left", suffixes=("_paper", "_measured"))
     joined["difference"] = joined["mean_measured"] - joined["mean_paper"]
-    joined.insert(2, "config", config_labels(joined))
+    labels = config_labels(joined.drop(columns="config") if own_config else joined)
+    if own_config:  # several configurations of one approach (dabs, dabs-util) each keep their own name
+        shared = joined.duplicated(KEYS, keep=False) & joined["config"].notna()
+        labels = labels.where(~shared, joined["config"])
+        joined = joined.drop(columns="config")
+    joined.insert(2, "config", labels)
     order = {name: i for i, name in enumerate(dict.fromkeys(reference["metric"]))}
     # per metric: re-billed configurations (the baseline) first, then those billed by their own BTU
     own = {a for a, rows in joined.groupby("approach") if not rebilled(rows)}

@@ -17,7 +17,7 @@ from testbed.config import CONF_DIR
 from testbed.fidelity.evaluation import Loop, compose_experiment, evaluate
 from testbed.fidelity.parameters import current_values, literal, to_overrides
 
-CELL_COLUMNS = ["config", "metric", "mean_paper", "mean_measured", "gap", "unit", "normalised_gap"]
+CELL_COLUMNS = ["config", "metric", "mean_paper", "mean_measured", "gap", "unit", "kind", "normalised_gap"]
 
 
 @dataclass(frozen=True)
@@ -120,5 +120,5 @@ def sweep(loop: Loop, profile: str, pattern: str, variants: Sequence[Variant], r
             print(f"{v.group} {i}/{len(variants)} {v.name} {v.label}: distance {d:.3f} (profile {base_distance:.3f})",
                   file=log, flush=True)
     columns = ["group", "name", "variant", "config", "metric", "mean_paper", "measured", "profile_value", "delta",
-               "unit", "normalised_gap", "profile_normalised_gap", "distance", "profile_distance", "overrides"]
+               "unit", "kind", "normalised_gap", "profile_normalised_gap", "distance", "profile_distance", "overrides"]
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)

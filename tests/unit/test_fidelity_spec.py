@@ -127,7 +127,7 @@ def test_a_key_the_evaluation_sets_itself_cannot_be_calibrated(tmp_path: Path):
 
 def test_calibration_arguments_default_to_the_evaluation():
     cfg = parse_config(["evaluation=daedalus"]).resolve(Loop.load("daedalus"))
-    assert (cfg.pattern, cfg.name, cfg.budget, cfg.duration_min) == ("wc_sine", "daedalus_calibrated", 40, 360.0)
+    assert (cfg.pattern, cfg.name, cfg.budget, cfg.duration_min) == ("wc_sine", "daedalus_calibrated", 24, 360.0)
     with pytest.raises(ConfigError) as exc:
         parse_config(["evaluation=daedalus", "pattern=stepwise"]).resolve(Loop.load("daedalus"))
     assert exc.value.key == "pattern"

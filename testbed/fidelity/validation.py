@@ -6,7 +6,7 @@
     testbed report runs/fidelity                              # the report gains a "Fidelity" section
 
 Unset values come from the evaluation's `evaluation.fidelity`. Writes each workload's runs to
-OUT/<workload>/... (ordinary run folders), and OUT/fidelity/: sensitivity.csv (one-at-a-time sweep
+OUT/<workload>/... (ordinary run folders; OUT/<evaluation>/<workload>/... for another evaluation's), and OUT/fidelity/: sensitivity.csv (one-at-a-time sweep
 of the calibrated parameters), behaviours.csv (each switch of the behaviour profile toggled, where
 the evaluation names one), fidelity.json (what ran, how long).
 """
@@ -91,7 +91,9 @@ def run_fidelity(cfg: FidelityConfig, log: Optional[TextIO] = None) -> Path:
     for entry in cfg.patterns if cfg.validation and cfg.patterns else []:
         evaluation, pattern = _target(entry)
         t0 = time.perf_counter()
-        run_setting(loop.setting(pattern, profile, cfg.reps, cfg.seed, evaluation=evaluation), out)
+        # another evaluation's runs go below its own name: a runs folder summarises one evaluation
+        run_setting(loop.setting(pattern, profile, cfg.reps, cfg.seed, evaluation=evaluation),
+                    out / evaluation if evaluation else out)
         timings[f"validation {entry}"] = round(time.perf_counter() - t0, 1)
         if log:
             print(f"validation {entry}: {timings[f'validation {entry}']} s", file=log, flush=True)

@@ -192,3 +192,29 @@ def test_a_committed_profile_holds_its_record_s_best_values(evaluation):
         from omegaconf import OmegaConf
 
         assert OmegaConf.select(OmegaConf.structured(cfg), key) == value
+
+
+def test_configurations_of_one_published_approach_keep_their_names():
+    from reporting.paper_comparison import compare
+
+    ref = pd.DataFrame({"pattern": "p", "approach": ["presps", "dabs"], "btu_minutes": pd.array([pd.NA] * 2,
+                                                                                                 dtype="Int64"),
+                        "metric": "latency_ms", "mean": [2000.0, 1400.0], "sd": math.nan, "note": ""})
+    measured = _summary([("p", "presps", "presps", "latency_ms", 2100.0), ("p", "dabs", "dabs", "latency_ms", 3000.0),
+                         ("p", "dabs", "dabs-util", "latency_ms", 1500.0)])
+    comp = compare(measured, ref)
+    assert comp[["config", "approach", "mean_measured"]].values.tolist() == [
+        ["presps", "presps", 2100.0], ["dabs", "dabs", 3000.0], ["dabs-util", "dabs", 1500.0]]
+
+
+def test_fidelity_arguments_default_to_the_evaluation():
+    from testbed.fidelity.validation import parse_config as parse_fidelity
+
+    cfg = parse_fidelity(["evaluation=presps"]).resolve(Loop.load("presps"))
+    assert (cfg.profile, cfg.patterns, cfg.sweeps) == ("presps_calibrated", ["presps_spikes"], ["sensitivity"])
+    btu = parse_fidelity([]).resolve(Loop.load("btu"))
+    assert btu.patterns == ["stepwise", "two_level", "random_walk_1", "random_walk_2"]
+    assert btu.sweeps == ["sensitivity", "behaviours"]
+    with pytest.raises(ConfigError) as exc:
+        parse_fidelity(["evaluation=presps", "sweeps=[behaviours]"]).resolve(Loop.load("presps"))
+    assert exc.value.key == "sweeps"

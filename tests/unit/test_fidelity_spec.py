@@ -218,3 +218,20 @@ def test_fidelity_arguments_default_to_the_evaluation():
     with pytest.raises(ConfigError) as exc:
         parse_fidelity(["evaluation=presps", "sweeps=[behaviours]"]).resolve(Loop.load("presps"))
     assert exc.value.key == "sweeps"
+
+
+@pytest.mark.slow
+def test_another_evaluation_s_calibration_is_reproducible(tmp_path: Path):
+    from testbed.fidelity.calibration import calibrate
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    texts, trials = [], []
+    for tag in ("a", "b"):
+        cfg = parse_config(["evaluation=presps", "budget=3", "startup_trials=1", "duration_min=3", "seed=5",
+                            "name=presps_tiny", f"conf_dir={conf}", f"record_dir={tmp_path / tag}"])
+        result = calibrate(cfg)
+        texts.append((conf / "profile" / "presps_tiny.yaml").read_text())
+        trials.append([(t.values, t.distance) for t in result.trials])
+    assert texts[0] == texts[1] and trials[0] == trials[1]
+    assert len(trials[0]) == 3 and "evaluation presps on workload presps_spikes" in texts[0].replace("\n# ", " ")

@@ -64,8 +64,9 @@ class AvailabilityFilter:
         if self.nth is not None:
             k = self.nth.count(item.item_id)
             if k:
-                warning = IncidentWarning(kind=DEFECT, machine_id=item.machine_id, incident=k, since_ms=ts,
-                                          message=f"{item.machine_id}: {status} (reading {k}, one in {self.nth.every_n})")
+                warning = IncidentWarning(
+                    kind=DEFECT, machine_id=item.machine_id, incident=k, since_ms=ts,
+                    message=f"{item.machine_id}: {status} (reading {k}, one in {self.nth.every_n})")
                 out.append(Emission(f"{item.item_id}/{self.ctx.operator}", WARNING, warning.to_payload()))
             return out
         incident = self.tracker.apply(item.item_id, item.machine_id, status == DEFECT, ts)

@@ -16,7 +16,7 @@ mean_excursion_ticks) = 1030 for O6 (`testbed.workloads.payloads.items_per_incid
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from testbed.rng import DrawBuffer, stream
 from testbed.topology import Topology
 
 
-def _gaps(rng: np.random.Generator, p: float):
+def _gaps(rng: np.random.Generator, p: float) -> Callable[[int], np.ndarray]:
     return lambda n: rng.geometric(p, n) - 1
 
 

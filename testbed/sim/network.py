@@ -34,6 +34,7 @@ from typing import Collection, Dict, List, Optional, Sequence
 import numpy as np
 from numba import njit
 
+from testbed.rng import DrawBuffer
 from testbed.sim.clock import EPS, SourcePause, SourceTicks, StepClock
 from testbed.sim.flows import SOURCE_DROP, FlowArrays
 from testbed.sim.incidents import IncidentProcess
@@ -125,12 +126,12 @@ class CohortNetwork:
         for k, draws in enumerate(state.noise):
             self._draw_noise(k, 0, draws.rest())
         self.needs = Needs(noise=_ints(n), cohorts=_ints(n), outputs=_ints(3), incidents=_ints(n))
-        self._incident_draws = incidents.draws if incidents is not None else [None] * n
+        self._incident_draws: List[Optional[DrawBuffer]] = incidents.draws if incidents is not None else [None] * n
         self.incidents = Incidents(gap=np.array(incidents.gap if incidents is not None else [0] * n, dtype=np.int64),
                                    draws=_ints(n, 1), pos=_ints(n), end=_ints(n))
-        for k, gaps in enumerate(self._incident_draws):
-            if gaps is not None:
-                self._draw_incidents(k, 0, gaps.rest())
+        for k, buffer in enumerate(self._incident_draws):
+            if buffer is not None:
+                self._draw_incidents(k, 0, buffer.rest())
 
     # -- the simulator's interface ---------------------------------------------------------
     def set_sources(self, clock: StepClock, ticks: SourceTicks) -> None:
@@ -170,8 +171,8 @@ class CohortNetwork:
         clock = self.clock
         while True:
             tick = np.array([self.ticks_emitted], dtype=np.int64)
-            step, status = _run(self.q, self.slots, self.graph, self.sampling, self.incidents, self._fl, self.needs, tick,
-                                self.hop_s, self._every, self._geometric, self._truncate, self._epoch,
+            step, status = _run(self.q, self.slots, self.graph, self.sampling, self.incidents, self._fl, self.needs,
+                                tick, self.hop_s, self._every, self._geometric, self._truncate, self._epoch,
                                 clock.dt, clock.duration, clock.steps, step, stop_after, next_event, self.timeout_s,
                                 self.hold_until, self.capacity_noise)
             self.ticks_emitted = int(tick[0])
@@ -354,10 +355,10 @@ class CohortNetwork:
         inc = self.incidents
         left = inc.draws[k, inc.pos[k]:inc.end[k]].copy() if first is None else first
         blocks = [left.astype(np.int64)]
-        gaps = self._incident_draws[k]
-        assert gaps is not None
+        buffer = self._incident_draws[k]
+        assert buffer is not None
         while sum(len(b) for b in blocks) < need:
-            blocks.append(gaps.block().astype(np.int64))
+            blocks.append(buffer.block().astype(np.int64))
         row = np.concatenate(blocks)
         if len(row) > inc.draws.shape[1]:  # wider rows for all, each from its first unused draw
             wider = np.zeros((inc.draws.shape[0], 2 * len(row)), dtype=np.int64)

@@ -9,6 +9,7 @@ the next flush.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -81,15 +82,28 @@ class _Buffer:
     unwritten_emitted: int = 0
 
 
+EVERY_NTH, PROBABILISTIC = "every_nth", "probabilistic"  # SAMPLING (testbed.config.Sampling)
+
+
 class Metrics:
-    """Thread-safe recorder; ``flush(redis)`` writes and clears what was recorded."""
+    """Thread-safe recorder; ``flush(redis)`` writes and clears what was recorded.
+
+    Which completed items are sampled (``sampling``, the experiment's ``runtime.sampling``, the same
+    rule as the simulator's): ``every_nth``, every ``sample_every``-th item of the instance, the first
+    one included; ``probabilistic`` (VISP), each item independently with probability
+    1/``sample_every``, from a generator seeded by the run prefix and the instance id."""
 
     def __init__(self, prefix: str, operator: str, instance: str, sample_every: int = 10,
-                 measurement: str = "milliseconds", clock: Callable[[], float] = __import__("time").time):
+                 measurement: str = "milliseconds", clock: Callable[[], float] = __import__("time").time,
+                 sampling: str = EVERY_NTH):
+        if sampling not in (EVERY_NTH, PROBABILISTIC):
+            raise ValueError(f"unknown sampling {sampling!r}")
         self.prefix = prefix
         self.operator = operator
         self.instance = instance
         self.sample_every = sample_every
+        self.sampling = sampling
+        self._rng = random.Random(f"{prefix}/{instance}") if sampling == PROBABILISTIC else None
         self.measurement = measurement
         self.clock = clock
         self._lock = threading.Lock()
@@ -104,13 +118,16 @@ class Metrics:
 
     def completed(self, sent_ms: int, amqp_timestamp_s: Optional[int], completed_ms: int,
                   origin_ms: Optional[int] = None) -> Optional[int]:
-        """Record that an item's processing completed; returns its duration if it is sampled
-        (every ``sample_every``-th item, the first one included). A sampled item with an origin
-        (when the source emitted what it derives from) also gets its end-to-end latency."""
+        """Record that an item's processing completed; returns its duration if it is sampled (by
+        the ``sampling`` rule). A sampled item with an origin (when the source emitted what it
+        derives from) also gets its end-to-end latency."""
         with self._lock:
             n = self._completions
             self._completions += 1
-            if n % self.sample_every:
+            if self._rng is not None:
+                if self._rng.random() * self.sample_every >= 1.0:
+                    return None
+            elif n % self.sample_every:
                 return None
             d = duration_ms(self.measurement, completed_ms, sent_ms, amqp_timestamp_s)
             self._buf.samples.append((completed_ms, d, None if origin_ms is None else completed_ms - origin_ms))

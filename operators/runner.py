@@ -154,7 +154,7 @@ class Runner:
         self.clock = clock
         self.sleep = sleep
         self.metrics = metrics or Metrics(config.prefix, config.operator, config.instance, config.sample_every,
-                                          config.measurement, clock)
+                                          config.measurement, clock, sampling=config.sampling)
         self.stats = RunnerStats()
         self.activation = activation or RedisActivation(redis, config.prefix, config.instance, clock)
         self.netem = publisher if isinstance(publisher, EmulatedSender) else None  # the emulated network

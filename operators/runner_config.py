@@ -17,6 +17,10 @@ INSTANCE_ID        this instance's id                          ``<OPERATOR>-<hos
 PREFETCH           unacknowledged inputs per input queue       ``5``
 PARALLEL           items processed at once by the instance     ``1``
 SAMPLE_EVERY       every n-th processed item gives a sample    ``10``
+SAMPLING           ``every_nth`` (every SAMPLE_EVERY-th item)  ``every_nth``
+                   | ``probabilistic`` (each item with
+                   probability 1/SAMPLE_EVERY, seeded by
+                   RUN_PREFIX and INSTANCE_ID)
 MEASUREMENT        ``milliseconds`` | ``seconds_truncated``    ``milliseconds``
 WORK_MS            emulated work per item (a sleep), ms        ``0``
 ITEM_TIMEOUT_S     inputs whose origin is older than this      ``0`` (no timeout)
@@ -49,6 +53,7 @@ from operators.wiring import Wiring, WiringError, make_wiring
 
 TRANSPORTS = ("rabbitmq", "kafka")
 MEASUREMENTS = ("milliseconds", "seconds_truncated")
+SAMPLINGS = ("every_nth", "probabilistic")  # testbed.config.Sampling
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -75,6 +80,7 @@ class RunnerConfig:
     prefetch: int = 5
     parallel: int = 1
     sample_every: int = 10
+    sampling: str = "every_nth"
     measurement: str = "milliseconds"
     work_ms: float = 0.0
     item_timeout_s: float = 0.0  # > 0: inputs older than this (origin_ms) are dropped when taken
@@ -92,6 +98,8 @@ class RunnerConfig:
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
             raise ConfigError("TRANSPORT", f"{self.transport!r} is not one of {', '.join(TRANSPORTS)}")
+        if self.sampling not in SAMPLINGS:
+            raise ConfigError("SAMPLING", f"{self.sampling!r} is not one of {', '.join(SAMPLINGS)}")
         if self.measurement not in MEASUREMENTS:
             raise ConfigError("MEASUREMENT", f"{self.measurement!r} is not one of {', '.join(MEASUREMENTS)}")
         for var, value, low in (("PREFETCH", self.prefetch, 1), ("PARALLEL", self.parallel, 1),
@@ -203,6 +211,7 @@ def config_from_env(env: Optional[Mapping[str, str]] = None) -> RunnerConfig:
         prefetch=_int(env, "PREFETCH", 5),
         parallel=_int(env, "PARALLEL", 1),
         sample_every=_int(env, "SAMPLE_EVERY", 10),
+        sampling=env.get("SAMPLING", "").strip() or "every_nth",
         measurement=env.get("MEASUREMENT", "").strip() or "milliseconds",
         work_ms=_float(env, "WORK_MS", 0.0),
         item_timeout_s=_float(env, "ITEM_TIMEOUT_S", 0.0),

@@ -38,8 +38,18 @@ class Measurement(str, Enum):
 
 
 class Sampling(str, Enum):
-    every_nth = "every_nth"
+    """Which processed items give a duration sample (and, at a sink, a latency sample), in both
+    backends alike (docs/architecture.md#latency-sampling)."""
+
+    every_nth = "every_nth"  # every `runtime.sample_every`-th item
     probabilistic = "probabilistic"  # VISP: each item with probability 1/sample_every
+
+
+class EmissionMode(str, Enum):
+    """What a filtering operator passes on, in either backend (docs/architecture.md#emission)."""
+
+    ratio = "ratio"  # ratio_out outputs per ratio_in inputs, evenly (every ratio_in-th input for a 50:1 filter)
+    incident = "incident"  # one output per new incident (live: the operator's rule; simulated: a seeded process)
 
 
 class BackendName(str, Enum):
@@ -110,6 +120,20 @@ class ServiceConfig:
 
 
 @dataclass
+class EmissionConfig:
+    """What an operator emits per input, one mode per backend (the values mean the same in both;
+    docs/architecture.md#emission). `ratio`: ratio_out per ratio_in inputs. `incident`: one output
+    to each downstream operator per new incident; live, the operator's own rule decides (O2: a
+    machine's defect, O6: a temperature above the threshold); simulated, a seeded renewal process
+    with geometric gaps of mean `items_per_incident` inputs (measure it from a live run:
+    `python -m reporting.incidents RUN_DIR`)."""
+
+    sim: EmissionMode = EmissionMode.ratio
+    live: EmissionMode = EmissionMode.ratio  # incident: only operators whose implementation has the rule (O2, O6)
+    items_per_incident: float = 0.0  # the simulated incident process: mean inputs per new incident
+
+
+@dataclass
 class OperatorConfig:
     slo_ms: float = 1000.0
     cpu_shares: int = 100
@@ -120,6 +144,7 @@ class OperatorConfig:
     ratio_out: int = 1
     downstream: List[str] = field(default_factory=list)
     service: ServiceConfig = field(default_factory=ServiceConfig)
+    emission: EmissionConfig = field(default_factory=EmissionConfig)
 
 
 @dataclass
@@ -315,6 +340,29 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def measurement_settings(cfg: ExperimentConfig) -> Dict[str, Any]:
+    """What the run's backend samples and what its operators emit, as the manifest records them
+    (`details`): `latency_sampling` (runtime.sampling, sample_every, measurement: the same rule in
+    both backends) and, per operator, the emission mode the backend applies (`emission.sim` or
+    `emission.live`) with its ratio or its incident process (docs/architecture.md#emission). Empty
+    in job mode (a keyed job samples by `job.latency_samples`)."""
+    if cfg.job.enabled:
+        return {}
+    rt, live = cfg.runtime, cfg.backend.name == BackendName.docker
+    emission: Dict[str, Any] = {}
+    for o, op in sorted(cfg.topology.operators.items()):
+        mode = op.emission.live if live else op.emission.sim
+        entry: Dict[str, Any] = {"mode": mode.value}
+        if mode == EmissionMode.ratio:
+            entry["ratio"] = f"{op.ratio_in}:{op.ratio_out}"
+        elif not live:
+            entry["items_per_incident"] = op.emission.items_per_incident
+        emission[o] = entry
+    return {"latency_sampling": {"rule": rt.sampling.value, "every": rt.sample_every,
+                                 "measurement": rt.measurement.value},
+            "emission": emission}
 
 
 def _positive(key: str, value: float) -> None:
@@ -639,6 +687,8 @@ def _validate_live(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"backend.live.work_ms.{o}", "unknown operator")
         if ms < 0:
             raise ConfigError(f"backend.live.work_ms.{o}", "must be >= 0")
+    if not cfg.job.enabled:
+        _validate_live_emission(cfg.topology)
 
 
 def _validate_flink(cfg: ExperimentConfig) -> None:
@@ -692,12 +742,44 @@ def _validate_topology(topo: TopologyConfig, infra: InfrastructureConfig) -> Non
             raise ConfigError(f"{key}.service.cv", "must be >= 0")
         if not 0 <= op.service.step_cv < 1:
             raise ConfigError(f"{key}.service.step_cv", f"must be in [0, 1), got {op.service.step_cv:g}")
+        _validate_emission(f"{key}.emission", op)
     if topo.item_timeout_s < 0:
         raise ConfigError("topology.item_timeout_s", f"must be >= 0 (0: no timeout), got {topo.item_timeout_s:g}")
     for o in topo.compliance_excluded:
         if o not in names:
             raise ConfigError("topology.compliance_excluded", f"unknown operator {o!r}")
     _check_acyclic(topo)
+
+
+def _validate_emission(key: str, op: OperatorConfig) -> None:
+    em = op.emission
+    if not em.items_per_incident >= 0 or em.items_per_incident == float("inf"):
+        raise ConfigError(f"{key}.items_per_incident", f"must be a finite number >= 0, got {em.items_per_incident:g}")
+    if em.sim == EmissionMode.incident and em.items_per_incident < 1:
+        raise ConfigError(f"{key}.items_per_incident", f"must be >= 1 with {key}.sim=incident (the mean inputs per "
+                                                       f"new incident), got {em.items_per_incident:g}")
+    for backend in ("sim", "live"):
+        if getattr(em, backend) == EmissionMode.incident and not op.downstream:
+            raise ConfigError(f"{key}.{backend}", "incident: the operator has no downstream operator to warn")
+
+
+def _validate_live_emission(topo: TopologyConfig) -> None:
+    """Live, `incident` needs an implementation with an incident rule; `ratio` on such an operator
+    publishes one item per ratio_in-th input to every downstream operator, as the simulator does
+    only if ratio_out is the number of downstream operators (O2, O6: 1:1 per edge)."""
+    from operators.oee.emission import INCIDENT_OPERATORS
+
+    for o, op in topo.operators.items():
+        key = f"topology.operators.{o}.emission.live"
+        if o not in INCIDENT_OPERATORS:
+            if op.emission.live == EmissionMode.incident:
+                raise ConfigError(key, f"incident: the live implementation of {o} has no incident rule (those of "
+                                       f"{', '.join(sorted(INCIDENT_OPERATORS))} have); use ratio")
+        elif op.emission.live == EmissionMode.ratio and op.ratio_out != len(op.downstream):
+            raise ConfigError(f"topology.operators.{o}.ratio_out",
+                              f"live ratio emission publishes one item per {op.ratio_in} inputs to each of the "
+                              f"{len(op.downstream)} downstream operator(s): ratio_out must be {len(op.downstream)}, "
+                              f"got {op.ratio_out}")
 
 
 def _check_acyclic(topo: TopologyConfig) -> None:

@@ -21,6 +21,7 @@ from testbed.config import (
     ConfigError,
     ExperimentConfig,
     RunConfiguration,
+    measurement_settings,
     placement_config,
     policy_params,
     runtime_config,
@@ -191,7 +192,7 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
         billing=run_cfg.evaluation.configurations[0].billing.value, settings_digest=spec.settings,
         seed=spec.seed, seeds={"run": spec.seed, "pattern": pattern_seed}, backend=cfg.backend.name.value,
         resolved_config=to_plain(run_cfg), code_revision=code_revision(), versions=package_versions(),
-        started_at=utc_now(), status="running",
+        started_at=utc_now(), status="running", details=measurement_settings(run_cfg),
     ))
     try:
         pattern = build_pattern(run_cfg.pattern, cfg.seed)

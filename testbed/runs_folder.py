@@ -31,6 +31,8 @@ def settings_digest(cfg: ExperimentConfig) -> str:
     # a live run sits beside its simulated twin by design (its configurations are named ...-live)
     plain["backend"].pop("name", None)
     plain["backend"].pop("live", None)
+    for op in plain["topology"]["operators"].values():  # what a live operator emits is live's setting too
+        op.get("emission", {}).pop("live", None)
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from kafka.errors import KafkaError
 from redis.exceptions import RedisError
 
+from operators.oee.emission import INCIDENT_OPERATORS
 from operators.transports import create_topics, declare_wiring
 from operators.wiring import Wiring, kafka_topics, wiring_for
 from testbed.actions import actions_table
@@ -178,14 +179,28 @@ def operator_environment(cfg: ExperimentConfig, wiring: Wiring, operator: str, s
         "PREFETCH": str(live.prefetch),
         "PARALLEL": str(live.parallel),
         "SAMPLE_EVERY": str(sample_every),
+        "SAMPLING": cfg.runtime.sampling.value,
         "MEASUREMENT": cfg.runtime.measurement.value,
         "TOPOLOGY": json.dumps(topology, separators=(",", ":")),
     }
+    params = emission_params(cfg, operator)
+    if params:
+        env["OPERATOR_PARAMS"] = json.dumps(params, separators=(",", ":"))
     if operator in live.work_ms:
         env["WORK_MS"] = str(live.work_ms[operator])
     if cfg.topology.item_timeout_s > 0:
         env["ITEM_TIMEOUT_S"] = str(cfg.topology.item_timeout_s)
     return env
+
+
+def emission_params(cfg: ExperimentConfig, operator: str) -> Dict[str, Any]:
+    """The params that set what an operator with an incident rule (O2, O6) passes on:
+    `topology.operators.<op>.emission.live`, and in ratio mode every ratio_in-th input (config
+    validation has checked that ratio_out equals its downstream operators). Empty for the others."""
+    if operator not in INCIDENT_OPERATORS:
+        return {}
+    op = cfg.topology.operators[operator]
+    return {"emission": op.emission.live.value, "every_n": int(op.ratio_in)}
 
 
 class LiveRun:
@@ -341,7 +356,8 @@ class LiveRun:
         def env_for(operator: str) -> Dict[str, str]:
             env = operator_environment(self.cfg, self.wiring, operator, self.cfg.runtime.sample_every)
             if reports is not None and operator == live.report_operator:
-                env["OPERATOR_PARAMS"] = json.dumps({"report_dir": REPORTS_MOUNT})
+                params = json.loads(env.get("OPERATOR_PARAMS", "{}"))
+                env["OPERATOR_PARAMS"] = json.dumps({**params, "report_dir": REPORTS_MOUNT})
             return env
 
         def volumes_for(operator: str) -> Dict[str, Dict[str, str]]:

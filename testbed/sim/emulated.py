@@ -18,10 +18,11 @@ while an operator has no instance wait for its first one.
 from __future__ import annotations
 
 import heapq
-from typing import Collection, Dict, List, Mapping, Sequence, Tuple
+from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from testbed.emulation import Emulator
 from testbed.sim.exact import ExactNetwork, _ExactQueue
+from testbed.sim.incidents import IncidentProcess
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
 
@@ -32,8 +33,8 @@ Item = Tuple[float, int, float, float, str]  # (arrival, sequence, send, origin,
 
 class EmulatedNetwork(ExactNetwork):
     def __init__(self, topology: Topology, hop_s: float, recorder: SampleRecorder, emulator: Emulator,
-                 provider_host: str):
-        super().__init__(topology, hop_s, recorder)
+                 provider_host: str, incidents: Optional[IncidentProcess] = None):
+        super().__init__(topology, hop_s, recorder, incidents)
         self.emulator = emulator
         self.provider_host = provider_host
         self.hosts: Dict[str, str] = {}  # instance -> host

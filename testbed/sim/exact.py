@@ -11,6 +11,7 @@ import numpy as np
 
 from testbed.sim.clock import SourcePause, SteppedInPython
 from testbed.sim.flows import SOURCE_DROP, FlowCounters
+from testbed.sim.incidents import IncidentProcess
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
 
@@ -29,7 +30,8 @@ class _ExactQueue:
 
 
 class ExactNetwork(SteppedInPython):
-    def __init__(self, topology: Topology, hop_s: float, recorder: SampleRecorder):
+    def __init__(self, topology: Topology, hop_s: float, recorder: SampleRecorder,
+                 incidents: Optional[IncidentProcess] = None):
         self.hop_s = hop_s
         self.timeout_s = topology.item_timeout_s  # 0: none
         self.hold_until = float("-inf")  # the sources' items emitted before this enter the topology then
@@ -37,6 +39,7 @@ class ExactNetwork(SteppedInPython):
         self.pause = SourcePause()  # the sources' trace clock (restarts that pause it)
         self.capacity_noise: Dict[str, Union[Sequence[float], np.ndarray]] = {}  # per operator, a factor per step
         self.recorder = recorder
+        self.incidents = incidents  # operators in incident mode emit by it (else by their selectivity)
         self.flows = FlowCounters(topology.operators, topology.edges)
         self.queues: Dict[str, _ExactQueue] = {
             o: _ExactQueue(o, k, topology.selectivity[o]) for k, o in enumerate(topology.operators)
@@ -143,7 +146,8 @@ class ExactNetwork(SteppedInPython):
               instances: Sequence[str]) -> Optional[Tuple[float, int]]:
         """One item of q taken at `start` by the earliest free slot in `free`: None if it is older
         than the item timeout (dropped), else its service time and how many items it sends on to
-        each output (selectivity, the fraction carried over to the next item)."""
+        each output (selectivity, the fraction carried over to the next item; an operator in incident
+        mode: 1 if the item opens an incident)."""
         if self.timeout_s > 0 and origin < start - self.timeout_s:  # too old when taken: dropped
             self.flows.drop(q.name, "timeout", 1)
             return None
@@ -157,7 +161,9 @@ class ExactNetwork(SteppedInPython):
                 self.flows.latency(finish, q.name, finish - origin)
         q.processed += 1
         out = 0
-        if q.outputs:
+        if q.outputs and self.incidents is not None and self.incidents.on(q.index):
+            out = self.incidents.take(q.index, 1)
+        elif q.outputs:
             total = q.owed + q.selectivity
             out = int(total)
             q.owed = total - out

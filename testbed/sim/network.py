@@ -34,8 +34,10 @@ from typing import Collection, Dict, List, Optional, Sequence
 import numpy as np
 from numba import njit
 
+from testbed.rng import DrawBuffer
 from testbed.sim.clock import EPS, SourcePause, SourceTicks, StepClock
 from testbed.sim.flows import SOURCE_DROP, FlowArrays
+from testbed.sim.incidents import IncidentProcess
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
 
@@ -46,11 +48,15 @@ Queues = namedtuple("Queues", "count send0 delta origin0 origin_delta head size 
 # the slots and instances (ids) to serve with, the mean service time; `rounds` and `rotated`
 # are scratch rows of the slot width.
 Slots = namedtuple("Slots", "free slots target service instances n_instances rounds rotated")
-# The graph: per operator its selectivity, whether it is a sink, its output edges
-# (`out_start[k]:out_start[k+1]` into `out_op`, `out_edge`); per source edge the operator, items per
-# machine and edge index; the ticks (time, machines) of the run.
-Graph = namedtuple("Graph", "selectivity sink out_start out_op out_edge src_op src_per_machine src_edge "
+# The graph: per operator its selectivity, whether it is a sink, whether it emits per incident
+# (else by its selectivity), its output edges (`out_start[k]:out_start[k+1]` into `out_op`,
+# `out_edge`); per source edge the operator, items per machine and edge index; the ticks (time,
+# machines) of the run.
+Graph = namedtuple("Graph", "selectivity sink incident out_start out_op out_edge src_op src_per_machine src_edge "
                             "tick_t tick_machines")
+# The incident process (testbed/sim/incidents.py): per operator the inputs to skip before the next
+# one that opens an incident, and a row of its geometric gaps from `pos` to `end`.
+Incidents = namedtuple("Incidents", "gap draws pos end")
 # The recorder's sampling state (testbed/sim/recorder.py) and the samples and latencies taken
 # since Python last collected them (`taken[0]`, `taken[1]` of them).
 Sampling = namedtuple("Sampling", "gap rr noise noise_pos noise_end gaps gaps_at "
@@ -58,7 +64,7 @@ Sampling = namedtuple("Sampling", "gap rr noise noise_pos noise_end gaps gaps_at
 # FlowArrays (testbed/sim/flows.py) as the compiled code sees it.
 Flows = namedtuple("Flows", "received edge_items rr served busy_s order order_len")
 # What the next step needs and did not find (see `_room`).
-Needs = namedtuple("Needs", "noise cohorts outputs")  # outputs: gaps, samples, latencies
+Needs = namedtuple("Needs", "noise cohorts outputs incidents")  # outputs: gaps, samples, latencies
 
 # counters in `Sampling.gaps_at`, `Sampling.taken`, `Needs.outputs`
 POS, END = 0, 1
@@ -69,7 +75,8 @@ NEEDS_ROOM = 1  # before a step that needs room: make it and call again
 
 
 class CohortNetwork:
-    def __init__(self, topology: Topology, hop_s: float, recorder: SampleRecorder):
+    def __init__(self, topology: Topology, hop_s: float, recorder: SampleRecorder,
+                 incidents: Optional[IncidentProcess] = None):
         self.topology = topology
         self.hop_s = hop_s
         self.timeout_s = topology.item_timeout_s  # 0: none (items older are dropped when taken)
@@ -92,6 +99,8 @@ class CohortNetwork:
         self._graph_parts = dict(
             selectivity=np.array([topology.selectivity[o] for o in ops], dtype=np.float64),
             sink=np.array([not topology.downstream[o] for o in ops], dtype=np.bool_),
+            incident=np.array([bool(incidents is not None and incidents.on(k)) for k in range(len(ops))],
+                              dtype=np.bool_),
             out_start=np.cumsum([0] + [len(x) for x in outs]).astype(np.int64),
             out_op=np.array([d for x in outs for d, _ in x], dtype=np.int64),
             out_edge=np.array([e for x in outs for _, e in x], dtype=np.int64),
@@ -116,7 +125,13 @@ class CohortNetwork:
         )
         for k, draws in enumerate(state.noise):
             self._draw_noise(k, 0, draws.rest())
-        self.needs = Needs(noise=_ints(n), cohorts=_ints(n), outputs=_ints(3))
+        self.needs = Needs(noise=_ints(n), cohorts=_ints(n), outputs=_ints(3), incidents=_ints(n))
+        self._incident_draws: List[Optional[DrawBuffer]] = incidents.draws if incidents is not None else [None] * n
+        self.incidents = Incidents(gap=np.array(incidents.gap if incidents is not None else [0] * n, dtype=np.int64),
+                                   draws=_ints(n, 1), pos=_ints(n), end=_ints(n))
+        for k, buffer in enumerate(self._incident_draws):
+            if buffer is not None:
+                self._draw_incidents(k, 0, buffer.rest())
 
     # -- the simulator's interface ---------------------------------------------------------
     def set_sources(self, clock: StepClock, ticks: SourceTicks) -> None:
@@ -156,8 +171,8 @@ class CohortNetwork:
         clock = self.clock
         while True:
             tick = np.array([self.ticks_emitted], dtype=np.int64)
-            step, status = _run(self.q, self.slots, self.graph, self.sampling, self._fl, self.needs, tick,
-                                self.hop_s, self._every, self._geometric, self._truncate, self._epoch,
+            step, status = _run(self.q, self.slots, self.graph, self.sampling, self.incidents, self._fl, self.needs,
+                                tick, self.hop_s, self._every, self._geometric, self._truncate, self._epoch,
                                 clock.dt, clock.duration, clock.steps, step, stop_after, next_event, self.timeout_s,
                                 self.hold_until, self.capacity_noise)
             self.ticks_emitted = int(tick[0])
@@ -171,7 +186,7 @@ class CohortNetwork:
         """Serve every operator (upstream first) for the step [t0, t1) with these slots (items sent
         with `send`; no ticks)."""
         self.set_capacity(slots, service_s, instances)
-        while not _advance(self.q, self.slots, self.graph, self.sampling, self._fl, self.needs,
+        while not _advance(self.q, self.slots, self.graph, self.sampling, self.incidents, self._fl, self.needs,
                            self.hop_s, self._every, self._geometric, self._truncate, self._epoch, t0, t1,
                            self.timeout_s, self.capacity_noise, int(round(t0 / self.clock.dt))):
             self._collect()
@@ -293,6 +308,9 @@ class CohortNetwork:
             self._widen_queues(2 * cohorts)
         for k in np.flatnonzero(needs.noise > smp.noise_end - smp.noise_pos).tolist():
             self._draw_noise(k, int(needs.noise[k]))
+        inc = self.incidents
+        for k in np.flatnonzero(needs.incidents > inc.end - inc.pos).tolist():
+            self._draw_incidents(k, int(needs.incidents[k]))
         smp = self.sampling  # _draw_noise may have replaced the noise rows (wider)
         if needs.outputs[GAPS] > smp.gaps_at[END] - smp.gaps_at[POS]:
             rest = smp.gaps[smp.gaps_at[POS]:smp.gaps_at[END]]
@@ -308,6 +326,7 @@ class CohortNetwork:
                                          duration_ms=_floats(width), lat_t=_floats(width), lat_op=_ints(width),
                                          lat_ms=_floats(width))
         needs.noise[:] = 0
+        needs.incidents[:] = 0
         needs.cohorts[:] = 0
         needs.outputs[:] = 0
 
@@ -329,6 +348,27 @@ class CohortNetwork:
             self.sampling = smp = smp._replace(noise=wider)
         smp.noise[k, :len(row)] = row
         smp.noise_pos[k], smp.noise_end[k] = 0, len(row)
+
+    def _draw_incidents(self, k: int, need: int, first: Optional[np.ndarray] = None) -> None:
+        """At least `need` incident gaps for operator k: what is left, then whole blocks of its stream
+        (`first`: the process's block it had begun); as `_draw_noise`."""
+        inc = self.incidents
+        left = inc.draws[k, inc.pos[k]:inc.end[k]].copy() if first is None else first
+        blocks = [left.astype(np.int64)]
+        buffer = self._incident_draws[k]
+        assert buffer is not None
+        while sum(len(b) for b in blocks) < need:
+            blocks.append(buffer.block().astype(np.int64))
+        row = np.concatenate(blocks)
+        if len(row) > inc.draws.shape[1]:  # wider rows for all, each from its first unused draw
+            wider = np.zeros((inc.draws.shape[0], 2 * len(row)), dtype=np.int64)
+            for j in range(inc.draws.shape[0]):
+                wider[j, :inc.end[j] - inc.pos[j]] = inc.draws[j, inc.pos[j]:inc.end[j]]
+                inc.end[j] -= inc.pos[j]
+                inc.pos[j] = 0
+            self.incidents = inc = inc._replace(draws=wider)
+        inc.draws[k, :len(row)] = row
+        inc.pos[k], inc.end[k] = 0, len(row)
 
     def _widen_queues(self, width: int) -> None:
         """Rings of `width` cohorts, each queue's cohorts from its head at index 0."""
@@ -381,14 +421,14 @@ def _push(q, k, count, send0, delta, origin0, origin_delta):
 
 
 @njit(cache=True)
-def _run(q, sl, g, smp, fl, needs, tick, hop, every, geometric, truncate, epoch,
+def _run(q, sl, g, smp, inc, fl, needs, tick, hop, every, geometric, truncate, epoch,
          dt, duration, steps, step, stop_after, next_event, timeout, hold, noise):
     """Steps from `step` on, each: the sources' ticks before its end, then every operator served
     (`_step`). Returns (next step, STOPPED or NEEDS_ROOM)."""
     while True:
         t0 = step * dt
         t1 = min((step + 1) * dt, duration)
-        if not _room(q, sl, g, smp, needs, tick, geometric, t1):
+        if not _room(q, sl, g, smp, inc, needs, tick, geometric, t1):
             return step, NEEDS_ROOM
         while tick[0] < len(g.tick_t) and g.tick_t[tick[0]] < t1 - EPS:
             k = tick[0]
@@ -400,29 +440,30 @@ def _run(q, sl, g, smp, fl, needs, tick, hop, every, geometric, truncate, epoch,
                     fl.received[g.src_op[e]] += count
                     fl.edge_items[g.src_edge[e]] += count
             tick[0] = k + 1
-        _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step)
+        _step(q, sl, g, smp, inc, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step)
         step += 1
         if t1 >= stop_after or step >= steps or step * dt >= next_event:
             return step, STOPPED
 
 
 @njit(cache=True)
-def _advance(q, sl, g, smp, fl, needs, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step):
+def _advance(q, sl, g, smp, inc, fl, needs, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step):
     """One step without ticks; False (nothing done) if it needs room first."""
     tick = np.zeros(1, dtype=np.int64)
     tick[0] = len(g.tick_t)
-    if not _room(q, sl, g, smp, needs, tick, geometric, t1):
+    if not _room(q, sl, g, smp, inc, needs, tick, geometric, t1):
         return False
-    _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step)
+    _step(q, sl, g, smp, inc, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step)
     return True
 
 
 @njit(cache=True)
-def _room(q, sl, g, smp, needs, tick, geometric, t1):
+def _room(q, sl, g, smp, inc, needs, tick, geometric, t1):
     """Whether the step ending at t1 fits the arrays. An operator starts at most what it holds plus
     what arrives in the step (the ticks', and its upstream operators' outputs of at most their own
-    bound times selectivity); each item started takes at most one service draw, one gap draw, one
-    sample and one latency. What does not fit is written to `needs`."""
+    bound times selectivity, or one per item for an incident operator); each item started takes at
+    most one service draw, one gap draw, one incident gap, one sample and one latency. What does
+    not fit is written to `needs`."""
     n = len(q.waiting)
     bound = np.zeros(n, dtype=np.int64)
     cohorts = q.size.copy()
@@ -435,7 +476,13 @@ def _room(q, sl, g, smp, needs, tick, geometric, t1):
     total, sinks, fits = 0, 0, True
     for op in range(n):
         bound[op] += q.waiting[op]
-        out = int(q.owed[op] + bound[op] * g.selectivity[op]) + 1
+        if g.incident[op]:
+            out = bound[op] + 1
+            if inc.end[op] - inc.pos[op] < bound[op]:
+                needs.incidents[op] = bound[op]
+                fits = False
+        else:
+            out = int(q.owed[op] + bound[op] * g.selectivity[op]) + 1
         for j in range(g.out_start[op], g.out_start[op + 1]):
             bound[g.out_op[j]] += out
             cohorts[g.out_op[j]] += 1
@@ -459,7 +506,7 @@ def _room(q, sl, g, smp, needs, tick, geometric, t1):
 
 
 @njit(cache=True)
-def _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step):
+def _step(q, sl, g, smp, inc, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step):
     """Serve every operator (upstream first) for the step [t0, t1); with a timeout, first drop the
     items an operator would take that are older than it at the step's start; with capacity noise
     (a column per step), the step's service time is the mean divided by the operator's factor."""
@@ -473,10 +520,10 @@ def _step(q, sl, g, smp, fl, hop, every, geometric, truncate, epoch, t0, t1, tim
                 if noisy:
                     mean = sl.service[k]
                     sl.service[k] = mean / noise[k, step]
-                    _serve(q, sl, g, smp, fl, k, hop, every, geometric, truncate, epoch, t0, t1)
+                    _serve(q, sl, g, smp, inc, fl, k, hop, every, geometric, truncate, epoch, t0, t1)
                     sl.service[k] = mean
                 else:
-                    _serve(q, sl, g, smp, fl, k, hop, every, geometric, truncate, epoch, t0, t1)
+                    _serve(q, sl, g, smp, inc, fl, k, hop, every, geometric, truncate, epoch, t0, t1)
 
 
 @njit(cache=True)
@@ -520,7 +567,7 @@ def _set_slots(sl, k, t):
 
 
 @njit(cache=True)
-def _serve(q, sl, g, smp, fl, op, hop, every, geometric, truncate, epoch, t0, t1):
+def _serve(q, sl, g, smp, inc, fl, op, hop, every, geometric, truncate, epoch, t0, t1):
     """Operator op's cohorts, FIFO, onto its slots for [t0, t1): the closed form of the module's
     docstring, cohort after cohort while a whole cohort starts before t1."""
     s = sl.service[op]
@@ -602,7 +649,7 @@ def _serve(q, sl, g, smp, fl, op, hop, every, geometric, truncate, epoch, t0, t1
         q.waiting[op] -= started
         q.processed[op] += started
         _count_served(sl, fl, op, started, started * s)
-        _emit(q, g, fl, op, started, first_finish, last_finish, origin_first, origin_last)
+        _emit(q, g, inc, fl, op, started, first_finish, last_finish, origin_first, origin_last)
 
 
 @njit(cache=True)
@@ -618,14 +665,19 @@ def _sort(a, n):
 
 
 @njit(cache=True)
-def _emit(q, g, fl, op, started, first_finish, last_finish, origin_first, origin_last):
+def _emit(q, g, inc, fl, op, started, first_finish, last_finish, origin_first, origin_last):
     """Outputs of one step leave spread evenly between the first and the last finish; their
-    origins spread likewise between those of the first and the last item started."""
+    origins spread likewise between those of the first and the last item started. As many as the
+    selectivity gives (the fraction carried over), or, for an incident operator, one per item
+    started that opens an incident."""
     if g.out_start[op] == g.out_start[op + 1]:
         return
-    total = q.owed[op] + started * g.selectivity[op]
-    out = int(total)
-    q.owed[op] = total - out
+    if g.incident[op]:
+        out = _incidents(inc, op, started)
+    else:
+        total = q.owed[op] + started * g.selectivity[op]
+        out = int(total)
+        q.owed[op] = total - out
     if out == 0:
         return
     delta = (last_finish - first_finish) / (out - 1) if out > 1 else 0.0
@@ -635,6 +687,19 @@ def _emit(q, g, fl, op, started, first_finish, last_finish, origin_first, origin
         _push(q, d, out, first_finish, delta, origin_first, origin_delta)
         fl.received[d] += out
         fl.edge_items[g.out_edge[j]] += out
+
+
+@njit(cache=True)
+def _incidents(inc, op, count):
+    """How many of operator op's next `count` inputs open an incident (IncidentProcess.take)."""
+    j = inc.gap[op]
+    opened = 0
+    while j < count:
+        opened += 1
+        j += 1 + inc.draws[op, inc.pos[op]]
+        inc.pos[op] += 1
+    inc.gap[op] = j - count
+    return opened
 
 
 @njit(cache=True)

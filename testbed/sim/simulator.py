@@ -19,6 +19,7 @@ from testbed.sim.clock import EPS, SourceTicks, StepClock
 from testbed.sim.cluster import SimCluster
 from testbed.sim.emulated import EmulatedNetwork
 from testbed.sim.exact import ExactNetwork
+from testbed.sim.incidents import IncidentProcess
 from testbed.sim.network import CohortNetwork
 from testbed.sim.recorder import SampleRecorder
 from testbed.topology import Topology
@@ -44,11 +45,15 @@ class Simulation:
         emulation = cfg.backend.emulation
         self.emulator = Emulator(emulation, seed) if emulation.enabled else None  # per-item model only (config checks)
         self.network: Union[ExactNetwork, CohortNetwork]  # EmulatedNetwork is an ExactNetwork
+        # operators in incident mode (topology.operators.<op>.emission.sim): a seeded process; none: nothing drawn
+        incidents = IncidentProcess.of(self.topology, seed)
+        self.incidents = incidents if incidents.any else None
         if self.emulator is not None:
             self.network = EmulatedNetwork(self.topology, cfg.backend.hop_latency_ms / 1000.0, self.recorder,
-                                           self.emulator, emulation.provider_host)
+                                           self.emulator, emulation.provider_host, self.incidents)
         else:
-            self.network = network_cls(self.topology, cfg.backend.hop_latency_ms / 1000.0, self.recorder)
+            self.network = network_cls(self.topology, cfg.backend.hop_latency_ms / 1000.0, self.recorder,
+                                       self.incidents)
         self.cluster = SimCluster(
             self.topology, cfg.infrastructure, self.btu_s,
             price_per_btu(btu_minutes, cfg.billing.price_per_10_minutes), stream(seed, "cloud"),

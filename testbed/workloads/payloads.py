@@ -118,6 +118,29 @@ def _start_probabilities(a: AvailabilityModel) -> Tuple[float, float]:
             a.share_defect / (available * a.mean_defect_ticks))
 
 
+def items_per_incident(cfg: PayloadConfig, kind: str, readings_per_tick: int) -> float:
+    """Mean readings of one kind per *new* incident of a machine, the incidents the live O2 and O6
+    warn about (the simulator's `emission.items_per_incident`, docs/architecture.md#emission):
+
+    * availability (O2, a defect): a machine enters `defect` share_defect / mean_defect_ticks times
+      per active tick (from `available`, at the long-run shares);
+    * temperature (O6, an excursion over the threshold): an excursion lasts mean_excursion_ticks,
+      the tick after it cannot start one, and each later tick starts one with excursion_per_tick,
+      so one begins every mean_excursion_ticks + 1 / excursion_per_tick ticks (a reading of an
+      excursion that dips below the threshold and opens a second incident is rare: ~1 % more).
+
+    Infinite when the kind never has an incident."""
+    if kind == AVAILABILITY:
+        a = cfg.availability
+        per_tick = a.share_defect / a.mean_defect_ticks
+    elif kind == TEMPERATURE:
+        t = cfg.temperature
+        per_tick = 1.0 / (t.mean_excursion_ticks + 1.0 / t.excursion_per_tick) if t.excursion_per_tick > 0 else 0.0
+    else:
+        raise ValueError(f"{kind!r} readings have no incidents (availability, temperature)")
+    return readings_per_tick / per_tick if per_tick > 0 else float("inf")
+
+
 @dataclass(frozen=True)
 class ProductionRecord:
     """What a machine's production display shows (the eight lines of the image, in order)."""

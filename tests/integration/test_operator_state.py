@@ -110,6 +110,27 @@ def test_o6_warns_once_per_new_threshold_violation(redis_url, redis_client, uniq
     assert T0 + 48 * 85 <= since < T0 + 48 * 95 and second[0].payload["value"] == 90.0
 
 
+@pytest.mark.live  # the live side of topology.operators.<op>.emission.live=ratio (operators/oee/emission.py)
+@pytest.mark.parametrize("name", ["O2", "O6"])
+def test_ratio_mode_passes_every_nth_input_of_the_type_once(name, redis_url, redis_client, unique_prefix):
+    ops = instances(name, redis_url, unique_prefix, 3, emission="ratio", every_n=50)
+    if name == "O2":
+        items = [availability_item(f"machine-0{m}", k, "defect") for m in range(1, 5) for k in range(250)]
+    else:
+        items = [env(f"machine-0{m}/S3/{k}", f"machine-0{m}", "temperature", T0 + 48 * k,
+                     {"machine_id": f"machine-0{m}", "temperature_c": 70.0, "timestamp_ms": T0 + 48 * k})
+                 for m in range(1, 5) for k in range(250)]
+    out = race(ops, items)
+    # 1000 inputs counted across racing instances: the 50th, 100th, ... emit, whatever their values
+    assert sorted(e.payload["incident"] for e in out) == list(range(50, 1001, 50))
+    assert int(redis_client.get(f"{unique_prefix}:{name}:nth")) == 1000
+    # a redelivered emitting input emits the same item again and counts nothing; only those are remembered
+    first = out[0]
+    again = ops[1].process(next(i for i in items if f"{i.item_id}/{name}" == first.item_id))
+    assert again == [first] and int(redis_client.get(f"{unique_prefix}:{name}:nth")) == 1000
+    assert len(list(redis_client.scan_iter(f"{unique_prefix}:{name}:seen:*"))) == 20
+
+
 # ---- O4 / O5: cumulative counters ------------------------------------------------------------
 
 def production_items(n: int, machines: int = 3) -> List[Envelope]:

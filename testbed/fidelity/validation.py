@@ -6,7 +6,8 @@
     testbed report runs/fidelity                              # the report gains a "Fidelity" section
 
 Unset values come from the evaluation's `evaluation.fidelity`. Writes each workload's runs to
-OUT/<workload>/... (ordinary run folders; OUT/<evaluation>/<workload>/... for another evaluation's), and OUT/fidelity/: sensitivity.csv (one-at-a-time sweep
+OUT/<workload>/... (ordinary run folders; OUT-<evaluation>/<workload>/... for another evaluation's,
+reported on its own), and OUT/fidelity/: sensitivity.csv (one-at-a-time sweep
 of the calibrated parameters), behaviours.csv (each switch of the behaviour profile toggled, where
 the evaluation names one), fidelity.json (what ran, how long).
 """
@@ -80,6 +81,12 @@ def _target(entry: str) -> Tuple[str, str]:
     return evaluation, workload
 
 
+def sibling(out: Path, evaluation: str) -> Path:
+    """Where a held-out workload's runs go: OUT itself, or OUT-<evaluation> for another evaluation's
+    (a runs folder and its report hold one evaluation)."""
+    return out.with_name(f"{out.name}-{evaluation}") if evaluation else out
+
+
 def run_fidelity(cfg: FidelityConfig, log: Optional[TextIO] = None) -> Path:
     loop = Loop.load(cfg.evaluation)
     cfg = cfg.resolve(loop)
@@ -91,9 +98,8 @@ def run_fidelity(cfg: FidelityConfig, log: Optional[TextIO] = None) -> Path:
     for entry in cfg.patterns if cfg.validation and cfg.patterns else []:
         evaluation, pattern = _target(entry)
         t0 = time.perf_counter()
-        # another evaluation's runs go below its own name: a runs folder summarises one evaluation
         run_setting(loop.setting(pattern, profile, cfg.reps, cfg.seed, evaluation=evaluation),
-                    out / evaluation if evaluation else out)
+                    sibling(out, evaluation))
         timings[f"validation {entry}"] = round(time.perf_counter() - t0, 1)
         if log:
             print(f"validation {entry}: {timings[f'validation {entry}']} s", file=log, flush=True)
@@ -123,6 +129,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if isinstance(cfg, int):
         return cfg
     folder = run_fidelity(cfg, log=sys.stderr)
+    others = sorted({sibling(Path(cfg.out), e) for e, _ in map(_target, cfg.patterns or []) if e})
     print(f"wrote the validation runs below {cfg.out} and the sweeps in {folder}; "
-          f"next: testbed report {cfg.out}")
+          f"next: testbed report {cfg.out}" + "".join(f" and testbed report {o}" for o in others))
     return 0

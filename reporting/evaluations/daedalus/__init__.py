@@ -16,6 +16,7 @@ from typing import Any, Dict, List
 import pandas as pd
 
 from reporting.evaluations import CLAIM_COLUMNS, EvaluationReport, SectionInputs, register_report
+from reporting.evaluations.daedalus import engine_gap
 from reporting.evaluations.daedalus import measures as dd
 from reporting.evaluations.daedalus.claims import check_claims
 from reporting.evaluations.daedalus.claims import fmt as _fmt
@@ -97,7 +98,7 @@ def sections(inputs: SectionInputs) -> List[Any]:
                        "Daedalus saves % (paper)", "Daedalus saves %", "keeps up", "rescales"], rows)
         items: List[Block] = [table, *(Figure(p.stem.replace("_", " "), p) for p in figs if f"_{pattern}_" in p.name)]
         out.append(Section(f"Daedalus: {pattern}", items))
-    return out
+    return out + engine_gap.sections(runs)  # a configuration both simulated and run on Flink
 
 
 DAEDALUS = register_report(EvaluationReport(

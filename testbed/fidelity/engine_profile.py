@@ -42,7 +42,7 @@ from testbed.eventlog import EventLog, EventLogError, find_runs, read_manifest, 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "experiments" / "conf" / "profile"
 ENGINE_SUFFIX = "-flink"
 LOW_LOAD = 0.3  # offered load / the deployed TaskManagers' capacity up to which a second counts as low load
-USAGE = "usage: testbed engine-profile RUNS_DIR name=NAME [out=FILE.yaml] [low_load=0.3]"
+USAGE = "usage: testbed engine-profile RUNS_DIR name=NAME [out=FILE.yaml] [low_load=0.3] [downtime=rescale|stop]"
 
 
 class ProfileError(ValueError):
@@ -92,8 +92,11 @@ class Measured:
             return float(np.median(self.job_capacity[cw])) / cw
         return float(np.median(self.tm_capacity))
 
-    def downtimes(self, out: bool) -> np.ndarray:
-        return np.array([r.downtime_s for r in self.rescales if r.out == out], dtype=float)
+    def downtimes(self, out: bool, kind: str = "rescale") -> np.ndarray:
+        """Real seconds per rescale of a direction: until running at the new parallelism ("rescale"),
+        or of it the seconds with nothing processed ("stop")."""
+        return np.array([r.downtime_s if kind == "rescale" else r.stop_s for r in self.rescales if r.out == out],
+                        dtype=float)
 
 
 def engine_runs(root: Path) -> List[Path]:
@@ -265,12 +268,15 @@ def _rng(values: np.ndarray, scale: float = 1.0, decimals: int = 1) -> str:
             f"range {v.min():.{decimals}f}-{v.max():.{decimals}f} (n={v.size})")
 
 
-def profile_values(m: Measured) -> Dict[str, Any]:
+def profile_values(m: Measured, downtime: str = "rescale") -> Dict[str, Any]:
     """The job.* keys of the profile, in the paper's time (the engine's durations x f); a value the
-    runs did not measure (no scale-in, no low-load second, ...) is left out: the evaluation's stays."""
+    runs did not measure (no scale-in, no low-load second, ...) is left out: the evaluation's stays.
+    `downtime`: the simulator's stop-the-world lasts the whole rescale ("rescale", the job stops until
+    the new parallelism runs) or only the seconds Flink processed nothing ("stop": the new capacity
+    then comes at once, where Flink's came after the TaskManager's start)."""
     job: Dict[str, Any] = {}
     for key, out in (("downtime_out_s", True), ("downtime_in_s", False)):
-        d = m.downtimes(out)
+        d = m.downtimes(out, downtime)
         if d.size:
             job[key] = [round(float(d.min()) * m.f, 1), round(float(d.max()) * m.f, 1)]
     if m.floor_ms.size:
@@ -337,9 +343,12 @@ def header(m: Measured, name: str) -> List[str]:
     return lines
 
 
-def profile_yaml(m: Measured, name: str) -> str:
-    values = profile_values(m)
-    out = ["# @package _global_"] + [f"# {line}".rstrip() for line in header(m, name)]
+def profile_yaml(m: Measured, name: str, downtime: str = "rescale") -> str:
+    values = profile_values(m, downtime)
+    head = header(m, name)
+    head.insert(4, f"job.downtime_*: the {'whole rescale' if downtime == 'rescale' else 'stop (nothing processed)'}"
+                   f" as the simulator's stop-the-world (downtime={downtime}); [lowest, highest] measured")
+    out = ["# @package _global_"] + [f"# {line}".rstrip() for line in head]
     out.append(f"profile: {name}")
     out.append("job:")
     for key, v in values.items():
@@ -352,7 +361,7 @@ def profile_yaml(m: Measured, name: str) -> str:
 def _args(argv: Sequence[str]) -> Tuple[Path, Dict[str, str]]:
     pos = [a for a in argv if "=" not in a]
     kv = dict(a.split("=", 1) for a in argv if "=" in a)
-    unknown = sorted(set(kv) - {"name", "out", "low_load"})
+    unknown = sorted(set(kv) - {"name", "out", "low_load", "downtime"})
     if len(pos) != 1 or unknown or "name" not in kv:
         raise ProfileError(f"{USAGE}" + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
     if not re.fullmatch(r"[A-Za-z0-9_]+", kv["name"]):
@@ -369,12 +378,15 @@ def main(argv: Sequence[str]) -> int:
             raise ProfileError(f"low_load: a number in (0, 1], got {kv['low_load']!r}") from None
         if not 0 < low_load <= 1:
             raise ProfileError(f"low_load: a number in (0, 1], got {low_load:g}")
+        downtime = kv.get("downtime", "rescale")
+        if downtime not in ("rescale", "stop"):
+            raise ProfileError(f"downtime: rescale or stop, got {downtime!r}")
         m = measure(root, low_load)
     except ProfileError as exc:
         print(f"engine-profile: {exc}", file=sys.stderr)
         return 2
     path = Path(kv["out"]) if "out" in kv else PROFILE_DIR / f"{kv['name']}.yaml"
-    text = profile_yaml(m, kv["name"])
+    text = profile_yaml(m, kv["name"], downtime)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     print(text, end="")

@@ -113,6 +113,8 @@ def test_the_profile_is_measured_and_in_the_papers_time(tmp_path):
     assert v["peak_fraction"] == pytest.approx(PEAK / (2 * MU))
     assert v["cpu_noise"] == pytest.approx(0.0, abs=0.01)  # busy = throughput / MU, up to rounding
     assert (v["keys"], v["key_distribution"], v["zipf_s"]) == (10000, "zipf", 1.0)
+    stop = ep.profile_values(m, downtime="stop")  # only the seconds with nothing processed
+    assert stop["downtime_out_s"] == [1 * F, 1 * F] and stop["downtime_in_s"] == [2 * F, 2 * F]
 
 
 def test_the_cli_writes_a_hydra_profile_with_its_sources(tmp_path, capsys):
@@ -154,7 +156,7 @@ def test_input_without_engine_figures_fails_with_one_line_and_status_2(tmp_path,
 
 
 @pytest.mark.parametrize("args", [[], ["runs"], ["runs", "name=a-b"], ["runs", "name=a", "speed=2"],
-                                  ["runs", "name=a", "low_load=2"]])
+                                  ["runs", "name=a", "low_load=2"], ["runs", "name=a", "downtime=x"]])
 def test_bad_arguments_fail_with_status_2(tmp_path, capsys, args):
     assert ep.main(args) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1

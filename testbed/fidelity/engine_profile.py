@@ -13,9 +13,10 @@ give the simulator's job model (testbed/sim/job.py, `job.*`) values measured, no
 * **latency floor** (`job.base_latency_ms`): the median per-second latency of steady seconds (running,
   no rescale or its catch-up under way, not the first second after a stop) at low load (arrivals at
   most `low_load` x the deployed TaskManagers' capacity) with no backlog beyond one second's arrivals;
-* **CPU noise** (`job.cpu_noise`): the sd of a TaskManager's busy fraction around throughput / its
-  capacity in steady seconds without a backlog (Flink's busy time is a smoothed, lagging reading: the
-  deviation is mostly lag, which the simulator can only give as noise);
+* **the CPU reading** a controller sees: a TaskManager's busy fraction against throughput / its
+  capacity in steady seconds without a backlog, mean and sd, in the header only: Flink's busy time
+  lags the load by seconds and reads high (parks overshoot their 1 ms), a bias and a lag that
+  `job.cpu_noise` (zero-mean white noise) cannot stand for, so the evaluation's value stays;
 * **keys**: the job's vocabulary and Zipf exponent (the settings the runs recorded);
 * **catch-up** after a restart (until the lag is back, less the downtime) and the **stop** (seconds
   with nothing processed within a rescale): measured, in the header only, the simulator has no key
@@ -30,7 +31,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -80,7 +81,6 @@ class Measured:
     busy_residual: np.ndarray  # busy fraction - throughput / median capacity
     low_load: float
     keys: Optional[Tuple[int, float]] = None  # the job's vocabulary and Zipf exponent
-    notes: List[str] = field(default_factory=list)
 
     @property
     def mu(self) -> float:
@@ -284,8 +284,6 @@ def profile_values(m: Measured, downtime: str = "rescale") -> Dict[str, Any]:
     cap = capacity_at(m, m.capacity_workers)
     if math.isfinite(cap) and math.isfinite(m.peak_rate) and cap > 0:
         job["peak_fraction"] = round(m.peak_rate / cap, 4)
-    if m.busy_residual.size >= 10:
-        job["cpu_noise"] = round(float(np.std(m.busy_residual)), 4)
     if m.keys is not None:
         job["keys"], job["key_distribution"], job["zipf_s"] = m.keys[0], "zipf", m.keys[1]
     return job
@@ -328,14 +326,14 @@ def header(m: Measured, name: str) -> List[str]:
     lines.append(f"capacity per TaskManager (throughput / n of the seconds starting with a backlog): "
                  f"{_rng(m.tm_capacity)} sentences/s")
     for n, v in m.job_capacity.items():
-        lines.append(f"  job capacity at {n} TaskManager(s) (throughput / the hottest one's busy): {_rng(v)} "
-                     "sentences/s")
+        lines.append(f"  job capacity at {n} TaskManager(s): {_rng(v)} sentences/s")
     lines.append(f"peak_fraction: the run's peak {m.peak_rate:g} sentences/s / the measured capacity at "
                  f"{m.capacity_workers} ({capacity_at(m, m.capacity_workers):.1f})")
     mu = m.mu
     res = m.busy_residual
-    lines.append(f"cpu_noise: sd of busy - throughput / {mu:.1f} over {res.size} steady TaskManager-seconds "
-                 f"(mean {np.mean(res) if res.size else math.nan:+.3f})")
+    lines.append(f"CPU reading (busy - throughput / {mu:.1f}) over {res.size} steady TaskManager-seconds: mean "
+                 f"{np.mean(res) if res.size else math.nan:+.3f}, sd {np.std(res) if res.size else math.nan:.3f} "
+                 "(a lag and a bias, not job.cpu_noise's white noise: not set)")
     if m.keys is not None:
         lines.append(f"keys: the job's vocabulary {m.keys[0]} words, Zipf exponent {m.keys[1]:g} (its settings)")
     lines.append(f"  testbed experiment evaluation=<the runs' evaluation> backend=sim profile={name} mix=true "

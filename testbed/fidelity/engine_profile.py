@@ -307,9 +307,10 @@ def by_step(m: Measured) -> Dict[Tuple[int, int], List[Rescale]]:
 def header(m: Measured, name: str) -> List[str]:
     """The profile's comment: where every value came from (engine time, and x f for the paper's)."""
     f = m.f
-    lines = [f"Measured on Apache Flink by `testbed engine-profile` from {m.root}: {len(m.runs)} complete run(s)",
-             f"({', '.join(m.runs)}), time compression f = {f:g}. Durations are the engine's real ones x f",
-             "(the simulator runs in the paper's time); in brackets the engine's own.", ""]
+    lines = [f"Measured on Apache Flink by `testbed engine-profile` from {m.root}: {len(m.runs)} complete run(s),",
+             *(f"  {r}" for r in m.runs),
+             f"time compression f = {f:g}. Durations are the engine's real ones x f (the simulator runs in the",
+             "paper's time); in brackets the engine's own.", ""]
     for label, out in (("rescale downtime out", True), ("rescale downtime in", False)):
         d = m.downtimes(out)
         lines.append(f"{label} (rescales table: action -> running at the new parallelism), {d.size} rescale(s): "
@@ -336,16 +337,18 @@ def header(m: Measured, name: str) -> List[str]:
                  "(a lag and a bias, not job.cpu_noise's white noise: not set)")
     if m.keys is not None:
         lines.append(f"keys: the job's vocabulary {m.keys[0]} words, Zipf exponent {m.keys[1]:g} (its settings)")
-    lines.append(f"  testbed experiment evaluation=<the runs' evaluation> backend=sim profile={name} mix=true "
-                 f"out={m.root}")
+    lines.append("the simulator beside the Flink runs (mix: the backend's settings differ):")
+    lines.append(f"  testbed experiment evaluation=<theirs> pattern=<theirs> backend=sim profile={name} mix=true "
+                 "out=<their runs folder>")
     return lines
 
 
 def profile_yaml(m: Measured, name: str, downtime: str = "rescale") -> str:
     values = profile_values(m, downtime)
     head = header(m, name)
-    head.insert(4, f"job.downtime_*: the {'whole rescale' if downtime == 'rescale' else 'stop (nothing processed)'}"
-                   f" as the simulator's stop-the-world (downtime={downtime}); [lowest, highest] measured")
+    what = "whole rescale" if downtime == "rescale" else "stop (nothing processed)"
+    head.insert(head.index(""), f"job.downtime_*: the {what} as the simulator's stop-the-world (downtime={downtime});"
+                " [lowest, highest] measured")
     out = ["# @package _global_"] + [f"# {line}".rstrip() for line in head]
     out.append(f"profile: {name}")
     out.append("job:")

@@ -206,3 +206,16 @@ def test_the_report_section_has_one_table_per_workload_and_none_without_pairs(tm
     assert table.rows[0][1] == "1 / 1" and len(table.rows[0]) == len(table.headers)
     assert table.rows[0][-3:] == ["15", "144", "×0.10"]  # downtime in: sim, Flink (2 s x 72), their ratio
     assert engine_gap.sections(pd.DataFrame([r for r in rows if r["config"] == "daedalus"])) == []
+
+
+def test_the_committed_flink_profile_composes_with_the_evaluation_in_the_simulator(tmp_path):
+    from tests.conftest import compose_config
+
+    path = ep.PROFILE_DIR / "flink_measured.yaml"
+    if not path.is_file():
+        pytest.skip("no measured profile yet (testbed engine-profile writes it)")
+    job = yaml.safe_load(path.read_text())["job"]
+    cfg = compose_config("evaluation=daedalus_flink", "backend=sim", "profile=flink_measured", f"out={tmp_path}")
+    assert cfg.profile == "flink_measured" and cfg.backend.name.value == "sim"
+    assert cfg.job.downtime_out_s == job["downtime_out_s"] and cfg.job.base_latency_ms == job["base_latency_ms"]
+    assert cfg.job.max_scaleout == 4 and cfg.job.capacity_workers == 2  # the evaluation's, not the profile's

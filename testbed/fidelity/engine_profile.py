@@ -76,9 +76,9 @@ class Measured:
     capacity_workers: int
     rescales: List[Rescale]
     floor_ms: np.ndarray  # per-second latency at low load
-    tm_capacity: np.ndarray  # per TaskManager-second: sentences/s at busy 1
+    tm_capacity: np.ndarray  # per second that started with a backlog: the job's throughput / n
     job_capacity: Dict[int, np.ndarray]  # per parallelism: per-second job capacity
-    busy_residual: np.ndarray  # busy fraction - throughput / median capacity
+    busy_residual: np.ndarray  # per TaskManager-second: busy fraction - throughput / mu
     low_load: float
     keys: Optional[Tuple[int, float]] = None  # the job's vocabulary and Zipf exponent
 
@@ -183,7 +183,7 @@ def _capacities(stats: pd.DataFrame, sec: pd.DataFrame) -> Tuple[np.ndarray, Dic
     return np.array(per_tm), job
 
 
-def _measure_run(run_dir: Path, low_load: float) -> Dict[str, Any]:
+def _measure_run(run_dir: Path) -> Dict[str, Any]:
     m = read_manifest(run_dir)
     log = EventLog(run_dir)
     name = f"{m.pattern}/{m.config}/{m.rep}"
@@ -226,7 +226,7 @@ def measure(root: Path, low_load: float = LOW_LOAD) -> Measured:
     if not runs:
         raise ProfileError(f"{root}: no complete Flink runs (configurations named <name>{ENGINE_SUFFIX})")
     try:
-        per_run = [_measure_run(d, low_load) for d in runs]
+        per_run = [_measure_run(d) for d in runs]
     except (EventLogError, KeyError) as exc:
         raise ProfileError(f"{root}: a Flink run's tables cannot be read: {exc}") from exc
     fs = {r["f"] for r in per_run}

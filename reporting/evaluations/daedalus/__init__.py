@@ -3,9 +3,10 @@ job-mode metrics per run (mean workers, latency mean/p95, rescales, keeps-up, ca
 error, forecast WAPE, predicted vs observed recovery time, excess workers on falling/rising load),
 Daedalus' savings against every other configuration, the published table beside the measured one,
 claims D1-D10 and the figures (workers and latency over time, latency ECDF): measures.py (per-run
-metrics, results, the comparison), claims.py, figures.py and text.py (the evaluation's own report
-without Spark, and the job-mode table `testbed experiment` prints); this module registers them at
-the extension point. A variant (daedalus_ks, daedalus_live, daedalus_flink) reuses the whole report
+metrics, results, the comparison), claims.py, figures.py, engine_gap.py (a configuration simulated
+beside its Flink run: Simulator vs Flink) and text.py (the evaluation's own report without Spark,
+and the job-mode table `testbed experiment` prints); this module registers them at the extension
+point. A variant (daedalus_ks, daedalus_live, daedalus_flink) reuses the whole report
 by its registration below."""
 from __future__ import annotations
 

@@ -9,6 +9,7 @@
     testbed report RUNS_DIR [key=value]  the PySpark report (tables, figures, index.html, report.md)
     testbed calibrate [key=value...]     fit the simulator's unknowns to one pattern's published table (a profile)
     testbed fidelity [key=value...]      a profile on every pattern, plus sensitivity sweeps for the report
+    testbed engine-profile RUNS_DIR name=NAME  a job-mode profile measured from the Flink runs of a folder
     testbed odp solve|study [key=value...] ODP: solve a placement ILP (INSTANCE.json), or the scalability study
 """
 from __future__ import annotations
@@ -172,6 +173,12 @@ def fidelity(argv: List[str]) -> int:
     return fidelity_main(argv)
 
 
+def engine_profile(argv: List[str]) -> int:
+    from testbed.fidelity.engine_profile import main as engine_profile_main
+
+    return engine_profile_main(argv)
+
+
 def odp(argv: List[str]) -> int:
     if argv[:1] == ["runs"]:  # the measures of runs are the ODP evaluation's (reporting), not placement's
         from reporting.evaluations.odp.runs import main as runs_main
@@ -199,6 +206,7 @@ COMMANDS = {"experiment": experiment, "evaluations": evaluations, "patterns": pa
             "provider": provider, "calibrate": calibrate, "fidelity": fidelity}
 COMMANDS["odp"] = odp
 COMMANDS["sweep"] = sweep
+COMMANDS["engine-profile"] = engine_profile
 
 
 def main(argv: Optional[List[str]] = None) -> int:

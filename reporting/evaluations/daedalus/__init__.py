@@ -3,9 +3,10 @@ job-mode metrics per run (mean workers, latency mean/p95, rescales, keeps-up, ca
 error, forecast WAPE, predicted vs observed recovery time, excess workers on falling/rising load),
 Daedalus' savings against every other configuration, the published table beside the measured one,
 claims D1-D10 and the figures (workers and latency over time, latency ECDF): measures.py (per-run
-metrics, results, the comparison), claims.py, figures.py and text.py (the evaluation's own report
-without Spark, and the job-mode table `testbed experiment` prints); this module registers them at
-the extension point. A variant (daedalus_ks, daedalus_live, daedalus_flink) reuses the whole report
+metrics, results, the comparison), claims.py, figures.py, engine_gap.py (a configuration simulated
+beside its Flink run: Simulator vs Flink) and text.py (the evaluation's own report without Spark,
+and the job-mode table `testbed experiment` prints); this module registers them at the extension
+point. A variant (daedalus_ks, daedalus_live, daedalus_flink) reuses the whole report
 by its registration below."""
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any, Dict, List
 import pandas as pd
 
 from reporting.evaluations import CLAIM_COLUMNS, EvaluationReport, SectionInputs, register_report
+from reporting.evaluations.daedalus import engine_gap
 from reporting.evaluations.daedalus import measures as dd
 from reporting.evaluations.daedalus.claims import check_claims
 from reporting.evaluations.daedalus.claims import fmt as _fmt
@@ -111,7 +113,7 @@ def sections(inputs: SectionInputs) -> List[Any]:
                        "Daedalus saves % (paper)", "Daedalus saves %", "keeps up", "rescales"], rows)
         items: List[Block] = [table, *(Figure(p.stem.replace("_", " "), p) for p in figs if f"_{pattern}_" in p.name)]
         out.append(Section(f"Daedalus: {pattern}", items))
-    return out
+    return out + engine_gap.sections(runs)  # a configuration both simulated and run on Flink
 
 
 DAEDALUS = register_report(EvaluationReport(

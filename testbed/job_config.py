@@ -31,6 +31,9 @@ class JobConfig:
     peak_fraction: float = 0.9
     downtime_out_s: List[float] = field(default_factory=lambda: [20.0, 40.0])  # true downtime ~U(lo, hi)
     downtime_in_s: List[float] = field(default_factory=lambda: [10.0, 20.0])
+    # scale-out on a real engine: the new workers start ~U(lo, hi) s while the old parallelism keeps
+    # running, then the job stops for downtime_out_s (Flink: TaskManager start, then a short restart)
+    start_delay_s: List[float] = field(default_factory=lambda: [0.0, 0.0])
     checkpoint_s: float = 30.0  # a restart replays everything since the last checkpoint
     cpu_noise: float = 0.01  # sd of the per-second CPU reading
     base_latency_ms: float = 250.0  # processing and transport without queueing (Decision)
@@ -56,7 +59,7 @@ class JobConfig:
             return "job.capacity_workers", f"must be in [1, key_groups], got {self.capacity_workers}"
         if not 0 < self.peak_fraction <= 10:
             return "job.peak_fraction", f"must be in (0, 10], got {self.peak_fraction}"
-        for key in ("downtime_out_s", "downtime_in_s"):
+        for key in ("downtime_out_s", "downtime_in_s", "start_delay_s"):
             v = getattr(self, key)
             if len(v) != 2 or v[0] < 0 or v[1] < v[0]:
                 return f"job.{key}", f"must be [low, high] with 0 <= low <= high, got {list(v)}"

@@ -11,7 +11,9 @@
   downtime ~U(20, 40) s (scale-out) or ~U(10, 20) s (scale-in); it restarts from its last
   checkpoint (every 30 s, random phase), so everything processed since is processed again; arrivals
   queue at the source meanwhile; uptime restarts (the controllers' 120 s warm-up applies). New
-  workers are not ready until the restart ends.
+  workers are not ready until the restart ends. With `job.start_delay_s` a scale-out first starts
+  its new workers for ~U(lo, hi) s while the old parallelism keeps processing (a real engine starts
+  a TaskManager, then restarts the job briefly); the rescale's downtime counts both.
 * **Latency** of every N-th item (about `job.latency_samples` per run): the time from its arrival to
   the end of its processing (FIFO through the source backlog, items evenly spread within a second)
   plus `job.base_latency_ms`; an item processed before a restart and processed again counts once,
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -97,6 +99,8 @@ class JobSimulation:
         next_decision = float(interval) if interval else math.inf
         noise = self.rng_cpu.standard_normal((self.duration, top)) * self.job.cpu_noise
         for t in range(self.duration):
+            if st.pending is not None and t >= st.pending[0]:  # the new workers have started
+                self._restart(st, t - 1, st.pending[1], st.pending[2])
             if t < st.down_until:
                 self._stopped_second(st, t)
             else:
@@ -153,28 +157,39 @@ class JobSimulation:
         top = self.job.max_scaleout
         snap = self._snapshot(t, st.n, top, st.thr, st.cpu, st.lag, st.uptime, st.ready_from)
         rescale = job_rescale(st.n, self.policy.decide_job(snap), top)
-        if rescale is None or t + 1 < st.down_until:
+        if rescale is None or t + 1 < st.down_until or st.pending is not None:
             return
         target, actions = rescale
         now = float(t + 1)
         for a in actions:
             inst = a.instance if isinstance(a, ScaleDown) else None
             st.records.append(ActionRecord(now, a.kind, JOB_OPERATOR, inst, None, None, a.reason))
+        lo, hi = self.job.start_delay_s
+        if target > st.n and hi > 0:  # drawn only when configured: the downtime stream stays as it was
+            delay = int(round(self.rng_down.uniform(lo, hi)))
+            if delay > 0:
+                st.pending = (t + 1 + delay, target, delay)
+                return
         self._restart(st, t, target)
 
-    def _restart(self, st: _RunState, t: int, target: int) -> None:
-        """Stop the world: roll back to the checkpoint, stay down for the drawn downtime, resume with target."""
-        j, n, now = self.job, st.n, float(t + 1)
+    def _restart(self, st: _RunState, t: int, target: int, started_s: int = 0) -> None:
+        """Stop the world: roll back to the checkpoint, stay down for the drawn downtime, resume with
+        target. `started_s`: the seconds the new workers took to start before (counted in the downtime
+        and the rescale's time, which is the decision's)."""
+        j, n = self.job, st.n
+        st.pending = None
+        now = float(t + 1 - started_s)
         lo, hi = j.downtime_out_s if target > n else j.downtime_in_s
         down = max(1, int(round(self.rng_down.uniform(lo, hi))))
         replayed = st.P - st.ckpt_offset
         st.P = st.ckpt_offset
         while st.lat_k and st.lat_k[-1] >= st.ckpt_offset:  # processed again after the restart
             st.lat_k.pop(), st.lat_t.pop(), st.lat_ms.pop()
-        st.records.append(ActionRecord(now, "restart", JOB_OPERATOR, None, None, None,
-                                       f"stop the world {n} -> {target} workers: downtime {down} s, "
+        started = f"new workers started in {started_s} s, then " if started_s else ""
+        st.records.append(ActionRecord(float(t + 1), "restart", JOB_OPERATOR, None, None, None,
+                                       f"stop the world {n} -> {target} workers: {started}downtime {down} s, "
                                        f"replay of {int(replayed)} item(s) since the checkpoint"))
-        for key, value in (("t_s", now), ("from_n", n), ("to_n", target), ("downtime_s", float(down)),
+        for key, value in (("t_s", now), ("from_n", n), ("to_n", target), ("downtime_s", float(started_s + down)),
                            ("replayed", int(replayed)), ("lag_before", float(st.lag[t])),
                            ("recovered_s", math.nan), ("capacity_before", st.cap)):
             st.rescales[key].append(value)
@@ -239,6 +254,7 @@ class _RunState:
     down_until: int = 0
     up_since: int = 0
     pending_recovery: Optional[int] = None
+    pending: Optional[Tuple[int, int, int]] = None  # a scale-out whose workers start: (restart at, target, delay)
     lat_k: List[float] = field(default_factory=list)  # sampled item indices, increasing
     lat_t: List[float] = field(default_factory=list)
     lat_ms: List[float] = field(default_factory=list)

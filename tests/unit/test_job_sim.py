@@ -112,3 +112,24 @@ def test_workloads_match_the_catalogue():
     tm = WORKLOADS["tm_two_spike"].build()
     assert tm[16_438] == pytest.approx(99_989)
     assert as_machines(np.array([0.0, 50.0, 100.0]), 8).tolist() == [1, 4, 8]
+
+
+def test_a_scale_out_starts_its_workers_while_the_old_ones_keep_processing():
+    overrides = ("evaluation=daedalus", "duration_min=10", "job.latency_samples=6000",
+                 "job.start_delay_s=[15,15]", "job.downtime_out_s=[2,2]")
+    res = JobSimulation(compose_config(*overrides), RescaleOnce(at=110.0, to=18), Flat(1000.0, 600), seed=3).run()
+    r = res.tables["rescales"]
+    # the rescale is the decision's; its downtime is the start plus the stop
+    assert r["t_s"] == [110.0] and r["downtime_s"] == [17.0]
+    assert _restarts(res) == [125.0]  # the job stops only once the new workers have started
+    # the old 12 workers kept up meanwhile: the lag before the stop is at most one second of arrivals
+    assert r["lag_before"][0] <= 1000
+    assert res.details["job"]["unprocessed_at_end"] == 0
+    # a scale-in starts nothing: it stops at once
+    down = JobSimulation(compose_config(*overrides), RescaleOnce(at=110.0, to=6), Flat(500.0, 600), seed=3).run()
+    assert _restarts(down) == [110.0]
+
+
+def _restarts(res):
+    actions = res.tables["actions"]
+    return [t for t, a in zip(actions["t_s"], actions["action"], strict=True) if a == "restart"]

@@ -93,7 +93,8 @@ def _worst_ratio(ratios: pd.Series) -> float:
 
 def _gap_table(gaps: pd.DataFrame) -> Table:
     rows = [[r.pattern, r.config, r.metric, number(r.mean_paper), number(r.mean_measured),
-             f"{number(r.gap, 2 if r.unit == 'x' else 1, signed=r.unit != 'x')} {r.unit}", "yes" if r.within else "NO"]
+             f"{number(r.gap, 2 if r.unit == 'x' else 1, signed=r.unit != 'x')} {r.unit}".rstrip(),
+             "yes" if r.within else "NO"]
             for r in gaps.itertuples()]
     return Table("Gap per published cell (points: measured − paper in pp; relative: in % of the paper's value; "
                  "ratio: measured / paper)",

@@ -43,7 +43,7 @@ from testbed.eventlog import EventLog, EventLogError, find_runs, read_manifest, 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "experiments" / "conf" / "profile"
 ENGINE_SUFFIX = "-flink"
 LOW_LOAD = 0.3  # offered load / the deployed TaskManagers' capacity up to which a second counts as low load
-USAGE = "usage: testbed engine-profile RUNS_DIR name=NAME [out=FILE.yaml] [low_load=0.3] [downtime=rescale|stop]"
+USAGE = "usage: testbed engine-profile RUNS_DIR name=NAME [out=FILE.yaml] [low_load=0.3] [downtime=rescale|stop|split]"
 
 
 class ProfileError(ValueError):
@@ -273,12 +273,18 @@ def profile_values(m: Measured, downtime: str = "rescale") -> Dict[str, Any]:
     runs did not measure (no scale-in, no low-load second, ...) is left out: the evaluation's stays.
     `downtime`: the simulator's stop-the-world lasts the whole rescale ("rescale", the job stops until
     the new parallelism runs) or only the seconds Flink processed nothing ("stop": the new capacity
-    then comes at once, where Flink's came after the TaskManager's start)."""
+    then comes at once, where Flink's came after the TaskManager's start); "split" is Flink's own
+    sequence: a scale-out starts its TaskManager while the old parallelism runs (job.start_delay_s),
+    then stops for the seconds nothing was processed."""
     job: Dict[str, Any] = {}
     for key, out in (("downtime_out_s", True), ("downtime_in_s", False)):
-        d = m.downtimes(out, downtime)
+        d = m.downtimes(out, downtime if downtime != "split" else "stop" if out else "rescale")
         if d.size:
             job[key] = [round(float(d.min()) * m.f, 1), round(float(d.max()) * m.f, 1)]
+    if downtime == "split":  # the new TaskManager's start, while the old parallelism keeps processing
+        start = m.downtimes(True, "rescale") - m.downtimes(True, "stop")
+        if start.size:
+            job["start_delay_s"] = [round(float(start.min()) * m.f, 1), round(float(start.max()) * m.f, 1)]
     if m.floor_ms.size:
         job["base_latency_ms"] = round(float(np.median(m.floor_ms)) * m.f, 1)
     cap = capacity_at(m, m.capacity_workers)
@@ -346,7 +352,8 @@ def header(m: Measured, name: str) -> List[str]:
 def profile_yaml(m: Measured, name: str, downtime: str = "rescale") -> str:
     values = profile_values(m, downtime)
     head = header(m, name)
-    what = "whole rescale" if downtime == "rescale" else "stop (nothing processed)"
+    what = {"rescale": "whole rescale", "stop": "stop (nothing processed)",
+            "split": "start (old parallelism running) then stop (nothing processed)"}[downtime]
     head.insert(head.index(""), f"job.downtime_*: the {what} as the simulator's stop-the-world (downtime={downtime});"
                 " [lowest, highest] measured")
     out = ["# @package _global_"] + [f"# {line}".rstrip() for line in head]
@@ -380,8 +387,8 @@ def main(argv: Sequence[str]) -> int:
         if not 0 < low_load <= 1:
             raise ProfileError(f"low_load: a number in (0, 1], got {low_load:g}")
         downtime = kv.get("downtime", "rescale")
-        if downtime not in ("rescale", "stop"):
-            raise ProfileError(f"downtime: rescale or stop, got {downtime!r}")
+        if downtime not in ("rescale", "stop", "split"):
+            raise ProfileError(f"downtime: rescale, stop or split, got {downtime!r}")
         m = measure(root, low_load)
     except ProfileError as exc:
         print(f"engine-profile: {exc}", file=sys.stderr)

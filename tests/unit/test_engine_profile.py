@@ -115,6 +115,9 @@ def test_the_profile_is_measured_and_in_the_papers_time(tmp_path):
     assert (v["keys"], v["key_distribution"], v["zipf_s"]) == (10000, "zipf", 1.0)
     stop = ep.profile_values(m, downtime="stop")  # only the seconds with nothing processed
     assert stop["downtime_out_s"] == [1 * F, 1 * F] and stop["downtime_in_s"] == [2 * F, 2 * F]
+    split = ep.profile_values(m, downtime="split")  # Flink's sequence: the TaskManager starts, then the stop
+    assert split["start_delay_s"] == [3 * F, 3 * F] and split["downtime_out_s"] == [1 * F, 1 * F]
+    assert split["downtime_in_s"] == [2 * F, 2 * F] and "start_delay_s" not in v
 
 
 def test_the_cli_writes_a_hydra_profile_with_its_sources(tmp_path, capsys):
@@ -208,14 +211,16 @@ def test_the_report_section_has_one_table_per_workload_and_none_without_pairs(tm
     assert engine_gap.sections(pd.DataFrame([r for r in rows if r["config"] == "daedalus"])) == []
 
 
-def test_the_committed_flink_profile_composes_with_the_evaluation_in_the_simulator(tmp_path):
+@pytest.mark.parametrize("name", ["flink_measured", "flink_measured_split"])
+def test_the_committed_flink_profile_composes_with_the_evaluation_in_the_simulator(tmp_path, name):
     from tests.conftest import compose_config
 
-    path = ep.PROFILE_DIR / "flink_measured.yaml"
+    path = ep.PROFILE_DIR / f"{name}.yaml"
     if not path.is_file():
         pytest.skip("no measured profile yet (testbed engine-profile writes it)")
     job = yaml.safe_load(path.read_text())["job"]
-    cfg = compose_config("evaluation=daedalus_flink", "backend=sim", "profile=flink_measured", f"out={tmp_path}")
-    assert cfg.profile == "flink_measured" and cfg.backend.name.value == "sim"
+    cfg = compose_config("evaluation=daedalus_flink", "backend=sim", f"profile={name}", f"out={tmp_path}")
+    assert cfg.profile == name and cfg.backend.name.value == "sim"
+    assert cfg.job.start_delay_s == job.get("start_delay_s", [0.0, 0.0])
     assert cfg.job.downtime_out_s == job["downtime_out_s"] and cfg.job.base_latency_ms == job["base_latency_ms"]
     assert cfg.job.max_scaleout == 4 and cfg.job.capacity_workers == 2  # the evaluation's, not the profile's

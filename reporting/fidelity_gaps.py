@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 
 from reporting.paper_comparison import compare
-from testbed.fidelity_spec import CELL_KINDS
+from testbed.fidelity_spec import CELL_KINDS, cell_kind
 
 MISSING_GAP = 10.0  # normalised gap of a published cell the runs did not produce
 FIDELITY_FOLDER = "fidelity"  # below the runs folder: the sweep tables the report reads
@@ -38,13 +37,6 @@ def is_compliance(metric: str) -> bool:
 
 def is_cost(metric: str) -> bool:
     return metric == "resource_cost" or metric.endswith("_total_cost")
-
-
-def cell_kind(metric: str, cells: Mapping[str, str]) -> Optional[str]:
-    """The kind (testbed.fidelity_spec.CELL_KINDS) of a published metric; None: not a cell."""
-    if metric in cells:
-        return cells[metric]
-    return next((kind for pattern, kind in cells.items() if fnmatchcase(metric, pattern)), None)
 
 
 def _gap(kind: str, paper: float, measured: float) -> Tuple[float, float]:

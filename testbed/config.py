@@ -624,9 +624,7 @@ def _check_fidelity(cfg: ExperimentConfig) -> None:
         raise ConfigError(key, message) from exc
     node = OmegaConf.structured(cfg)
     absent = object()
-    keys = [(f"{group}[{i}].keys", k) for group in ("parameters", "alternatives")
-            for i, p in enumerate(getattr(spec, group)) for k in p.keys]
-    for where, key in [*keys, *((f"fixed.{k}", k) for k in spec.fixed)]:
+    for where, key in spec.set_keys():
         if OmegaConf.select(node, key, default=absent) is absent:
             raise ConfigError(f"evaluation.fidelity.{where}", f"{key!r} is not a key of the experiment config")
 

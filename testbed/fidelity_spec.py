@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 PARAMETER_KINDS = ("log_float", "float", "int", "categorical")
 
@@ -99,18 +99,22 @@ class FidelitySpec:
     def declared(self) -> bool:
         return bool(self.parameters)
 
-    def cell_kind(self, metric: str) -> Optional[str]:
-        """The kind of a published metric's cell; None: the metric is not a fidelity cell."""
-        if metric in self.cells:
-            return self.cells[metric]
-        for pattern, kind in self.cells.items():
-            if fnmatchcase(metric, pattern):
-                return kind
-        return None
+    def set_keys(self) -> List[Tuple[str, str]]:
+        """(where under evaluation.fidelity, config key) of every key the loop sets."""
+        searched = [(f"{group}[{i}].keys", k) for group in ("parameters", "alternatives")
+                    for i, p in enumerate(getattr(self, group)) for k in p.keys]
+        return searched + [(f"fixed.{k}", k) for k in self.fixed]
 
     def workloads(self) -> List[Tuple[str, str]]:
         """(evaluation, workload) of the held-out cells; '' as evaluation: this one."""
         return [tuple(w.split(":", 1)) if ":" in w else ("", w) for w in self.validate_on]  # type: ignore[misc]
+
+
+def cell_kind(metric: str, cells: Mapping[str, str]) -> Optional[str]:
+    """The kind (a key of CELL_KINDS) of a published metric; None: not a cell."""
+    if metric in cells:
+        return cells[metric]
+    return next((kind for pattern, kind in cells.items() if fnmatchcase(metric, pattern)), None)
 
 
 def validate(spec: FidelitySpec, workloads: Sequence[str], prefix: str = "evaluation.fidelity") -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import pandas as pd
 from hydra import compose, initialize_config_dir
@@ -95,20 +95,23 @@ def _check_profile_wins(path: Path, spec: FidelitySpec) -> None:
     assert isinstance(raw, dict)
     raw.pop("defaults", None)
     raw.pop("evaluation", None)
-    own = set(_flat_keys(raw))
-    keys = [(f"{group}[{i}].keys", k) for group in ("parameters", "alternatives")
-            for i, p in enumerate(getattr(spec, group)) for k in p.keys]
-    for where, key in [*keys, *((f"fixed.{k}", k) for k in spec.fixed)]:
+    own = set(flatten(raw))
+    for where, key in spec.set_keys():
         if any(key == o or key.startswith(o + ".") or o.startswith(key + ".") for o in own):
             raise ConfigError(f"evaluation.fidelity.{where}",
                               f"{key!r} is set by {path.name} itself, which would override the calibrated profile; "
                               "move it to a profile or the topology")
 
 
-def _flat_keys(node: Mapping[str, Any], prefix: str = "") -> List[str]:
-    out: List[str] = []
+def flatten(node: Mapping[Any, Any], prefix: str = "") -> Dict[str, Any]:
+    """Dotted key -> leaf value of a nested mapping."""
+    out: Dict[str, Any] = {}
     for k, v in node.items():
-        out += _flat_keys(v, f"{prefix}{k}.") if isinstance(v, Mapping) and v else [f"{prefix}{k}"]
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
     return out
 
 

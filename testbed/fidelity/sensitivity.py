@@ -14,7 +14,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from testbed.config import CONF_DIR
-from testbed.fidelity.evaluation import Loop, compose_experiment, evaluate
+from testbed.fidelity.evaluation import Loop, compose_experiment, evaluate, flatten
 from testbed.fidelity.parameters import current_values, literal, to_overrides
 
 CELL_COLUMNS = ["config", "metric", "mean_paper", "mean_measured", "gap", "unit", "kind", "normalised_gap"]
@@ -42,17 +42,6 @@ def parameter_variants(loop: Loop, profile: str, pattern: str) -> List[Variant]:
     return out
 
 
-def _flatten(node: Dict[Any, Any], prefix: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for k, v in node.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
 # Keys that form one behaviour and are switched together (the thresholds only make sense as a set).
 BEHAVIOUR_GROUPS: Dict[str, str] = {
     "policies.threshold.up_threshold": "thresholds", "policies.threshold.up2_threshold": "thresholds",
@@ -75,7 +64,7 @@ def behaviour_variants(profile: str, pattern: str, behaviour_profile: str = "vis
 
     plain, mine = composed(plain_profile), composed(profile)
     groups: Dict[str, List[Tuple[str, Any]]] = {}
-    for key, on in sorted(_flatten(behaviours).items()):
+    for key, on in sorted(flatten(behaviours).items()):
         if key != "profile":
             groups.setdefault(BEHAVIOUR_GROUPS.get(key, key), []).append((key, _plain(on)))
     out = []

@@ -88,7 +88,7 @@ patterns: $(STAMP)
 test: $(STAMP)
 	bash infra/services.sh install >/dev/null && bash infra/services.sh start >/dev/null
 	bash infra/docker.sh start >/dev/null
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25  # the slowest tests, to keep the suite inside CI's limit
 
 # the quick part (about a minute): no services, no simulations of whole runs, no subprocesses, no JVM
 # or browser (markers integration, live, slow; pyproject.toml); `make test` runs everything

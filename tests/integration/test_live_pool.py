@@ -60,6 +60,8 @@ def run_dir(tmp_path_factory, rabbitmq_url, redis_url, docker_url, operator_imag
             "pattern=constant", "pattern.levels=[1]", "duration_min=2.5", "load_scale=0.5", "reps=1",
             "summary=false", "runtime.reasoning_s=10", "runtime.monitoring_s=3", "runtime.initial_instances=1",
             "backend=docker", "+backend.live.work_ms={O3: 3000}",  # one O3 replica cannot keep up: a queue
+            # the sinks see few items in 2.5 min: sample each one, or a probabilistic rule may sample none
+            "runtime.sample_every=1",
             "backend.live.stop_timeout_s=20", f"out={out}", "evaluation.configurations.0.name=pool",
             "evaluation.configurations.0.policy=live_pool_script", "evaluation.only=[pool]"))
         return run

@@ -4,6 +4,7 @@
 (`runtime.sampling=probabilistic`); the manifest records both. One machine for two minutes."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -44,4 +45,7 @@ def test_the_filters_pass_a_fixed_ratio_and_samples_are_drawn(run):
         assert processed[op] >= 2 * n
         assert abs(int(edges[(op, "O8")]) - int(processed[op]) // n) <= 1, (op, processed[op], edges[(op, "O8")])
     samples = pd.read_parquet(run / "samples.parquet").groupby("operator").size()
-    assert samples["O6"] == pytest.approx(processed["O6"] / 10, rel=0.35)
+    # each completion is sampled with probability 1/10 (a generator seeded by the run's random prefix):
+    # binomial, so within 4 standard deviations (a fixed relative band fails in a few % of runs)
+    n = int(processed["O6"])
+    assert abs(samples["O6"] - n / 10) <= 4 * math.sqrt(n * 0.1 * 0.9) + 1, (samples["O6"], n)

@@ -251,8 +251,8 @@ def test_o9_one_report_per_batch_across_racing_instances(redis_url, redis_client
     assert all(e.payload == f.payload for e in out for f in out if e.item_id == f.item_id)
     notices = {e.payload["batch"]: e.payload for e in out}
     # which values fill a batch depends on the race, so a batch may miss a machine: compare with its list
-    stored = {b: [OeeValue.from_payload(json.loads(r)) for r in redis_client.lrange(f"{unique_prefix}:O9:batch:{b}", 0, -1)]
-              for b in notices}
+    stored = {b: [OeeValue.from_payload(json.loads(r))
+                  for r in redis_client.lrange(f"{unique_prefix}:O9:batch:{b}", 0, -1)] for b in notices}
     assert all(n["inputs"] == 20 and n["machines"] == len({v.machine_id for v in stored[b]})
                for b, n in notices.items()), (notices, stored)
     for b, n in notices.items():

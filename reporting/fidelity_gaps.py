@@ -39,6 +39,13 @@ def is_cost(metric: str) -> bool:
     return metric == "resource_cost" or metric.endswith("_total_cost")
 
 
+def kind_gap(kind: str, reference: float, measured: float) -> Tuple[float, float]:
+    """(gap in the kind's unit, gap normalised by the kind's tolerance) of a measured value against
+    its reference (the published value, or a live run's in reporting.live_gap); NaN when not
+    measurable."""
+    return _gap(kind, reference, measured)
+
+
 def _gap(kind: str, paper: float, measured: float) -> Tuple[float, float]:
     """(gap in the kind's unit, gap normalised by the kind's tolerance); NaN when not measurable."""
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -7,6 +7,7 @@ Output (default RUNS_DIR/report/):
     tables/run_metrics.csv      the same metrics per run
     tables/paper_comparison.csv paper vs measured per published value
     tables/claims.csv           the paper's claims: holds / does not hold, on the paper's and the measured numbers
+    tables/live_gap.csv         configurations run both simulated (X) and live (X-live): the gap per metric
     tables/runs.csv, tables/manifests.json   the runs covered (complete and incomplete) and their manifests
     figures/*.png, index.html (self-contained), report.md
 
@@ -32,6 +33,8 @@ from reporting.fidelity_section import acceptance_gaps, fidelity_section, load_f
 from reporting.figure_data import FigureData, figure_data
 from reporting.figure_drawing import FigureWorkers
 from reporting.html_report import write_html
+from reporting.live_gap import add_extras, live_gap, profiles
+from reporting.live_gap import sections as live_gap_sections
 from reporting.markdown_report import write_markdown
 from reporting.report_config import ReportConfig, ReportConfigError, parse_overrides
 from reporting.report_document import build_document, config_order
@@ -180,6 +183,12 @@ def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalo
         extra += entry.sections(SectionInputs(runs, metrics.summary, comparison, claims, out, cfg.dpi))
         if not entry.platform_pattern_sections:
             own_patterns += sorted({r.pattern for r in runs})
+    # a configuration run both simulated (X) and live (X-live): side by side (reporting.live_gap)
+    gaps = live_gap(add_extras(metrics.per_run, {(r.pattern, r.config, r.rep): r.run_dir for r in catalog.complete}))
+    if gaps.rows or gaps.unpaired:
+        files["live_gap"] = out / "tables" / "live_gap.csv"
+        gaps.frame().to_csv(files["live_gap"], index=False)
+        extra += live_gap_sections(gaps, profiles(catalog.complete, {(r.pattern, r.config) for r in gaps.rows}))
     if fidelity:
         files["fidelity_gaps"] = out / "tables" / "fidelity_gaps.csv"
         acceptance_gaps(comparison, fidelity.config.get("cells") or BTU_CELLS).to_csv(files["fidelity_gaps"],

@@ -1,0 +1,301 @@
+"""Simulator vs live: when a runs folder holds a configuration both simulated (`X`) and run on the
+live testbed (`X-live`, docs/event-log.md) on the same pattern, their metrics side by side, with
+the gap and whether it is within target.
+
+The live run is the reference, the simulated one the measurement: a gap is sim - live in points
+for compliance, (sim - live) / live for counts and costs, sim / live for queue depth and latency,
+the kinds and tolerances of the fidelity section (reporting.fidelity_gaps: 5 pp, 15 %, x1.3), so
+"within target" means the same in both places. The metrics are the report's per-run metrics
+(reporting.report_metrics, tables/run_metrics.csv); mean queue depth and end-to-end latency, which
+the BTU metrics do not include, are read from the paired runs' event logs (`run_extras`) unless an
+evaluation's metrics give them already.
+
+    python -m reporting.live_gap RUNS_DIR   # the table, from the event logs (pandas), for a quick look
+"""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import pandas as pd
+
+from reporting.fidelity_gaps import UNITS, kind_gap
+from reporting.report_document import Block, Section, Table
+from testbed.eventlog import RUN_SUFFIXES, EventLog, split_run_config
+from testbed.fidelity_spec import CELL_KINDS
+
+LIVE = RUN_SUFFIXES["docker"]  # "-live"
+SCALING_ACTIONS = "scaling_actions"  # scale_ups + scale_downs of a run
+
+
+@dataclass(frozen=True)
+class GapMetric:
+    metric: str  # a per-run metric (or SCALING_ACTIONS)
+    label: str
+    kind: str  # a key of testbed.fidelity_spec.CELL_KINDS
+    decimals: int
+
+
+METRICS: Tuple[GapMetric, ...] = (
+    GapMetric("realtime_compliance_pct", "real-time compliance %", "points", 1),
+    GapMetric("near_realtime_compliance_pct", "near real-time compliance %", "points", 1),
+    GapMetric("relaxed_compliance_pct", "relaxed compliance %", "points", 1),
+    GapMetric("paid_btus", "paid BTUs", "relative", 1),
+    GapMetric(SCALING_ACTIONS, "scaling actions (ups + downs)", "relative", 1),
+    GapMetric("migrations", "migrations", "relative", 1),
+    GapMetric("mean_instances", "mean instances", "relative", 2),
+    GapMetric("mean_queue_depth", "mean queue depth", "ratio", 1),
+    GapMetric("latency_ms", "mean end-to-end latency ms", "ratio", 0),
+    GapMetric("latency_p95_ms", "p95 end-to-end latency ms", "ratio", 0),
+)
+EXTRA_METRICS = ("mean_queue_depth", "latency_ms", "latency_p95_ms")  # from the event logs (run_extras)
+COLUMNS = ["pattern", "config", "metric", "label", "btu_minutes", "kind", "unit", "tolerance", "sim_mean",
+           "n_sim", "live_mean", "n_live", "gap", "normalised_gap", "within"]
+
+
+@dataclass(frozen=True)
+class GapRow:
+    pattern: str
+    config: str  # the simulated configuration X (the live one is X-live)
+    metric: str
+    label: str
+    btu_minutes: Optional[int]  # the BTU length a cost is billed under; None: BTU-independent
+    kind: str
+    unit: str
+    tolerance: float
+    sim_mean: float
+    n_sim: int
+    live_mean: float
+    n_live: int
+    gap: float  # in the kind's unit (pp, %, x); NaN when not measurable
+    normalised_gap: float  # |gap| / tolerance (1 = on the edge); NaN when not measurable
+    within: Optional[bool]  # None when not measurable
+
+
+@dataclass
+class LiveGap:
+    rows: List[GapRow] = field(default_factory=list)
+    unpaired: List[Tuple[str, str]] = field(default_factory=list)  # (pattern, X-live) without a simulated X
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame([asdict(r) for r in self.rows], columns=COLUMNS)
+
+
+def pair_configs(keys: Iterable[Tuple[str, str]]) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]]]:
+    """From (pattern, config) keys: the (pattern, X) with both X and X-live, and the (pattern, X-live)
+    without a simulated X, each in first-seen order."""
+    keys = list(dict.fromkeys(keys))
+    have = set(keys)
+    paired, unpaired = [], []
+    for pattern, config in keys:
+        base, suffix = split_run_config(config)
+        if suffix != LIVE:
+            continue
+        (paired if (pattern, base) in have else unpaired).append((pattern, base if (pattern, base) in have
+                                                                  else config))
+    return paired, unpaired
+
+
+def _with_scaling_actions(per_run: pd.DataFrame) -> pd.DataFrame:
+    """per_run plus one SCALING_ACTIONS row per run that has scale_ups or scale_downs (their sum)."""
+    acts = per_run[per_run["metric"].isin(["scale_ups", "scale_downs"])]
+    if acts.empty:
+        return per_run
+    keys = ["pattern", "config", "rep"]
+    summed = (acts.assign(_btu=acts["btu_minutes"].astype("Float64").fillna(-1))
+              .groupby([*keys, "_btu"], sort=False, dropna=False)["value"].sum(min_count=1).reset_index())
+    summed["btu_minutes"] = pd.array([pd.NA if b < 0 else int(b) for b in summed["_btu"]], dtype="Int64")
+    summed["metric"] = SCALING_ACTIONS
+    return pd.concat([per_run, summed.drop(columns="_btu")], ignore_index=True)
+
+
+def _gap(kind: str, live: float, sim: float) -> Tuple[float, float, Optional[bool]]:
+    if not (math.isfinite(live) and math.isfinite(sim)):
+        return math.nan, math.nan, None
+    if sim == live:  # 0 = 0 counts as no gap (kind_gap cannot divide by a live 0)
+        return (1.0 if kind == "ratio" else 0.0), 0.0, True
+    gap, normalised = kind_gap(kind, live, sim)
+    if not math.isfinite(normalised):
+        return gap, math.nan, None
+    return gap, normalised, bool(normalised <= 1.0)
+
+
+def live_gap(per_run: pd.DataFrame, metrics: Sequence[GapMetric] = METRICS) -> LiveGap:
+    """The side-by-side table from per-run metrics in the report's long format (PER_RUN_COLUMNS of
+    reporting.report_metrics: pattern, config, rep, btu_minutes, metric, value): per pattern, pair of
+    X and X-live, metric and BTU length (costs of a re-billed configuration, one per BTU length),
+    the mean and number of repetitions on each side, the gap and whether it is within target.
+    Metrics neither side has are left out; a side without a value has NaN (not measurable)."""
+    if per_run.empty:
+        return LiveGap()
+    paired, unpaired = pair_configs(zip(per_run["pattern"].astype(str), per_run["config"].astype(str),
+                                        strict=True))
+    out = LiveGap(unpaired=unpaired)
+    if not paired:
+        return out
+    frame = _with_scaling_actions(per_run)
+    btu = frame["btu_minutes"].astype("Float64")
+    for pattern, base in paired:
+        rows = frame[(frame["pattern"] == pattern) & frame["config"].isin([base, base + LIVE])]
+        sides = {c: rows[rows["config"] == c] for c in (base, base + LIVE)}
+        n_sim, n_live = (int(sides[c]["rep"].nunique()) for c in (base, base + LIVE))
+        for m in metrics:
+            these = rows[rows["metric"] == m.metric]
+            if these.empty or these["value"].isna().all():
+                continue
+            for b in dict.fromkeys(btu[these.index].fillna(-1).tolist()):
+                one = these[btu[these.index].fillna(-1) == b]
+                sim = float(one[one["config"] == base]["value"].astype(float).mean())
+                live = float(one[one["config"] == base + LIVE]["value"].astype(float).mean())
+                gap, normalised, within = _gap(m.kind, live, sim)
+                out.rows.append(GapRow(pattern, base, m.metric, m.label, None if b < 0 else int(b), m.kind,
+                                       UNITS[m.kind], CELL_KINDS[m.kind], sim, n_sim, live, n_live, gap,
+                                       normalised, within))
+    return out
+
+
+# ---- queue depth and latency from the event logs ------------------------------------------------
+
+def run_extras(run_dir: Path) -> Dict[str, float]:
+    """Mean queue depth (over the monitoring rows of all operators) and mean and p95 end-to-end
+    latency of the sampled items, from one run's queues and latency tables; NaN without them."""
+    log = EventLog(run_dir)
+    out = {name: math.nan for name in EXTRA_METRICS}
+    if log.has("queues"):
+        depth = log.read("queues")["depth"].to_numpy(dtype=float)
+        if depth.size:
+            out["mean_queue_depth"] = float(depth.mean())
+    if log.has("latency"):
+        lat = log.read("latency")["latency_ms"].to_numpy(dtype=float)
+        lat = lat[np.isfinite(lat)]
+        if lat.size:
+            out["latency_ms"], out["latency_p95_ms"] = float(lat.mean()), float(np.quantile(lat, 0.95))
+    return out
+
+
+def add_extras(per_run: pd.DataFrame, run_dirs: Mapping[Tuple[str, str, int], Path]) -> pd.DataFrame:
+    """per_run plus EXTRA_METRICS rows (run_extras) for the runs of paired configurations that do not
+    have them; run_dirs maps (pattern, config, rep) to the run folder."""
+    if per_run.empty:
+        return per_run
+    paired, _ = pair_configs(zip(per_run["pattern"].astype(str), per_run["config"].astype(str), strict=True))
+    wanted = {(p, c) for p, base in paired for c in (base, base + LIVE)}
+    have = set(zip(per_run["pattern"], per_run["config"], per_run["rep"], per_run["metric"], strict=True))
+    rows = []
+    for (pattern, config, rep), run_dir in run_dirs.items():
+        if (pattern, config) not in wanted:
+            continue
+        missing = [m for m in EXTRA_METRICS if (pattern, config, rep, m) not in have]
+        if not missing:
+            continue
+        first = per_run[(per_run["pattern"] == pattern) & (per_run["config"] == config)].iloc[0]
+        extras = run_extras(Path(run_dir))
+        rows += [{"pattern": pattern, "approach": first.get("approach", ""), "config": config, "rep": rep,
+                  "btu_minutes": pd.NA, "metric": m, "value": extras[m]} for m in missing]
+    if not rows:
+        return per_run
+    return pd.concat([per_run, pd.DataFrame(rows)], ignore_index=True)
+
+
+# ---- the report's section -----------------------------------------------------------------------
+
+def _fmt(v: float, decimals: int) -> str:
+    return "–" if v is None or not math.isfinite(v) else f"{v:,.{decimals}f}"
+
+
+def _fmt_gap(row: GapRow) -> str:
+    if not math.isfinite(row.gap):
+        return "–"
+    if row.kind == "ratio":
+        return f"×{row.gap:.2f}"
+    return f"{row.gap:+.1f} {row.unit}"
+
+
+def _target(kind: str) -> str:
+    return f"×{1 + CELL_KINDS[kind] / 100:.1f}" if kind == "ratio" else f"±{CELL_KINDS[kind]:g} {UNITS[kind]}"
+
+
+def _within(row: GapRow) -> str:
+    return "–" if row.within is None else ("yes" if row.within else "no")
+
+
+def table_rows(gaps: LiveGap, pattern: str) -> Tuple[List[str], List[List[str]]]:
+    heads = ["configuration", "metric", "sim (n)", "live (n)", "gap (sim vs live)", "target", "within"]
+    decimals = {m.metric: m.decimals for m in METRICS}
+    rows = []
+    for r in gaps.rows:
+        if r.pattern != pattern:
+            continue
+        label = f"{r.label} ({r.btu_minutes}-min BTU)" if r.metric == "paid_btus" and r.btu_minutes else r.label
+        d = decimals.get(r.metric, 2)
+        rows.append([r.config, label, f"{_fmt(r.sim_mean, d)} ({r.n_sim})", f"{_fmt(r.live_mean, d)} ({r.n_live})",
+                     _fmt_gap(r), _target(r.kind), _within(r)])
+    return heads, rows
+
+
+def profiles(runs: Iterable[object], configs: Iterable[Tuple[str, str]]) -> List[str]:
+    """The profiles (resolved_config.profile of their manifests) the simulated runs of `configs`
+    (pattern, config) used; runs are reporting.run_catalog.RunInfo (pattern, config, manifest)."""
+    wanted = set(configs)
+    found = [str(getattr(r, "manifest").resolved_config.get("profile") or "(none)") for r in runs
+             if (getattr(r, "pattern"), getattr(r, "config")) in wanted]
+    return list(dict.fromkeys(found))
+
+
+def sections(gaps: LiveGap, sim_profiles: Sequence[str] = ()) -> List[Section]:
+    """The "Simulator vs live" section (one table per pattern), or none when no configuration ran
+    both simulated and live."""
+    if not gaps.rows:
+        return []
+    used = ", ".join(f"`{p}`" for p in sim_profiles) if sim_profiles else "the one in their manifests"
+    blocks: List[Block] = [
+        "Each configuration that ran both in the simulator (`X`) and on the live testbed (`X-live`: "
+        "real operator containers, broker and VMs) on the same pattern, mean over repetitions (n in "
+        f"brackets). The simulated runs used the profile {used}. The live run is the reference: the gap "
+        "is sim − live in points for compliance, relative to live for BTUs, actions and instances, and "
+        "sim / live for queue depth and latency, with the fidelity section's targets (5 pp, 15 %, ×1.3). "
+        "A gap within target means the profile predicts the live testbed on that metric; – marks a "
+        "metric one side does not have (or a relative gap against a live 0)."]
+    for pattern in dict.fromkeys(r.pattern for r in gaps.rows):
+        heads, rows = table_rows(gaps, pattern)
+        blocks.append(Table(f"{pattern}: simulator vs live", heads, rows))
+    if gaps.unpaired:
+        blocks.append("Live configurations without a simulated twin in this folder: "
+                      + ", ".join(f"{p}/{c}" for p, c in gaps.unpaired) + ".")
+    return [Section("Simulator vs live", blocks)]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`python -m reporting.live_gap RUNS_DIR`: the table from the runs' event logs (pandas, no Spark)."""
+    from reporting.metrics import long_rows, run_metrics
+    from testbed.eventlog import find_runs, read_manifest
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m reporting.live_gap RUNS_DIR", file=sys.stderr)
+        return 2
+    rows, dirs = [], {}
+    for run_dir in find_runs(args[0]):
+        m = read_manifest(run_dir)
+        if m.status != "complete":
+            continue
+        values = run_metrics(run_dir)
+        independent = [k for k in values if k != "by_btu" and not isinstance(values[k], dict)]
+        rows += [{**r, "rep": m.rep} for r in long_rows(m, values, Path(run_dir), independent=independent)]
+        dirs[(m.pattern, m.config, m.rep)] = Path(run_dir)
+    per_run = pd.DataFrame(rows)
+    gaps = live_gap(add_extras(per_run, dirs))
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_rows", 500):
+        print(gaps.frame().drop(columns=["label", "unit", "tolerance"]).to_string(index=False) if gaps.rows
+              else "no configuration ran both simulated and live")
+    for pattern, config in gaps.unpaired:
+        print(f"unpaired: {pattern}/{config} has no simulated twin")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

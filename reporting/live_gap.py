@@ -198,7 +198,8 @@ def add_extras(per_run: pd.DataFrame, run_dirs: Mapping[Tuple[str, str, int], Pa
                   "btu_minutes": pd.NA, "metric": m, "value": extras[m]} for m in missing]
     if not rows:
         return per_run
-    return pd.concat([per_run, pd.DataFrame(rows)], ignore_index=True)
+    extra = pd.DataFrame(rows).astype({"btu_minutes": per_run["btu_minutes"].dtype})
+    return pd.concat([per_run, extra], ignore_index=True)
 
 
 # ---- the report's section -----------------------------------------------------------------------

@@ -1,0 +1,133 @@
+"""The Simulator vs live table (reporting/live_gap.py): X and X-live paired by name and pattern, gaps
+in the fidelity section's kinds, the within-target marks, the section only when a pair exists."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pandas as pd
+import pytest
+
+from reporting import live_gap as lg
+from reporting.report_document import Table
+from testbed.eventlog import EventLog
+
+
+def _rows(pattern: str, config: str, rep: int, values: Dict[str, float], btu: Optional[int] = 10) -> List[dict]:
+    return [{"pattern": pattern, "approach": config.split("-")[0], "config": config, "rep": rep,
+             "btu_minutes": btu, "metric": m, "value": v} for m, v in values.items()]
+
+
+def _frame(*parts: List[dict]) -> pd.DataFrame:
+    df = pd.DataFrame([r for p in parts for r in p])
+    df["btu_minutes"] = pd.array(df["btu_minutes"], dtype="Int64")
+    return df
+
+
+SIM = {"realtime_compliance_pct": 80.0, "paid_btus": 10.0, "scale_ups": 6.0, "scale_downs": 4.0,
+       "migrations": 0.0, "mean_instances": 5.0}
+
+
+def _per_run() -> pd.DataFrame:
+    return _frame(
+        _rows("stepwise", "btu-10", 1, {**SIM, "realtime_compliance_pct": 78.0}),
+        _rows("stepwise", "btu-10", 2, {**SIM, "realtime_compliance_pct": 82.0}),  # mean 80
+        # live: compliance 72 (sim 8 pp above: off), BTUs 11 (-9.1 %: within), actions 6+6=12 (-16.7 %:
+        # off), migrations 0 = 0 (within), instances 4 (+25 %: off)
+        _rows("stepwise", "btu-10-live", 1, {"realtime_compliance_pct": 72.0, "paid_btus": 11.0, "scale_ups": 6.0,
+                                             "scale_downs": 6.0, "migrations": 0.0, "mean_instances": 4.0}),
+        _rows("sine", "btu-10-live", 1, {"realtime_compliance_pct": 50.0}),  # no simulated twin on sine
+        _rows("stepwise", "threshold", 1, SIM),  # no live twin: not in the table
+    )
+
+
+def _row(gaps: lg.LiveGap, metric: str, pattern: str = "stepwise") -> lg.GapRow:
+    [row] = [r for r in gaps.rows if r.metric == metric and r.pattern == pattern]
+    return row
+
+
+def test_pairs_by_name_and_pattern() -> None:
+    paired, unpaired = lg.pair_configs([("stepwise", "btu-10"), ("stepwise", "btu-10-live"),
+                                        ("sine", "btu-10-live"), ("sine", "threshold"),
+                                        ("stepwise", "threshold-flink")])
+    assert paired == [("stepwise", "btu-10")]
+    assert unpaired == [("sine", "btu-10-live")]
+
+
+def test_gaps_and_within_target() -> None:
+    gaps = lg.live_gap(_per_run())
+    assert {(r.pattern, r.config) for r in gaps.rows} == {("stepwise", "btu-10")}
+    assert gaps.unpaired == [("sine", "btu-10-live")]
+
+    rt = _row(gaps, "realtime_compliance_pct")
+    assert (rt.sim_mean, rt.n_sim, rt.live_mean, rt.n_live) == (80.0, 2, 72.0, 1)
+    assert (rt.kind, rt.unit, rt.tolerance) == ("points", "pp", 5.0)
+    assert rt.gap == pytest.approx(8.0) and rt.normalised_gap == pytest.approx(1.6) and rt.within is False
+
+    btus = _row(gaps, "paid_btus")
+    assert btus.btu_minutes == 10 and btus.kind == "relative"
+    assert btus.gap == pytest.approx(100 * (10 - 11) / 11) and btus.within is True
+
+    actions = _row(gaps, lg.SCALING_ACTIONS)
+    assert (actions.sim_mean, actions.live_mean) == (10.0, 12.0)
+    assert actions.gap == pytest.approx(-100 / 6) and actions.within is False
+
+    migrations = _row(gaps, "migrations")
+    assert (migrations.gap, migrations.normalised_gap, migrations.within) == (0.0, 0.0, True)
+
+    instances = _row(gaps, "mean_instances")
+    assert instances.gap == pytest.approx(25.0) and instances.within is False
+
+    # neither side has queue depth or latency: no rows for them
+    assert not [r for r in gaps.rows if r.metric in lg.EXTRA_METRICS]
+    frame = gaps.frame()
+    assert list(frame.columns) == lg.COLUMNS and len(frame) == len(gaps.rows)
+
+
+def test_ratio_metrics_and_missing_side() -> None:
+    per_run = _frame(_rows("p", "hpa-80", 1, {"latency_ms": 130.0, "latency_p95_ms": 400.0}, btu=None),
+                     _rows("p", "hpa-80-live", 1, {"latency_ms": 100.0, "latency_p95_ms": math.nan,
+                                                   "mean_queue_depth": 3.0}, btu=None))
+    gaps = lg.live_gap(per_run)
+    lat = _row(gaps, "latency_ms", "p")
+    assert lat.kind == "ratio" and lat.gap == pytest.approx(1.3) and lat.within is True
+    assert lat.btu_minutes is None
+    p95 = _row(gaps, "latency_p95_ms", "p")  # live has no value: not measurable
+    assert math.isnan(p95.gap) and p95.within is None
+    depth = _row(gaps, "mean_queue_depth", "p")  # only live has it
+    assert math.isnan(depth.sim_mean) and depth.within is None
+
+
+def test_section_only_with_a_pair() -> None:
+    assert lg.sections(lg.live_gap(_per_run()[lambda d: d.config != "btu-10"])) == []
+    assert lg.sections(lg.live_gap(pd.DataFrame())) == []
+    no_pair = lg.live_gap(_frame(_rows("sine", "btu-10-live", 1, {"realtime_compliance_pct": 50.0})))
+    assert no_pair.rows == [] and no_pair.unpaired == [("sine", "btu-10-live")]
+    assert lg.sections(no_pair) == []
+
+    [section] = lg.sections(lg.live_gap(_per_run()), ["paper_calibrated"])
+    assert section.title == "Simulator vs live"
+    text = " ".join(b for b in section.blocks if isinstance(b, str))
+    assert "`paper_calibrated`" in text and "sine/btu-10-live" in text
+    [table] = [b for b in section.blocks if isinstance(b, Table)]
+    assert table.caption.startswith("stepwise")
+    rt = next(r for r in table.rows if r[1].startswith("real-time"))
+    assert rt == ["btu-10", "real-time compliance %", "80.0 (2)", "72.0 (1)", "+8.0 pp", "±5 pp", "no"]
+
+
+def test_extras_from_the_event_logs(tmp_path: Path) -> None:
+    dirs = {}
+    for config, depth, lat in (("btu-10", [2, 4], [10.0, 30.0]), ("btu-10-live", [6, 6], [20.0, 20.0])):
+        run_dir = tmp_path / "stepwise" / config / "1"
+        run_dir.mkdir(parents=True)
+        log = EventLog(run_dir)
+        log.write("queues", {"t_s": [10.0, 20.0], "operator": ["A", "A"], "depth": depth})
+        log.write("latency", {"t_s": [1.0, 2.0], "operator": ["S", "S"], "latency_ms": lat})
+        dirs[("stepwise", config, 1)] = run_dir
+    per_run = _frame(_rows("stepwise", "btu-10", 1, SIM), _rows("stepwise", "btu-10-live", 1, SIM))
+    gaps = lg.live_gap(lg.add_extras(per_run, dirs))
+    depth_row = _row(gaps, "mean_queue_depth")
+    assert (depth_row.sim_mean, depth_row.live_mean) == (3.0, 6.0) and depth_row.gap == pytest.approx(0.5)
+    assert depth_row.within is False
+    assert _row(gaps, "latency_ms").within is True  # 20 vs 20

@@ -25,6 +25,7 @@ import pandas as pd
 
 from reporting.fidelity_gaps import UNITS, kind_gap
 from reporting.report_document import Block, Section, Table
+from reporting.run_catalog import RunInfo
 from testbed.eventlog import RUN_SUFFIXES, EventLog, split_run_config
 from testbed.fidelity_spec import CELL_KINDS
 
@@ -90,13 +91,16 @@ def pair_configs(keys: Iterable[Tuple[str, str]]) -> Tuple[List[Tuple[str, str]]
     without a simulated X, each in first-seen order."""
     keys = list(dict.fromkeys(keys))
     have = set(keys)
-    paired, unpaired = [], []
+    paired: List[Tuple[str, str]] = []
+    unpaired: List[Tuple[str, str]] = []
     for pattern, config in keys:
         base, suffix = split_run_config(config)
         if suffix != LIVE:
             continue
-        (paired if (pattern, base) in have else unpaired).append((pattern, base if (pattern, base) in have
-                                                                  else config))
+        if (pattern, base) in have:
+            paired.append((pattern, base))
+        else:
+            unpaired.append((pattern, config))
     return paired, unpaired
 
 
@@ -238,12 +242,12 @@ def table_rows(gaps: LiveGap, pattern: str) -> Tuple[List[str], List[List[str]]]
     return heads, rows
 
 
-def profiles(runs: Iterable[object], configs: Iterable[Tuple[str, str]]) -> List[str]:
+def profiles(runs: Iterable[RunInfo], configs: Iterable[Tuple[str, str]]) -> List[str]:
     """The profiles (resolved_config.profile of their manifests) the simulated runs of `configs`
-    (pattern, config) used; runs are reporting.run_catalog.RunInfo (pattern, config, manifest)."""
+    (pattern, config) used."""
     wanted = set(configs)
-    found = [str(getattr(r, "manifest").resolved_config.get("profile") or "(none)") for r in runs
-             if (getattr(r, "pattern"), getattr(r, "config")) in wanted]
+    found = [str(r.manifest.resolved_config.get("profile") or "(none)") for r in runs
+             if (r.pattern, r.config) in wanted]
     return list(dict.fromkeys(found))
 
 

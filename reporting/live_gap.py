@@ -202,7 +202,7 @@ def add_extras(per_run: pd.DataFrame, run_dirs: Mapping[Tuple[str, str, int], Pa
                   "btu_minutes": pd.NA, "metric": m, "value": extras[m]} for m in missing]
     if not rows:
         return per_run
-    extra = pd.DataFrame(rows).astype({"btu_minutes": per_run["btu_minutes"].dtype})
+    extra = pd.DataFrame(rows).astype({"btu_minutes": "Int64"})
     return pd.concat([per_run, extra], ignore_index=True)
 
 
@@ -251,9 +251,44 @@ def profiles(runs: Iterable[RunInfo], configs: Iterable[Tuple[str, str]]) -> Lis
     return list(dict.fromkeys(found))
 
 
-def sections(gaps: LiveGap, sim_profiles: Sequence[str] = ()) -> List[Section]:
+# resolved-config keys expected to differ between a simulated and a live run of one configuration
+_SIDE_KEYS = ("backend.", "out", "reps", "seed")
+
+
+def _flat(cfg: Mapping[str, object], prefix: str = "") -> Dict[str, object]:
+    out: Dict[str, object] = {}
+    for key, value in cfg.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_differences(runs: Iterable[RunInfo], gaps: LiveGap) -> Dict[Tuple[str, str], List[str]]:
+    """Per pair (pattern, X): the resolved-config keys on which X's first run and X-live's first run
+    differ, apart from the backend, the output folder, repetitions and seeds (e.g. a live run at
+    another load_scale: its effective topology.tick_ms differs)."""
+    first: Dict[Tuple[str, str], Dict[str, object]] = {}
+    for r in runs:
+        first.setdefault((r.pattern, r.config), _flat(r.manifest.resolved_config))
+    out: Dict[Tuple[str, str], List[str]] = {}
+    for pattern, base in dict.fromkeys((r.pattern, r.config) for r in gaps.rows):
+        sim, live = first.get((pattern, base)), first.get((pattern, base + LIVE))
+        if sim is None or live is None:
+            continue
+        keys = [k for k in sorted(set(sim) | set(live)) if sim.get(k) != live.get(k)
+                and not any(k == side or (side.endswith(".") and k.startswith(side)) for side in _SIDE_KEYS)]
+        if keys:
+            out[(pattern, base)] = keys
+    return out
+
+
+def sections(gaps: LiveGap, sim_profiles: Sequence[str] = (),
+             differences: Optional[Mapping[Tuple[str, str], Sequence[str]]] = None) -> List[Section]:
     """The "Simulator vs live" section (one table per pattern), or none when no configuration ran
-    both simulated and live."""
+    both simulated and live; `differences` (config_differences) are named under the tables: such a
+    pair did not run the same settings, its gaps are not the simulator's alone."""
     if not gaps.rows:
         return []
     used = ", ".join(f"`{p}`" for p in sim_profiles) if sim_profiles else "the one in their manifests"
@@ -268,6 +303,9 @@ def sections(gaps: LiveGap, sim_profiles: Sequence[str] = ()) -> List[Section]:
     for pattern in dict.fromkeys(r.pattern for r in gaps.rows):
         heads, rows = table_rows(gaps, pattern)
         blocks.append(Table(f"{pattern}: simulator vs live", heads, rows))
+    for (pattern, base), keys in (differences or {}).items():
+        blocks.append(f"{pattern}/{base} and {base}{LIVE} ran with different settings, so their gaps are not "
+                      f"the simulator's alone: {', '.join(f'`{k}`' for k in keys)}.")
     if gaps.unpaired:
         blocks.append("Live configurations without a simulated twin in this folder: "
                       + ", ".join(f"{p}/{c}" for p, c in gaps.unpaired) + ".")
@@ -293,6 +331,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows += [{**r, "rep": m.rep} for r in long_rows(m, values, Path(run_dir), independent=independent)]
         dirs[(m.pattern, m.config, m.rep)] = Path(run_dir)
     per_run = pd.DataFrame(rows)
+    if not per_run.empty:
+        per_run["btu_minutes"] = pd.array(per_run["btu_minutes"], dtype="Int64")
     gaps = live_gap(add_extras(per_run, dirs))
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_rows", 500):
         print(gaps.frame().drop(columns=["label", "unit", "tolerance"]).to_string(index=False) if gaps.rows

@@ -33,7 +33,7 @@ from reporting.fidelity_section import acceptance_gaps, fidelity_section, load_f
 from reporting.figure_data import FigureData, figure_data
 from reporting.figure_drawing import FigureWorkers
 from reporting.html_report import write_html
-from reporting.live_gap import add_extras, live_gap, profiles
+from reporting.live_gap import add_extras, config_differences, live_gap, profiles
 from reporting.live_gap import sections as live_gap_sections
 from reporting.markdown_report import write_markdown
 from reporting.report_config import ReportConfig, ReportConfigError, parse_overrides
@@ -188,7 +188,8 @@ def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalo
     if gaps.rows or gaps.unpaired:
         files["live_gap"] = out / "tables" / "live_gap.csv"
         gaps.frame().to_csv(files["live_gap"], index=False)
-        extra += live_gap_sections(gaps, profiles(catalog.complete, {(r.pattern, r.config) for r in gaps.rows}))
+        extra += live_gap_sections(gaps, profiles(catalog.complete, {(r.pattern, r.config) for r in gaps.rows}),
+                                   config_differences(catalog.complete, gaps))
     if fidelity:
         files["fidelity_gaps"] = out / "tables" / "fidelity_gaps.csv"
         acceptance_gaps(comparison, fidelity.config.get("cells") or BTU_CELLS).to_csv(files["fidelity_gaps"],

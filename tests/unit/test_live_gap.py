@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Dict, List, Optional
 
 import pandas as pd
@@ -131,3 +132,21 @@ def test_extras_from_the_event_logs(tmp_path: Path) -> None:
     assert (depth_row.sim_mean, depth_row.live_mean) == (3.0, 6.0) and depth_row.gap == pytest.approx(0.5)
     assert depth_row.within is False
     assert _row(gaps, "latency_ms").within is True  # 20 vs 20
+
+
+def _run(config: str, cfg: dict) -> SimpleNamespace:
+    return SimpleNamespace(pattern="stepwise", config=config, manifest=SimpleNamespace(resolved_config=cfg))
+
+
+def test_profiles_and_setting_differences() -> None:
+    sim = {"profile": "paper_calibrated", "backend": {"name": "sim"}, "topology": {"tick_ms": 480.0}, "reps": 2}
+    live = {"profile": "paper_calibrated", "backend": {"name": "docker"}, "topology": {"tick_ms": 1920.0}, "reps": 1}
+    runs = [_run("btu-10", sim), _run("btu-10", sim), _run("btu-10-live", live), _run("threshold", {"profile": "x"})]
+    gaps = lg.live_gap(_per_run())
+    assert lg.profiles(runs, {("stepwise", "btu-10")}) == ["paper_calibrated"]  # type: ignore[arg-type]
+    diffs = lg.config_differences(runs, gaps)  # type: ignore[arg-type]
+    assert diffs == {("stepwise", "btu-10"): ["topology.tick_ms"]}  # backend and reps differ by design
+    assert lg.config_differences([_run("btu-10", sim), _run("btu-10-live", {**live, "topology": {"tick_ms": 480.0}})],
+                                 gaps) == {}  # type: ignore[arg-type]
+    [section] = lg.sections(gaps, ["paper_calibrated"], diffs)
+    assert any(isinstance(b, str) and "`topology.tick_ms`" in b for b in section.blocks)

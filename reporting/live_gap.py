@@ -83,7 +83,9 @@ class LiveGap:
     unpaired: List[Tuple[str, str]] = field(default_factory=list)  # (pattern, X-live) without a simulated X
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame([asdict(r) for r in self.rows], columns=COLUMNS)
+        frame = pd.DataFrame([asdict(r) for r in self.rows], columns=COLUMNS)
+        frame["btu_minutes"] = pd.array(frame["btu_minutes"], dtype="Int64")
+        return frame
 
 
 def pair_configs(keys: Iterable[Tuple[str, str]]) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]]]:

@@ -7,6 +7,7 @@ them, so an unknown key or a value of the wrong type fails at composition, namin
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
@@ -227,6 +228,10 @@ class BackendConfig:
     hop_latency_ms: float = 5.0  # broker hop from the upstream send to the queue
     cpu_contention: bool = False  # slow service when busy slots need more cores than the host has
     exact: bool = False  # per-item reference model instead of the cohort model (slow; validation)
+    # cores all logical hosts of a run share (the live machine's; 0: none). When the busy slots of
+    # every instance need more, each runs slower by demand / shared_cores. Cohort model only; with
+    # cpu_contention both apply, per host first (docs/architecture.md#shared-cores)
+    shared_cores: float = 0.0
     live: LiveConfig = field(default_factory=LiveConfig)
     # inter-host delay and availability (ODP experiments); enabled: the per-item model with per-instance queues
     emulation: EmulationConfig = field(default_factory=EmulationConfig)
@@ -433,6 +438,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _positive("backend.step_ms", cfg.backend.step_ms)
     if cfg.backend.hop_latency_ms < 0:
         raise ConfigError("backend.hop_latency_ms", "must be >= 0")
+    _validate_shared_cores(cfg.backend, cfg.job.enabled)
     _validate_runtime(cfg.runtime)
     _validate_topology(cfg.topology, infra)
     _validate_scale(cfg)
@@ -490,6 +496,25 @@ def _validate_scale(cfg: ExperimentConfig) -> None:
     steps = duration_s / (cfg.backend.step_ms / 1000.0)
     if steps > MAX_STEPS:
         raise ConfigError("backend.step_ms", f"{steps:.3g} simulation steps in a run exceed {MAX_STEPS:,}")
+
+
+def _validate_shared_cores(backend: BackendConfig, job_mode: bool) -> None:
+    """backend.shared_cores: a finite number >= 0, and > 0 only in the cohort model (the per-item
+    models, backend.exact and backend.emulation, and job mode's model do not share cores: rejected
+    rather than ignored). The live backend ignores it: it describes the live machine."""
+    cores = backend.shared_cores
+    if isinstance(cores, bool) or not isinstance(cores, (int, float)) or not math.isfinite(cores) or cores < 0:
+        raise ConfigError("backend.shared_cores", f"must be a number >= 0 (0: off), got {cores!r}")
+    if cores > 0 and backend.exact:
+        raise ConfigError("backend.shared_cores", "the per-item model (backend.exact=true) does not share "
+                                                  "cores between hosts: set backend.shared_cores=0 or exact=false")
+    if cores > 0 and backend.emulation.enabled:
+        raise ConfigError("backend.shared_cores", "the emulated network (backend.emulation.enabled=true) runs the "
+                                                  "per-item model, which does not share cores between hosts: set "
+                                                  "backend.shared_cores=0")
+    if cores > 0 and job_mode and backend.name == BackendName.sim:
+        raise ConfigError("backend.shared_cores", "job mode's simulator (job.enabled=true) does not share cores "
+                                                  "between hosts: set backend.shared_cores=0")
 
 
 def _validate_policies(cfg: ExperimentConfig) -> None:

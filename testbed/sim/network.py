@@ -50,10 +50,10 @@ Queues = namedtuple("Queues", "count send0 delta origin0 origin_delta head size 
 Slots = namedtuple("Slots", "free slots target service instances n_instances rounds rotated")
 # The graph: per operator its selectivity, whether it is a sink, whether it emits per incident
 # (else by its selectivity), its output edges (`out_start[k]:out_start[k+1]` into `out_op`,
-# `out_edge`); per source edge the operator, items per machine and edge index; the ticks (time,
-# machines) of the run.
-Graph = namedtuple("Graph", "selectivity sink incident out_start out_op out_edge src_op src_per_machine src_edge "
-                            "tick_t tick_machines")
+# `out_edge`), the cores a busy slot uses and its uncontended mean service time (`_shared_factor`);
+# per source edge the operator, items per machine and edge index; the ticks (time, machines) of the run.
+Graph = namedtuple("Graph", "selectivity sink incident out_start out_op out_edge cpu_cores base_service "
+                            "src_op src_per_machine src_edge tick_t tick_machines")
 # The incident process (testbed/sim/incidents.py): per operator the inputs to skip before the next
 # one that opens an incident, and a row of its geometric gaps from `pos` to `end`.
 Incidents = namedtuple("Incidents", "gap draws pos end")
@@ -104,7 +104,10 @@ class CohortNetwork:
             out_start=np.cumsum([0] + [len(x) for x in outs]).astype(np.int64),
             out_op=np.array([d for x in outs for d, _ in x], dtype=np.int64),
             out_edge=np.array([e for x in outs for _, e in x], dtype=np.int64),
+            cpu_cores=np.array([topology.configs[o].service.cpu_cores for o in ops], dtype=np.float64),
+            base_service=np.array([topology.configs[o].service.mean_ms / 1000.0 for o in ops], dtype=np.float64),
         )
+        self.shared_cores = 0.0  # backend.shared_cores: 0, none (set_shared_cores)
         self.set_sources(StepClock(1.0, 0.0), SourceTicks([], [], (), ()))
         # Arrays start small and grow as `_room` asks (_make_room, _widen_*).
         self.q = Queues(count=_ints(n, 16), send0=_floats(n, 16), delta=_floats(n, 16), origin0=_floats(n, 16),
@@ -164,6 +167,11 @@ class CohortNetwork:
                 sl.n_instances[k] = len(ids)
         self._sync_flows()
 
+    def set_shared_cores(self, cores: float) -> None:
+        """The cores all instances share (backend.shared_cores; 0: none): when the busy slots need
+        more, every busy slot runs slower by demand / cores (`_shared_factor`)."""
+        self.shared_cores = float(cores)
+
     def run(self, step: int, stop_after: float, next_event: float) -> int:
         """Emit and serve from `step` on; return the next step: after the first step ending at or
         after `stop_after`, before the first step starting at or after `next_event`, or at the end
@@ -174,7 +182,7 @@ class CohortNetwork:
             step, status = _run(self.q, self.slots, self.graph, self.sampling, self.incidents, self._fl, self.needs,
                                 tick, self.hop_s, self._every, self._geometric, self._truncate, self._epoch,
                                 clock.dt, clock.duration, clock.steps, step, stop_after, next_event, self.timeout_s,
-                                self.hold_until, self.capacity_noise)
+                                self.hold_until, self.capacity_noise, self.shared_cores)
             self.ticks_emitted = int(tick[0])
             self._collect()
             if status == STOPPED:
@@ -188,7 +196,8 @@ class CohortNetwork:
         self.set_capacity(slots, service_s, instances)
         while not _advance(self.q, self.slots, self.graph, self.sampling, self.incidents, self._fl, self.needs,
                            self.hop_s, self._every, self._geometric, self._truncate, self._epoch, t0, t1,
-                           self.timeout_s, self.capacity_noise, int(round(t0 / self.clock.dt))):
+                           self.timeout_s, self.capacity_noise, int(round(t0 / self.clock.dt)),
+                           self.shared_cores):
             self._collect()
             self._make_room()
         self._collect()
@@ -422,7 +431,7 @@ def _push(q, k, count, send0, delta, origin0, origin_delta):
 
 @njit(cache=True)
 def _run(q, sl, g, smp, inc, fl, needs, tick, hop, every, geometric, truncate, epoch,
-         dt, duration, steps, step, stop_after, next_event, timeout, hold, noise):
+         dt, duration, steps, step, stop_after, next_event, timeout, hold, noise, shared):
     """Steps from `step` on, each: the sources' ticks before its end, then every operator served
     (`_step`). Returns (next step, STOPPED or NEEDS_ROOM)."""
     while True:
@@ -440,20 +449,21 @@ def _run(q, sl, g, smp, inc, fl, needs, tick, hop, every, geometric, truncate, e
                     fl.received[g.src_op[e]] += count
                     fl.edge_items[g.src_edge[e]] += count
             tick[0] = k + 1
-        _step(q, sl, g, smp, inc, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step)
+        _step(q, sl, g, smp, inc, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step, shared)
         step += 1
         if t1 >= stop_after or step >= steps or step * dt >= next_event:
             return step, STOPPED
 
 
 @njit(cache=True)
-def _advance(q, sl, g, smp, inc, fl, needs, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step):
+def _advance(q, sl, g, smp, inc, fl, needs, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step,
+             shared):
     """One step without ticks; False (nothing done) if it needs room first."""
     tick = np.zeros(1, dtype=np.int64)
     tick[0] = len(g.tick_t)
     if not _room(q, sl, g, smp, inc, needs, tick, geometric, t1):
         return False
-    _step(q, sl, g, smp, inc, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step)
+    _step(q, sl, g, smp, inc, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step, shared)
     return True
 
 
@@ -506,24 +516,60 @@ def _room(q, sl, g, smp, inc, needs, tick, geometric, t1):
 
 
 @njit(cache=True)
-def _step(q, sl, g, smp, inc, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step):
+def _step(q, sl, g, smp, inc, fl, hop, every, geometric, truncate, epoch, t0, t1, timeout, noise, step, shared):
     """Serve every operator (upstream first) for the step [t0, t1); with a timeout, first drop the
     items an operator would take that are older than it at the step's start; with capacity noise
-    (a column per step), the step's service time is the mean divided by the operator's factor."""
+    (a column per step), the step's service time is the mean divided by the operator's factor;
+    with shared cores (> 0) whose busy slots outgrow them, multiplied by `_shared_factor`."""
     noisy = step < noise.shape[1]
+    factor = _shared_factor(q, sl, g, t0, t1, shared) if shared > 0 else 1.0
     for k in range(len(q.waiting)):
         _set_slots(sl, k, t0)
         if sl.slots[k] > 0 and q.size[k] > 0:
             if timeout > 0:
                 _expire(q, k, t0 - timeout)
             if q.size[k] > 0:
-                if noisy:
+                if noisy or factor > 1.0:
                     mean = sl.service[k]
-                    sl.service[k] = mean / noise[k, step]
+                    sl.service[k] = (mean / noise[k, step] if noisy else mean) * factor
                     _serve(q, sl, g, smp, inc, fl, k, hop, every, geometric, truncate, epoch, t0, t1)
                     sl.service[k] = mean
                 else:
                     _serve(q, sl, g, smp, inc, fl, k, hop, every, geometric, truncate, epoch, t0, t1)
+
+
+@njit(cache=True)
+def _shared_factor(q, sl, g, t0, t1, shared):
+    """backend.shared_cores: processor sharing of the machine's cores by every instance of the run.
+    An operator's busy slots in the step [t0, t1) are estimated from the state at its start, as a
+    fluid: the time its slots are still busy with items started before t0 (each at most the step)
+    plus the service time of what waits in its queue, over the step, at most its slots. A busy slot
+    needs the operator's cpu_cores, scaled by the uncontended over the current mean service time
+    (a slot already slowed by backend.cpu_contention's per-host factor gets only that share of a
+    core: the host's cores cap it first). Returns demand / shared when the demand exceeds the
+    cores, else 1: every busy slot runs that much slower, so the whole machine does at most
+    `shared` cores of work. Idle slots cost nothing."""
+    dt = t1 - t0
+    if not dt > 0:
+        return 1.0
+    demand = 0.0
+    for k in range(len(q.waiting)):
+        c = sl.target[k]
+        if c == 0:
+            continue
+        s = sl.service[k]
+        busy_s = q.waiting[k] * s
+        free = sl.free[k]
+        for j in range(sl.slots[k]):
+            left = free[j] - t0
+            if left > 0:
+                busy_s += left if left < dt else dt
+        busy = busy_s / dt
+        if busy > c:
+            busy = float(c)
+        share = g.base_service[k] / s if s > 0 else 1.0
+        demand += busy * g.cpu_cores[k] * (share if share < 1.0 else 1.0)
+    return demand / shared if demand > shared else 1.0
 
 
 @njit(cache=True)

@@ -65,6 +65,8 @@ class Simulation:
         self.clock = StepClock(cfg.backend.step_ms / 1000.0, self.duration_s)
         self.ticks = SourceTicks.of_run(self.topology, pattern, self.duration_s)
         self.network.set_sources(self.clock, self.ticks)
+        if cfg.backend.shared_cores > 0 and isinstance(self.network, CohortNetwork):  # the config check: cohort only
+            self.network.set_shared_cores(cfg.backend.shared_cores)
         noisy = {o: services[o].step_cv for o in ops if services[o].step_cv > 0}
         if noisy:  # per-step capacity factors, one seeded stream per operator (none: nothing drawn)
             self.network.set_capacity_noise({

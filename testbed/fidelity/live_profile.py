@@ -48,6 +48,7 @@ MIN_CV_INTERVALS = 5  # ... for its cv
 MIN_HOPS = 10  # quiet samples for the hop latency
 MIN_STARTS = 2  # container starts / leases for a range
 QUIET_DEPTH = 0  # queue depth at both ends of an interval for its samples to count as unqueued
+CHI2_1_MEDIAN = 0.4549  # median of a chi-square with one degree of freedom
 TRUNCATION_MEAN_MS = 500.0  # mean of U(0, 1 s): what seconds_truncated adds to a duration
 RUNTIME_KEYS = ("measurement", "sampling", "sample_every", "initial_instances")
 TABLES = ("instance_stats", "edges", "samples", "queues", "hosts", "leases", "placements")
@@ -78,6 +79,8 @@ class Service:
     items: int
     capped: int  # intervals with an instance at utilisation 1 (its busy time cut)
     per_interval_ms: np.ndarray
+    spread_cv: float = math.nan  # from the spread around the overall mean: load changes included
+    pairs: int = 0  # consecutive interval pairs behind cv
 
 
 @dataclass
@@ -104,9 +107,11 @@ class Measured:
     runs: List[RunInfo]
     service: Dict[str, Service]
     emission: Dict[str, Emission]
-    hop_ms: np.ndarray  # per quiet sample: duration - service (truncation not yet removed)
+    hop_by_operator: Dict[str, np.ndarray]  # per quiet sample: duration - service (truncation not yet removed)
+    source_fed: List[str]  # operators a source feeds: their quiet samples still queue behind a tick's burst
     measurement: str  # runtime.measurement of the runs
     container_start_s: np.ndarray  # docker run -> running, instances started during the runs
+    start_latency_s: np.ndarray  # request -> running of the same (host boot and emulated pull included)
     request_to_report_s: np.ndarray  # scale-up request -> first instance_stats row (monitoring resolution)
     lease_delay_s: np.ndarray  # lease -> ready, interval midpoints
     monitoring_s: float
@@ -117,12 +122,23 @@ class Measured:
     configured: Dict[str, Any] = field(default_factory=dict)  # the live runs' infrastructure settings
 
     @property
-    def hop_latency_ms(self) -> float:
-        if self.hop_ms.size < MIN_HOPS:
+    def hop_ms(self) -> np.ndarray:
+        """The quiet samples of the operators fed by operators only."""
+        parts = [v for op, v in self.hop_by_operator.items() if op not in self.source_fed]
+        return np.concatenate(parts) if parts else np.array([])
+
+    def hop_estimate(self, values: np.ndarray) -> float:
+        """The hop: the median, or under seconds_truncated the mean less the truncation's mean (the
+        median of a sum with a uniform is not the median plus 500)."""
+        if values.size < MIN_HOPS:
             return math.nan
         if self.measurement == "seconds_truncated":
-            return float(np.mean(self.hop_ms)) - TRUNCATION_MEAN_MS
-        return float(np.median(self.hop_ms))
+            return float(np.mean(values)) - TRUNCATION_MEAN_MS
+        return float(np.median(values))
+
+    @property
+    def hop_latency_ms(self) -> float:
+        return self.hop_estimate(self.hop_ms)
 
 
 def live_runs(root: Path) -> List[Path]:
@@ -152,24 +168,42 @@ def _parallel(m: Manifest, op: str) -> int:
     return int(_cfg(m, "backend", "live", "parallel", default=1) or 1)
 
 
-def service_per_interval(stats: pd.DataFrame, step_s: float, parallel: int) -> pd.DataFrame:
+def service_per_interval(stats: pd.DataFrame, step_s: float, parallel: int, run: str = "") -> pd.DataFrame:
     """Per operator and interval with work: items and busy ms over all instances."""
     s = stats[stats.processed > 0].copy()
+    s["run"] = run
     s["busy_ms"] = s.utilisation * step_s * 1000.0 * parallel
     s["capped"] = s.utilisation >= 1.0
-    return s.groupby(["operator", "t_s"], as_index=False).agg(items=("processed", "sum"), busy_ms=("busy_ms", "sum"),
-                                                              capped=("capped", "any"))
+    return s.groupby(["run", "operator", "t_s"], as_index=False).agg(
+        items=("processed", "sum"), busy_ms=("busy_ms", "sum"), capped=("capped", "any"))
 
 
-def _service(op: str, rows: pd.DataFrame) -> Service:
+def successive_z2(rows: pd.DataFrame, step_s: float) -> np.ndarray:
+    """Per pair of consecutive intervals with work: (s_i - s_j)^2 / (1/n_i + 1/n_j), whose expectation
+    is the per-item variance when both means come from the same distribution. Differencing neighbours
+    cancels the load's slow changes (the steps of a pattern) that the spread around one mean keeps."""
+    out = []
+    for _, g in rows.groupby("run"):
+        g = g.sort_values("t_s")
+        n = g["items"].to_numpy(dtype=float)
+        s = g.busy_ms.to_numpy(dtype=float) / n
+        near = np.diff(g.t_s.to_numpy(dtype=float)) <= 1.5 * step_s
+        out.append(((s[1:] - s[:-1]) ** 2 / (1 / n[1:] + 1 / n[:-1]))[near])
+    return np.concatenate(out) if out else np.array([])
+
+
+def _service(op: str, rows: pd.DataFrame, step_s: float) -> Service:
     n = rows["items"].to_numpy(dtype=float)
     busy = rows.busy_ms.to_numpy(dtype=float)
     per = busy / n if n.size else np.array([])
     mean = float(busy.sum() / n.sum()) if n.size >= MIN_INTERVALS and n.sum() > 0 else math.nan
-    cv = math.nan
-    if n.size >= MIN_CV_INTERVALS and mean > 0:
-        cv = math.sqrt(float(np.mean(n * (per - mean) ** 2))) / mean  # per-item sd from the means' spread
-    return Service(op, mean, cv, int(n.size), int(n.sum()), int(rows.capped.sum()), per)
+    cv = spread_cv = math.nan
+    z2 = successive_z2(rows, step_s)
+    if z2.size >= MIN_CV_INTERVALS and mean > 0:
+        # the median of a chi-square(1) is 0.4549 x its mean: robust to the few pairs across a load step
+        cv = math.sqrt(float(np.median(z2)) / CHI2_1_MEDIAN) / mean
+        spread_cv = math.sqrt(float(np.mean(n * (per - mean) ** 2))) / mean
+    return Service(op, mean, cv, int(n.size), int(n.sum()), int(rows.capped.sum()), per, spread_cv, int(z2.size))
 
 
 def _emissions(edges: pd.DataFrame, operators: Dict[str, Any]) -> Dict[str, Emission]:
@@ -182,29 +216,36 @@ def _emissions(edges: pd.DataFrame, operators: Dict[str, Any]) -> Dict[str, Emis
     return res
 
 
-def quiet_hops(samples: pd.DataFrame, queues: pd.DataFrame, service_ms: Dict[str, float],
-               step_s: float) -> np.ndarray:
-    """duration - service of the samples finished in an interval whose operator queue was empty at
-    its start and its end: nothing waited, so the rest is the hop (send -> processing starts)."""
-    out: List[np.ndarray] = []
+def quiet_hops(samples: pd.DataFrame, queues: pd.DataFrame, service_ms: Dict[str, float]) -> Dict[str, np.ndarray]:
+    """Per operator: duration - service of the samples finished in an interval whose operator queue
+    was empty at its start and its end: nothing waited, so the rest is the hop (send -> processing)."""
+    out: Dict[str, np.ndarray] = {}
     for op, q in queues.groupby("operator"):
         if not math.isfinite(service_ms.get(str(op), math.nan)):
             continue
         q = q.sort_values("t_s")
-        t, depth = q.t_s.to_numpy(), q.depth.to_numpy()
-        quiet_end = t[1:][(depth[1:] <= QUIET_DEPTH) & (depth[:-1] <= QUIET_DEPTH)]
+        t, depth = q.t_s.to_numpy(dtype=float), q.depth.to_numpy()
+        quiet = np.concatenate([[False], (depth[1:] <= QUIET_DEPTH) & (depth[:-1] <= QUIET_DEPTH)])
         s = samples[samples.operator == op]
-        end = np.ceil((s.t_s.to_numpy() - 1e-9) / step_s) * step_s  # the interval each sample ends in
-        sel = np.isin(np.round(end, 6), np.round(quiet_end, 6))
-        out.append(s.duration_ms.to_numpy(dtype=float)[sel] - service_ms[str(op)])
-    return np.concatenate(out) if out else np.array([])
+        k = np.searchsorted(t, s.t_s.to_numpy(dtype=float), side="left")  # the interval each sample ends in
+        inside = k < t.size
+        sel = np.zeros(len(s), dtype=bool)
+        sel[inside] = quiet[k[inside]]
+        out[str(op)] = s.duration_ms.to_numpy(dtype=float)[sel] - service_ms[str(op)]
+    return out
 
 
-def _starts(m: Manifest) -> np.ndarray:
-    """docker run -> running of the instances requested during the run (not the initial deployment)."""
+def source_fed(edges: pd.DataFrame, operators: Sequence[str]) -> List[str]:
+    """Operators with an edge from a source (not an operator): a tick delivers its items at once."""
+    return sorted(set(edges[~edges.source.isin(list(operators))].target))
+
+
+def _starts(m: Manifest, span: str = "container_start_s") -> np.ndarray:
+    """A span of the instances requested during the run (not the initial deployment) from the pool's
+    records: `container_start_s` (docker run -> running) or `start_latency_s` (request -> running)."""
     recs = m.details.get("instances", []) if isinstance(m.details, dict) else []
-    return np.array([float(r["container_start_s"]) for r in recs
-                     if r.get("container_start_s") is not None and float(r.get("requested_at") or 0.0) > 0.0])
+    return np.array([float(r[span]) for r in recs
+                     if r.get(span) is not None and float(r.get("requested_at") or 0.0) > 0.0])
 
 
 def _request_to_report(placements: pd.DataFrame, stats: pd.DataFrame) -> np.ndarray:
@@ -280,8 +321,8 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
         raise ProfileError(f"{root}: the live runs differ in runtime.measurement {sorted(measurements)} "
                            f"or runtime.monitoring_s {sorted(steps)}")
     step = steps.pop()
-    infos, per_service, edges, hops, starts, reports, leases_, busy = [], [], [], [], [], [], [], []
-    tables_by_run = []
+    infos, per_service, edges, starts, reports, leases_, busy = [], [], [], [], [], [], []
+    tables_by_run, latencies = [], []
     for d, m in zip(runs, manifests, strict=True):
         log = EventLog(d)
         name = f"{m.pattern}/{m.config}/{m.rep}"
@@ -291,19 +332,23 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
         except (EventLogError, KeyError) as exc:
             raise ProfileError(f"{name}: a table cannot be read: {exc}") from exc
         par = _parallel(m, "")
-        per_service.append(service_per_interval(tables["instance_stats"], step, par))
+        per_service.append(service_per_interval(tables["instance_stats"], step, par, name))
         edges.append(tables["edges"])
         starts.append(_starts(m))
+        latencies.append(_starts(m, "start_latency_s"))
         reports.append(_request_to_report(tables["placements"], tables["instance_stats"]))
         leases_.append(lease_delays(tables["leases"], tables["hosts"], step))
         busy.append(_busy_cores(tables["instance_stats"], par))
         tables_by_run.append(tables)
     operators: Dict[str, Any] = _cfg(manifests[0], "topology", "operators", default={}) or {}
     rows = pd.concat(per_service, ignore_index=True)
-    service = {op: _service(op, rows[rows.operator == op]) for op in sorted(set(rows.operator) | set(operators))}
+    service = {op: _service(op, rows[rows.operator == op], step) for op in sorted(set(rows.operator) | set(operators))}
     means = {op: s.mean_ms for op, s in service.items()}
+    hops: Dict[str, List[np.ndarray]] = {}
     for tables in tables_by_run:
-        hops.append(quiet_hops(tables["samples"], tables["queues"], means, step))
+        for op, v in quiet_hops(tables["samples"], tables["queues"], means).items():
+            hops.setdefault(op, []).append(v)
+    all_edges = pd.concat(edges, ignore_index=True)
     m0 = manifests[0]
     copied = {f"runtime.{k}": _cfg(m0, "runtime", k) for k in RUNTIME_KEYS if _cfg(m0, "runtime", k) is not None}
     copied["backend.live.parallel"] = _parallel(m0, "")
@@ -318,9 +363,11 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
     configured["emulate_pull"] = _cfg(m0, "backend", "live", "emulate_pull")
     configured["work_ms"] = _cfg(m0, "backend", "live", "work_ms")
     return Measured(root=str(root), runs=infos, service=service,
-                    emission=_emissions(pd.concat(edges, ignore_index=True), operators),
-                    hop_ms=np.concatenate(hops), measurement=measurements.pop(),
-                    container_start_s=np.concatenate(starts), request_to_report_s=np.concatenate(reports),
+                    emission=_emissions(all_edges, operators),
+                    hop_by_operator={op: np.concatenate(v) for op, v in sorted(hops.items())},
+                    source_fed=source_fed(all_edges, sorted(service)), measurement=measurements.pop(),
+                    container_start_s=np.concatenate(starts), start_latency_s=np.concatenate(latencies),
+                    request_to_report_s=np.concatenate(reports),
                     lease_delay_s=np.concatenate(leases_), monitoring_s=step, busy_cores=np.concatenate(busy),
                     copied=copied, cores=float(cores), cores_source=source, configured=configured)
 
@@ -375,13 +422,15 @@ def header(m: Measured, name: str) -> List[str]:
                      f"{r.instances} instance(s), {r.hosts} host(s), runtime.measurement {r.measurement}")
     lines += ["", "copied, not measured (the live runs' settings): "
               + ", ".join(f"{k}={v}" for k, v in m.copied.items())]
-    lines.append(f"service (instance_stats: busy = utilisation x {m.monitoring_s:g} s x parallel, / items; cv from "
-                 "the per-interval means' spread, n_i (s_i - s)^2, an upper estimate under load):")
+    lines.append(f"service (instance_stats: busy = utilisation x {m.monitoring_s:g} s x parallel, / items); cv from "
+                 "consecutive intervals' means, median (s_i - s_j)^2 / (1/n_i + 1/n_j) / 0.4549 (slowdowns by the "
+                 "shared CPU count as item variability: an upper estimate); spread cv around the one mean beside it:")
     for op, s in m.service.items():
         if not math.isfinite(s.mean_ms):
             lines.append(f"  {op}: not measured ({s.intervals} interval(s) with work, fewer than {MIN_INTERVALS})")
             continue
-        cv = f"cv {s.cv:.3f}" if math.isfinite(s.cv) else f"cv not measured (< {MIN_CV_INTERVALS} intervals)"
+        cv = (f"cv {s.cv:.3f} ({s.pairs} pairs; spread cv {s.spread_cv:.3f})" if math.isfinite(s.cv)
+              else f"cv not measured ({s.pairs} consecutive pairs, fewer than {MIN_CV_INTERVALS})")
         lines.append(f"  {op}: mean {s.mean_ms:.2f} ms over {s.items} items, {cv}; per-interval means "
                      f"{_rng(s.per_interval_ms, 2)} ms; {s.capped} interval(s) with an instance at utilisation 1")
     lines.append("output (edges: items out / items in; topology ratio_out / ratio_in beside it):")
@@ -398,12 +447,19 @@ def header(m: Measured, name: str) -> List[str]:
     trunc = (f"mean - {TRUNCATION_MEAN_MS:g} ms (seconds_truncated adds U(0, 1 s) to every duration)"
              if m.measurement == "seconds_truncated" else "median")
     hop = f"{m.hop_latency_ms:.1f} ms" if math.isfinite(m.hop_latency_ms) else f"not measured (< {MIN_HOPS} samples)"
-    lines.append(f"hop latency (samples in intervals with the queue empty at both ends: duration - service, {trunc}): "
-                 f"{hop}; duration - service {_rng(m.hop_ms, 0)} ms")
+    lines.append(f"hop latency (samples in intervals with the queue empty at both ends: duration - service, {trunc}; "
+                 f"operators fed by operators only, not {', '.join(m.source_fed) or '-'}: a source's tick arrives "
+                 f"at once and queues behind itself): {hop}; duration - service {_rng(m.hop_ms, 0)} ms")
+    for op, v in m.hop_by_operator.items():
+        est = m.hop_estimate(v)
+        lines.append(f"  {op}{' (source-fed, not used)' if op in m.source_fed else ''}: "
+                     + (f"{est:.1f} ms" if math.isfinite(est) else "too few") + f" (n={v.size})")
     cs = m.configured
     lines.append(f"container start (manifest instance records: docker run -> running, instances started during the "
                  f"run): {_rng(m.container_start_s, 2)} s; configured {cs.get('container_start_s')}"
                  + ("" if m.container_start_s.size >= MIN_STARTS else "; not measured: key left out"))
+    lines.append(f"  request -> running (manifest instance records: host boot and emulated pull included): "
+                 f"{_rng(m.start_latency_s, 2)} s")
     lines.append(f"  scale-up request -> first instance_stats row (host boot, emulated pull at "
                  f"{cs.get('pull_mb_per_s')} MB/s (emulate_pull {cs.get('emulate_pull')}), +- {m.monitoring_s:g} s): "
                  f"{_rng(m.request_to_report_s)} s")

@@ -3,6 +3,7 @@ folder written with the event log's own writer: known service times, output rati
 queued intervals, scale-ups and leases with known delays."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -85,9 +86,9 @@ def _live_run(root: Path, config: str = "btu-10-live", measurement: str = "milli
     for name, cols in _tables(measurement).items():
         log.write(name, cols)
     if details is None:
-        details = {"instances": [{"requested_at": 0.0, "container_start_s": 1.0},
-                                 {"requested_at": 100.0, "container_start_s": 3.0},
-                                 {"requested_at": 200.0, "container_start_s": 5.0}]}
+        details = {"instances": [{"requested_at": 0.0, "container_start_s": 1.0, "start_latency_s": 1.0},
+                                 {"requested_at": 100.0, "container_start_s": 3.0, "start_latency_s": 43.0},
+                                 {"requested_at": 200.0, "container_start_s": 5.0, "start_latency_s": 5.0}]}
     cfg = {"duration_min": 5.0, "load_scale": 1.0,
            "runtime": {"measurement": measurement, "sampling": "every", "sample_every": 10, "initial_instances": 1,
                        "monitoring_s": STEP},
@@ -106,21 +107,25 @@ def test_every_value_is_measured_from_the_event_log(tmp_path):
     m = lp.measure(tmp_path, cores=4)
     o1, o3 = m.service["O1"], m.service["O3"]
     assert o1.mean_ms == pytest.approx(40.0) and o1.items == 2000 and o1.intervals == 20
-    assert o1.cv == pytest.approx(10.0 / 40.0)  # sd of the interval means (1 ms) x sqrt(100 items)
+    # neighbours differ by 2 ms over 100 items each: z^2 = 4 / 0.02 = 200, every pair alike
+    assert o1.cv == pytest.approx(math.sqrt(200 / lp.CHI2_1_MEDIAN) / 40.0) and o1.pairs == 19
+    assert o1.spread_cv == pytest.approx(10.0 / 40.0)  # sd of the interval means (1 ms) x sqrt(100 items)
     assert o3.mean_ms == pytest.approx(20.0) and o3.cv == pytest.approx(0.0, abs=1e-9)
     assert m.service["O2"].mean_ms == pytest.approx(10.0)
     assert m.emission["O2"].in_per_out == 600 and m.emission["O1"].out_per_in == 1.0
-    assert m.hop_ms.size == 2 * 19 - 4  # not the first intervals (no start known), nor O1's queued ones and the next
+    # not the first interval (its start unknown), nor O1's queued ones and the one after them
+    assert m.hop_by_operator["O1"].size == 19 - 4 and m.hop_by_operator["O3"].size == 19
+    assert m.source_fed == ["O1", "O2"] and m.hop_ms.size == 19  # a tick's burst queues behind itself: O3 only
     assert m.hop_latency_ms == pytest.approx(HOP_MS)
     assert m.container_start_s.tolist() == [3.0, 5.0]  # the initial deployment is not a scale-up
-    assert m.request_to_report_s.tolist() == [20.0]
+    assert m.start_latency_s.tolist() == [43.0, 5.0] and m.request_to_report_s.tolist() == [20.0]
     assert m.lease_delay_s == pytest.approx([LEASE_DELAY_S + 2.5, LEASE_DELAY_S + 2.5])  # midpoint of the interval
     busy = 100 * 40 / 15000 + 600 * 10 / 15000 + 100 * 20 / 15000
     assert np.mean(m.busy_cores) == pytest.approx(busy)
     v = lp.profile_values(m)
     assert v["backend.hop_latency_ms"] == HOP_MS and v["backend.shared_cores"] == 4
     assert v["infrastructure.container_start_s"] == [3.0, 5.0]
-    assert v["topology.operators.O1.service.mean_ms"] == 40 and v["topology.operators.O1.service.cv"] == 0.25
+    assert v["topology.operators.O1.service.mean_ms"] == 40 and v["topology.operators.O1.service.cv"] == round(o1.cv, 3)
     assert v["topology.operators.O1.service.parallel"] == 1
     assert v["topology.operators.O2.emission"] == {"sim": "incident", "live": "incident", "items_per_incident": 600}
     assert v["runtime.measurement"] == "milliseconds" and v["runtime.initial_instances"] == 1

@@ -81,6 +81,9 @@ class Service:
     per_interval_ms: np.ndarray
     spread_cv: float = math.nan  # from the spread around the overall mean: load changes included
     pairs: int = 0  # consecutive interval pairs behind cv
+    all_mean_ms: float = math.nan  # over every interval with work, contended ones included
+    all_intervals: int = 0
+    uncontended: bool = True  # mean and cv from the intervals within the shared cores only
 
 
 @dataclass
@@ -170,12 +173,15 @@ def _parallel(m: Manifest, op: str) -> int:
 
 def service_per_interval(stats: pd.DataFrame, step_s: float, parallel: int, run: str = "") -> pd.DataFrame:
     """Per operator and interval with work: items and busy ms over all instances."""
+    busy = stats.groupby("t_s").utilisation.sum() * parallel
     s = stats[stats.processed > 0].copy()
     s["run"] = run
+    s["busy_cores"] = s.t_s.map(busy)
     s["busy_ms"] = s.utilisation * step_s * 1000.0 * parallel
     s["capped"] = s.utilisation >= 1.0
     return s.groupby(["run", "operator", "t_s"], as_index=False).agg(
-        items=("processed", "sum"), busy_ms=("busy_ms", "sum"), capped=("capped", "any"))
+        items=("processed", "sum"), busy_ms=("busy_ms", "sum"), capped=("capped", "any"),
+        busy_cores=("busy_cores", "first"))
 
 
 def successive_z2(rows: pd.DataFrame, step_s: float) -> np.ndarray:
@@ -192,7 +198,15 @@ def successive_z2(rows: pd.DataFrame, step_s: float) -> np.ndarray:
     return np.concatenate(out) if out else np.array([])
 
 
-def _service(op: str, rows: pd.DataFrame, step_s: float) -> Service:
+def _service(op: str, rows: pd.DataFrame, step_s: float, cores: float) -> Service:
+    """Mean and cv over the uncontended intervals (busy slots of all instances within the shared cores:
+    the simulator's CPU sharing slows nothing there and adds its own slowdown beyond), or over all
+    intervals where fewer than MIN_INTERVALS are uncontended."""
+    every = rows
+    all_mean = float(every.busy_ms.sum() / every["items"].sum()) if len(every) else math.nan
+    calm = rows[rows.busy_cores <= cores]
+    uncontended = len(calm) >= MIN_INTERVALS
+    rows = calm if uncontended else rows
     n = rows["items"].to_numpy(dtype=float)
     busy = rows.busy_ms.to_numpy(dtype=float)
     per = busy / n if n.size else np.array([])
@@ -203,7 +217,8 @@ def _service(op: str, rows: pd.DataFrame, step_s: float) -> Service:
         # the median of a chi-square(1) is 0.4549 x its mean: robust to the few pairs across a load step
         cv = math.sqrt(float(np.median(z2)) / CHI2_1_MEDIAN) / mean
         spread_cv = math.sqrt(float(np.mean(n * (per - mean) ** 2))) / mean
-    return Service(op, mean, cv, int(n.size), int(n.sum()), int(rows.capped.sum()), per, spread_cv, int(z2.size))
+    return Service(op, mean, cv, int(n.size), int(n.sum()), int(rows.capped.sum()), per, spread_cv, int(z2.size),
+                   all_mean, len(every), uncontended)
 
 
 def _emissions(edges: pd.DataFrame, operators: Dict[str, Any]) -> Dict[str, Emission]:
@@ -340,18 +355,7 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
         leases_.append(lease_delays(tables["leases"], tables["hosts"], step))
         busy.append(_busy_cores(tables["instance_stats"], par))
         tables_by_run.append(tables)
-    operators: Dict[str, Any] = _cfg(manifests[0], "topology", "operators", default={}) or {}
-    rows = pd.concat(per_service, ignore_index=True)
-    service = {op: _service(op, rows[rows.operator == op], step) for op in sorted(set(rows.operator) | set(operators))}
-    means = {op: s.mean_ms for op, s in service.items()}
-    hops: Dict[str, List[np.ndarray]] = {}
-    for tables in tables_by_run:
-        for op, v in quiet_hops(tables["samples"], tables["queues"], means).items():
-            hops.setdefault(op, []).append(v)
-    all_edges = pd.concat(edges, ignore_index=True)
     m0 = manifests[0]
-    copied = {f"runtime.{k}": _cfg(m0, "runtime", k) for k in RUNTIME_KEYS if _cfg(m0, "runtime", k) is not None}
-    copied["backend.live.parallel"] = _parallel(m0, "")
     if cores is not None:
         source = "the cores= argument"
     elif (engine := _engine_cores(m0)) is not None:
@@ -359,6 +363,18 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
     else:
         cores = float(os.cpu_count() or 1)
         source = "os.cpu_count() of the machine that made this profile (the run recorded no CPU count)"
+    operators: Dict[str, Any] = _cfg(m0, "topology", "operators", default={}) or {}
+    rows = pd.concat(per_service, ignore_index=True)
+    service = {op: _service(op, rows[rows.operator == op], step, cores)
+               for op in sorted(set(rows.operator) | set(operators))}
+    means = {op: s.mean_ms for op, s in service.items()}
+    hops: Dict[str, List[np.ndarray]] = {}
+    for tables in tables_by_run:
+        for op, v in quiet_hops(tables["samples"], tables["queues"], means).items():
+            hops.setdefault(op, []).append(v)
+    all_edges = pd.concat(edges, ignore_index=True)
+    copied = {f"runtime.{k}": _cfg(m0, "runtime", k) for k in RUNTIME_KEYS if _cfg(m0, "runtime", k) is not None}
+    copied["backend.live.parallel"] = _parallel(m0, "")
     configured = {k: _cfg(m0, "infrastructure", k) for k in ("container_start_s", "lease_delay_s", "pull_mb_per_s")}
     configured["emulate_pull"] = _cfg(m0, "backend", "live", "emulate_pull")
     configured["work_ms"] = _cfg(m0, "backend", "live", "work_ms")
@@ -422,7 +438,9 @@ def header(m: Measured, name: str) -> List[str]:
                      f"{r.instances} instance(s), {r.hosts} host(s), runtime.measurement {r.measurement}")
     lines += ["", "copied, not measured (the live runs' settings): "
               + ", ".join(f"{k}={v}" for k, v in m.copied.items())]
-    lines.append(f"service (instance_stats: busy = utilisation x {m.monitoring_s:g} s x parallel, / items); cv from "
+    lines.append(f"service (instance_stats: busy = utilisation x {m.monitoring_s:g} s x parallel, / items, over the "
+                 f"intervals whose busy slots of all instances stay within the {m.cores:g} shared cores: beyond, a "
+                 "slot counts its wait for the CPU as busy, which backend.shared_cores adds again); cv from "
                  "consecutive intervals' means, median (s_i - s_j)^2 / (1/n_i + 1/n_j) / 0.4549 (slowdowns by the "
                  "shared CPU count as item variability: an upper estimate); spread cv around the one mean beside it:")
     for op, s in m.service.items():
@@ -431,7 +449,10 @@ def header(m: Measured, name: str) -> List[str]:
             continue
         cv = (f"cv {s.cv:.3f} ({s.pairs} pairs; spread cv {s.spread_cv:.3f})" if math.isfinite(s.cv)
               else f"cv not measured ({s.pairs} consecutive pairs, fewer than {MIN_CV_INTERVALS})")
-        lines.append(f"  {op}: mean {s.mean_ms:.2f} ms over {s.items} items, {cv}; per-interval means "
+        which = (f"{s.intervals} of {s.all_intervals} intervals within the shared cores" if s.uncontended else
+                 f"all {s.intervals} intervals: fewer than {MIN_INTERVALS} within the shared cores")
+        lines.append(f"  {op}: mean {s.mean_ms:.2f} ms over {s.items} items ({which}; all intervals "
+                     f"{s.all_mean_ms:.2f} ms), {cv}; per-interval means "
                      f"{_rng(s.per_interval_ms, 2)} ms; {s.capped} interval(s) with an instance at utilisation 1")
     lines.append("output (edges: items out / items in; topology ratio_out / ratio_in beside it):")
     for op, e in m.emission.items():

@@ -132,6 +132,14 @@ def test_every_value_is_measured_from_the_event_log(tmp_path):
     assert not any(k.startswith("topology.operators.O8.") for k in v)  # no work measured: the base's stays
 
 
+def test_without_uncontended_intervals_every_interval_counts(tmp_path):
+    _live_run(tmp_path)
+    m = lp.measure(tmp_path, cores=0.5)  # 0.8 busy cores in every interval
+    o1 = m.service["O1"]
+    assert not o1.uncontended and o1.intervals == 20 and o1.mean_ms == pytest.approx(40.0)
+    assert lp.measure(tmp_path, cores=1).service["O1"].uncontended
+
+
 def test_truncated_send_times_are_corrected_by_their_mean(tmp_path):
     _live_run(tmp_path, measurement="seconds_truncated")
     m = lp.measure(tmp_path)

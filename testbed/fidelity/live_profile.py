@@ -92,6 +92,7 @@ class Emission:
     items_in: int
     items_out: int
     structural: float  # the topology's ratio_out / ratio_in
+    configured_per_incident: float = math.nan  # the run's emission.items_per_incident (the payload model's)
 
     @property
     def out_per_in(self) -> float:
@@ -227,7 +228,8 @@ def _emissions(edges: pd.DataFrame, operators: Dict[str, Any]) -> Dict[str, Emis
     res = {}
     for op, spec in operators.items():
         structural = float(spec.get("ratio_out", 1)) / float(spec.get("ratio_in", 1)) if spec.get("downstream") else 0.0
-        res[op] = Emission(op, int(into.get(op, 0)), int(out.get(op, 0)), structural)
+        per_incident = float((spec.get("emission") or {}).get("items_per_incident", math.nan) or math.nan)
+        res[op] = Emission(op, int(into.get(op, 0)), int(out.get(op, 0)), structural, per_incident)
     return res
 
 
@@ -457,8 +459,11 @@ def header(m: Measured, name: str) -> List[str]:
     lines.append("output (edges: items out / items in; topology ratio_out / ratio_in beside it):")
     for op, e in m.emission.items():
         if op in INCIDENT_OPERATORS:
-            lines.append(f"  {op}: {e.items_in} in, {e.items_out} out: {e.in_per_out:.1f} items per incident "
-                         "(emission.items_per_incident)" if e.items_out else
+            lines.append(f"  {op}: {e.items_in} in, {e.items_out} out (incidents): {e.in_per_out:.1f} items per "
+                         "incident "
+                         f"(emission.items_per_incident; the run's setting {e.configured_per_incident:g}; from "
+                         f"{e.items_out} incidents, +- {100 / math.sqrt(e.items_out):.0f} % if they are Poisson)"
+                         if e.items_out else
                          f"  {op}: {e.items_in} in, no output: items_per_incident not measured")
         else:
             flag = "" if not math.isfinite(e.out_per_in) or abs(e.out_per_in - e.structural) <= 0.05 * max(
@@ -467,7 +472,9 @@ def header(m: Measured, name: str) -> List[str]:
                          f"(topology {e.structural:.4f}){flag}")
     trunc = (f"mean - {TRUNCATION_MEAN_MS:g} ms (seconds_truncated adds U(0, 1 s) to every duration)"
              if m.measurement == "seconds_truncated" else "median")
-    hop = f"{m.hop_latency_ms:.1f} ms" if math.isfinite(m.hop_latency_ms) else f"not measured (< {MIN_HOPS} samples)"
+    hop = f"not measured (< {MIN_HOPS} samples)"
+    if math.isfinite(m.hop_latency_ms):  # the standard error: under truncation mostly the uniform's 289 ms / sqrt(n)
+        hop = f"{m.hop_latency_ms:.1f} ms +- {np.std(m.hop_ms) / math.sqrt(m.hop_ms.size):.1f} (standard error)"
     lines.append(f"hop latency (samples in intervals with the queue empty at both ends: duration - service, {trunc}; "
                  f"operators fed by operators only, not {', '.join(m.source_fed) or '-'}: a source's tick arrives "
                  f"at once and queues behind itself): {hop}; duration - service {_rng(m.hop_ms, 0)} ms")
@@ -513,7 +520,7 @@ def profile_yaml(m: Measured, name: str) -> str:
     import yaml
 
     out = ["# @package _global_"] + [f"# {line}".rstrip() for line in header(m, name)]
-    body = yaml.safe_dump({"profile": name, **_nest(profile_values(m))}, sort_keys=False, default_flow_style=None)
+    body = yaml.safe_dump({"profile": name, **_nest(profile_values(m))}, sort_keys=False, default_flow_style=False)
     return "\n".join(out) + "\n" + body
 
 

@@ -192,3 +192,17 @@ def test_input_without_live_figures_fails_with_one_line_and_status_2(tmp_path, c
 def test_bad_arguments_fail_with_status_2(tmp_path, capsys, args):
     assert cli_main(["live-profile", *args]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_the_committed_live_profile_composes_in_the_simulator(tmp_path):
+    from testbed.config import BackendConfig
+
+    path = lp.PROFILE_DIR / "live_measured.yaml"
+    if not path.is_file() or "shared_cores" not in BackendConfig.__dataclass_fields__:
+        pytest.skip("no measured profile, or a simulator without backend.shared_cores")
+    from tests.conftest import compose_config
+
+    data = yaml.safe_load(path.read_text())
+    cfg = compose_config("profile=live_measured", f"out={tmp_path}")
+    assert cfg.backend.shared_cores == data["backend"]["shared_cores"]
+    assert cfg.topology.operators["O2"].emission.sim.value == "incident"

@@ -4,15 +4,18 @@ simulator's unknowns values measured from their event log, not assumed:
 
 * **service time** per operator (`topology.operators.<op>.service.mean_ms`): the busy time the
   runners report (`instance_stats`: utilisation x interval x parallel slots) over the items
-  processed, summed over the instances and intervals with work; `service.cv` from the dispersion of
-  the per-interval means: a mean of n items varies with sd sigma / sqrt(n), so
-  sigma^2 ~ mean over intervals of n_i (s_i - s)^2. Intervals whose load slows the items (shared
-  CPU) add to it: an upper estimate. Not from `samples`: their durations hold the hop and, under
-  `seconds_truncated`, up to a second of truncation, far more than most operators' work;
+  processed, summed over the instances and the intervals whose busy slots stay within the shared
+  cores (beyond, a slot counts its wait for the CPU as busy, and `backend.shared_cores` adds that
+  slowdown again); `service.cv` from consecutive intervals' means: a mean of n items varies with
+  sd sigma / sqrt(n), so (s_i - s_j)^2 / (1/n_i + 1/n_j) estimates sigma^2, its median over 0.4549
+  (a chi-square(1)'s median) unmoved by the few pairs across a load step. Slowdowns within an
+  interval still count: an upper estimate. Not from `samples`: their durations hold the hop and,
+  under `seconds_truncated`, up to a second of truncation, far more than most operators' work;
 * **emission** of the incident filters (O2, O6: `emission.items_per_incident`): items into the
   operator / items out of it (`edges`); the other operators' output ratios in the header;
 * **hop latency** (`backend.hop_latency_ms`): sampled durations (upstream send -> end of processing)
-  in intervals where the operator's queue was empty at both ends, less its measured service time;
+  in intervals where the operator's queue was empty at both ends, less its measured service time,
+  at the operators fed by operators only (a source's tick arrives at once and queues behind itself);
   the median, or under `seconds_truncated` (the send time cut to whole seconds adds U(0, 1 s)) the
   mean less 500 ms;
 * **container start** (`infrastructure.container_start_s`): `docker run` -> running of the instances
@@ -167,7 +170,7 @@ def _cfg(m: Manifest, *path: str, default: Any = None) -> Any:
     return node
 
 
-def _parallel(m: Manifest, op: str) -> int:
+def _parallel(m: Manifest) -> int:
     """Worker slots per instance: the live runtime's `backend.live.parallel` (utilisation's denominator)."""
     return int(_cfg(m, "backend", "live", "parallel", default=1) or 1)
 
@@ -348,7 +351,7 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
             infos.append(_run_info(m, log))
         except (EventLogError, KeyError) as exc:
             raise ProfileError(f"{name}: a table cannot be read: {exc}") from exc
-        par = _parallel(m, "")
+        par = _parallel(m)
         per_service.append(service_per_interval(tables["instance_stats"], step, par, name))
         edges.append(tables["edges"])
         starts.append(_starts(m))
@@ -376,7 +379,7 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
             hops.setdefault(op, []).append(v)
     all_edges = pd.concat(edges, ignore_index=True)
     copied = {f"runtime.{k}": _cfg(m0, "runtime", k) for k in RUNTIME_KEYS if _cfg(m0, "runtime", k) is not None}
-    copied["backend.live.parallel"] = _parallel(m0, "")
+    copied["backend.live.parallel"] = _parallel(m0)
     configured = {k: _cfg(m0, "infrastructure", k) for k in ("container_start_s", "lease_delay_s", "pull_mb_per_s")}
     configured["emulate_pull"] = _cfg(m0, "backend", "live", "emulate_pull")
     configured["work_ms"] = _cfg(m0, "backend", "live", "work_ms")

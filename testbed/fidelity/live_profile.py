@@ -71,6 +71,7 @@ class RunInfo:
     instances: int  # instances the run started
     hosts: int  # hosts it leased
     measurement: str
+    profile: str = ""  # the profile the live run was configured with
 
 
 @dataclass
@@ -306,7 +307,8 @@ def _run_info(m: Manifest, log: EventLog) -> RunInfo:
     scale = _cfg(m, "load_scale", default="-")
     return RunInfo(f"{m.pattern}/{m.config}/{m.rep}", m.pattern, duration, scale,
                    int(stats.instance.nunique()), int(len(leases)),
-                   str(_cfg(m, "runtime", "measurement", default="milliseconds")))
+                   str(_cfg(m, "runtime", "measurement", default="milliseconds")),
+                   str(_cfg(m, "profile", default="") or ""))
 
 
 def _read(log: EventLog, run: str) -> Dict[str, pd.DataFrame]:
@@ -440,7 +442,10 @@ def header(m: Measured, name: str) -> List[str]:
     lines = [f"Measured on the live testbed by `testbed live-profile` from {m.root}: {len(m.runs)} complete run(s),"]
     for r in m.runs:
         lines.append(f"  {r.name}: pattern {r.pattern}, {r.duration_s:g} s, scale {r.scale}, "
-                     f"{r.instances} instance(s), {r.hosts} host(s), runtime.measurement {r.measurement}")
+                     f"{r.instances} instance(s), {r.hosts} host(s), runtime.measurement {r.measurement}, "
+                     f"profile {r.profile or '-'}")
+    lines.append("Only measured or copied keys are set: the policies' settings of the runs' profile are not, so the "
+                 "simulator beside them needs those too.")
     lines += ["", "copied, not measured (the live runs' settings): "
               + ", ".join(f"{k}={v}" for k, v in m.copied.items())]
     lines.append(f"service (instance_stats: busy = utilisation x {m.monitoring_s:g} s x parallel, / items, over the "

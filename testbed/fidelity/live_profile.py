@@ -97,14 +97,15 @@ class Emission:
     items_out: int
     structural: float  # the topology's ratio_out / ratio_in
     configured_per_incident: float = math.nan  # the run's emission.items_per_incident (the payload model's)
+    processed: int = 0  # of items_in, those processed (instance_stats): a backlog at the end emitted nothing
 
     @property
     def out_per_in(self) -> float:
-        return self.items_out / self.items_in if self.items_in else math.nan
+        return self.items_out / self.processed if self.processed else math.nan
 
     @property
     def in_per_out(self) -> float:
-        return self.items_in / self.items_out if self.items_out else math.nan
+        return self.processed / self.items_out if self.items_out else math.nan
 
 
 @dataclass
@@ -226,14 +227,15 @@ def _service(op: str, rows: pd.DataFrame, step_s: float, cores: float) -> Servic
                    all_mean, len(every), uncontended)
 
 
-def _emissions(edges: pd.DataFrame, operators: Dict[str, Any]) -> Dict[str, Emission]:
+def _emissions(edges: pd.DataFrame, processed: pd.Series, operators: Dict[str, Any]) -> Dict[str, Emission]:
     into = edges.groupby("target")["items"].sum()
     out = edges.groupby("source")["items"].sum()
     res = {}
     for op, spec in operators.items():
         structural = float(spec.get("ratio_out", 1)) / float(spec.get("ratio_in", 1)) if spec.get("downstream") else 0.0
         per_incident = float((spec.get("emission") or {}).get("items_per_incident", math.nan) or math.nan)
-        res[op] = Emission(op, int(into.get(op, 0)), int(out.get(op, 0)), structural, per_incident)
+        res[op] = Emission(op, int(into.get(op, 0)), int(out.get(op, 0)), structural, per_incident,
+                           int(processed.get(op, 0)))
     return res
 
 
@@ -344,7 +346,7 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
                            f"or runtime.monitoring_s {sorted(steps)}")
     step = steps.pop()
     infos, per_service, edges, starts, reports, leases_, busy = [], [], [], [], [], [], []
-    tables_by_run, latencies = [], []
+    tables_by_run, latencies, processed = [], [], []
     for d, m in zip(runs, manifests, strict=True):
         log = EventLog(d)
         name = f"{m.pattern}/{m.config}/{m.rep}"
@@ -356,6 +358,7 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
         par = _parallel(m)
         per_service.append(service_per_interval(tables["instance_stats"], step, par, name))
         edges.append(tables["edges"])
+        processed.append(tables["instance_stats"].groupby("operator").processed.sum())
         starts.append(_starts(m))
         latencies.append(_starts(m, "start_latency_s"))
         reports.append(_request_to_report(tables["placements"], tables["instance_stats"]))
@@ -386,7 +389,7 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
     configured["emulate_pull"] = _cfg(m0, "backend", "live", "emulate_pull")
     configured["work_ms"] = _cfg(m0, "backend", "live", "work_ms")
     return Measured(root=str(root), runs=infos, service=service,
-                    emission=_emissions(all_edges, operators),
+                    emission=_emissions(all_edges, pd.concat(processed).groupby(level=0).sum(), operators),
                     hop_by_operator={op: np.concatenate(v) for op, v in sorted(hops.items())},
                     source_fed=source_fed(all_edges, sorted(service)), measurement=measurements.pop(),
                     container_start_s=np.concatenate(starts), start_latency_s=np.concatenate(latencies),
@@ -464,10 +467,12 @@ def header(m: Measured, name: str) -> List[str]:
         lines.append(f"  {op}: mean {s.mean_ms:.2f} ms over {s.items} items ({which}; all intervals "
                      f"{s.all_mean_ms:.2f} ms), {cv}; per-interval means "
                      f"{_rng(s.per_interval_ms, 2)} ms; {s.capped} interval(s) with an instance at utilisation 1")
-    lines.append("output (edges: items out / items in; topology ratio_out / ratio_in beside it):")
+    lines.append("output (edges out / items processed (instance_stats), not the edges in: a backlog left at the end "
+                 "emitted nothing; topology ratio_out / ratio_in beside it):")
     for op, e in m.emission.items():
         if op in INCIDENT_OPERATORS:
-            lines.append(f"  {op}: {e.items_in} in, {e.items_out} out (incidents): {e.in_per_out:.1f} items per "
+            lines.append(f"  {op}: {e.items_in} in, {e.processed} processed, {e.items_out} out (incidents): "
+                         f"{e.in_per_out:.1f} items per "
                          "incident "
                          f"(emission.items_per_incident; the run's setting {e.configured_per_incident:g}; from "
                          f"{e.items_out} incidents, +- {100 / math.sqrt(e.items_out):.0f} % if they are Poisson)"
@@ -476,7 +481,8 @@ def header(m: Measured, name: str) -> List[str]:
         else:
             flag = "" if not math.isfinite(e.out_per_in) or abs(e.out_per_in - e.structural) <= 0.05 * max(
                 e.structural, 1e-9) else "  <- differs from the topology"
-            lines.append(f"  {op}: {e.items_in} in, {e.items_out} out: {e.out_per_in:.4f} per input "
+            lines.append(f"  {op}: {e.items_in} in, {e.processed} processed, {e.items_out} out: "
+                         f"{e.out_per_in:.4f} per input "
                          f"(topology {e.structural:.4f}){flag}")
     trunc = (f"mean - {TRUNCATION_MEAN_MS:g} ms (seconds_truncated adds U(0, 1 s) to every duration)"
              if m.measurement == "seconds_truncated" else "median")

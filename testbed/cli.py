@@ -10,6 +10,7 @@
     testbed calibrate [key=value...]     fit the simulator's unknowns to one pattern's published table (a profile)
     testbed fidelity [key=value...]      a profile on every pattern, plus sensitivity sweeps for the report
     testbed engine-profile RUNS_DIR name=NAME  a job-mode profile measured from the Flink runs of a folder
+    testbed live-profile RUNS_DIR name=NAME    a simulator profile measured from the live runs of a folder
     testbed odp solve|study [key=value...] ODP: solve a placement ILP (INSTANCE.json), or the scalability study
 """
 from __future__ import annotations
@@ -179,6 +180,12 @@ def engine_profile(argv: List[str]) -> int:
     return engine_profile_main(argv)
 
 
+def live_profile(argv: List[str]) -> int:
+    from testbed.fidelity.live_profile import main as live_profile_main
+
+    return live_profile_main(argv)
+
+
 def odp(argv: List[str]) -> int:
     if argv[:1] == ["runs"]:  # the measures of runs are the ODP evaluation's (reporting), not placement's
         from reporting.evaluations.odp.runs import main as runs_main
@@ -207,6 +214,7 @@ COMMANDS = {"experiment": experiment, "evaluations": evaluations, "patterns": pa
 COMMANDS["odp"] = odp
 COMMANDS["sweep"] = sweep
 COMMANDS["engine-profile"] = engine_profile
+COMMANDS["live-profile"] = live_profile
 
 
 def main(argv: Optional[List[str]] = None) -> int:

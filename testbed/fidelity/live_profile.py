@@ -1,0 +1,577 @@
+"""A simulator profile measured on the live testbed (`testbed live-profile RUNS name=NAME`): the live
+runs of a runs folder (configurations named `<configuration>-live`, testbed/live/) give the
+simulator's unknowns values measured from their event log, not assumed:
+
+* **service time** per operator (`topology.operators.<op>.service.mean_ms`): the busy time the
+  runners report (`instance_stats`: utilisation x interval x parallel slots) over the items
+  processed, summed over the instances and the intervals whose busy slots stay within the shared
+  cores (beyond, a slot counts its wait for the CPU as busy, and `backend.shared_cores` adds that
+  slowdown again); `service.cv` from consecutive intervals' means: a mean of n items varies with
+  sd sigma / sqrt(n), so (s_i - s_j)^2 / (1/n_i + 1/n_j) estimates sigma^2, its median over 0.4549
+  (a chi-square(1)'s median) unmoved by the few pairs across a load step. Slowdowns within an
+  interval still count: an upper estimate. Not from `samples`: their durations hold the hop and,
+  under `seconds_truncated`, up to a second of truncation, far more than most operators' work;
+* **emission** of the incident filters (O2, O6: `emission.items_per_incident`): items into the
+  operator / items out of it (`edges`); the other operators' output ratios in the header;
+* **hop latency** (`backend.hop_latency_ms`): sampled durations (upstream send -> end of processing)
+  in intervals where the operator's queue was empty at both ends, less its measured service time,
+  at the operators fed by operators only (a source's tick arrives at once and queues behind itself);
+  the median, or under `seconds_truncated` (the send time cut to whole seconds adds U(0, 1 s)) the
+  mean less 500 ms;
+* **container start** (`infrastructure.container_start_s`): `docker run` -> running of the instances
+  started during the run (the manifest's instance records); the request -> first report in
+  `instance_stats` in the header (monitoring resolution, host boot and emulated pull included);
+* **lease delay** (`infrastructure.lease_delay_s`): lease (`leases`) -> ready (`hosts`), the n-th
+  lease matched to the n-th host ready, at the monitoring interval's midpoint (+- half of it);
+* **shared cores** (`backend.shared_cores`): the cores the run's logical hosts shared (argument, the
+  engine's recorded CPU count, or this machine's), and the busy cores measured per interval;
+* the runtime settings the simulator must share (`runtime.*`, parallel slots): copied.
+
+A value with too few observations is left out (the base profile's stays) and the header says so."""
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pandas as pd
+
+from testbed.eventlog import EventLog, EventLogError, Manifest, find_runs, read_manifest, split_run_config
+
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "experiments" / "conf" / "profile"
+LIVE_SUFFIX = "-live"
+INCIDENT_OPERATORS = ("O2", "O6")  # the live filters that emit on a new incident only
+MIN_INTERVALS = 3  # intervals with work for a service mean
+MIN_CV_INTERVALS = 5  # ... for its cv
+MIN_HOPS = 10  # quiet samples for the hop latency
+MIN_STARTS = 2  # container starts / leases for a range
+QUIET_DEPTH = 0  # queue depth at both ends of an interval for its samples to count as unqueued
+CHI2_1_MEDIAN = 0.4549  # median of a chi-square with one degree of freedom
+TRUNCATION_MEAN_MS = 500.0  # mean of U(0, 1 s): what seconds_truncated adds to a duration
+RUNTIME_KEYS = ("measurement", "sampling", "sample_every", "initial_instances")
+TABLES = ("instance_stats", "edges", "samples", "queues", "hosts", "leases", "placements")
+USAGE = "usage: testbed live-profile RUNS_DIR name=NAME [out=FILE.yaml] [cores=N]"
+
+
+class ProfileError(ValueError):
+    """Input a profile cannot be measured from (one line, for the user)."""
+
+
+@dataclass
+class RunInfo:
+    name: str
+    pattern: str
+    duration_s: float
+    scale: Any
+    instances: int  # instances the run started
+    hosts: int  # hosts it leased
+    measurement: str
+    profile: str = ""  # the profile the live run was configured with
+
+
+@dataclass
+class Service:
+    operator: str
+    mean_ms: float  # NaN: no interval with work
+    cv: float  # NaN: too few intervals
+    intervals: int
+    items: int
+    capped: int  # intervals with an instance at utilisation 1 (its busy time cut)
+    per_interval_ms: np.ndarray
+    spread_cv: float = math.nan  # from the spread around the overall mean: load changes included
+    pairs: int = 0  # consecutive interval pairs behind cv
+    all_mean_ms: float = math.nan  # over every interval with work, contended ones included
+    all_intervals: int = 0
+    uncontended: bool = True  # mean and cv from the intervals within the shared cores only
+
+
+@dataclass
+class Emission:
+    operator: str
+    items_in: int
+    items_out: int
+    structural: float  # the topology's ratio_out / ratio_in
+    configured_per_incident: float = math.nan  # the run's emission.items_per_incident (the payload model's)
+    processed: int = 0  # of items_in, those processed (instance_stats): a backlog at the end emitted nothing
+
+    @property
+    def out_per_in(self) -> float:
+        return self.items_out / self.processed if self.processed else math.nan
+
+    @property
+    def in_per_out(self) -> float:
+        return self.processed / self.items_out if self.items_out else math.nan
+
+
+@dataclass
+class Measured:
+    """What the live runs of a folder measured."""
+
+    root: str
+    runs: List[RunInfo]
+    service: Dict[str, Service]
+    emission: Dict[str, Emission]
+    hop_by_operator: Dict[str, np.ndarray]  # per quiet sample: duration - service (truncation not yet removed)
+    source_fed: List[str]  # operators a source feeds: their quiet samples still queue behind a tick's burst
+    measurement: str  # runtime.measurement of the runs
+    container_start_s: np.ndarray  # docker run -> running, instances started during the runs
+    start_latency_s: np.ndarray  # request -> running of the same (host boot and emulated pull included)
+    request_to_report_s: np.ndarray  # scale-up request -> first instance_stats row (monitoring resolution)
+    lease_delay_s: np.ndarray  # lease -> ready, interval midpoints
+    monitoring_s: float
+    busy_cores: np.ndarray  # per interval: the busy worker slots of all instances
+    copied: Dict[str, Any]  # runtime.* and parallel, from the resolved config
+    cores: float = 0.0
+    cores_source: str = ""
+    configured: Dict[str, Any] = field(default_factory=dict)  # the live runs' infrastructure settings
+
+    @property
+    def hop_ms(self) -> np.ndarray:
+        """The quiet samples of the operators fed by operators only."""
+        parts = [v for op, v in self.hop_by_operator.items() if op not in self.source_fed]
+        return np.concatenate(parts) if parts else np.array([])
+
+    def hop_estimate(self, values: np.ndarray) -> float:
+        """The hop: the median, or under seconds_truncated the mean less the truncation's mean (the
+        median of a sum with a uniform is not the median plus 500)."""
+        if values.size < MIN_HOPS:
+            return math.nan
+        if self.measurement == "seconds_truncated":
+            return float(np.mean(values)) - TRUNCATION_MEAN_MS
+        return float(np.median(values))
+
+    @property
+    def hop_latency_ms(self) -> float:
+        return self.hop_estimate(self.hop_ms)
+
+
+def live_runs(root: Path) -> List[Path]:
+    """The complete runs below root that ran live (named `<configuration>-live`)."""
+    found = []
+    for d in find_runs(root):
+        try:
+            m = read_manifest(d)
+        except EventLogError:
+            continue
+        if m.status == "complete" and split_run_config(m.config)[1] == LIVE_SUFFIX:
+            found.append(d)
+    return found
+
+
+def _cfg(m: Manifest, *path: str, default: Any = None) -> Any:
+    node: Any = m.resolved_config
+    for p in path:
+        if not isinstance(node, dict) or p not in node:
+            return default
+        node = node[p]
+    return node
+
+
+def _parallel(m: Manifest) -> int:
+    """Worker slots per instance: the live runtime's `backend.live.parallel` (utilisation's denominator)."""
+    return int(_cfg(m, "backend", "live", "parallel", default=1) or 1)
+
+
+def service_per_interval(stats: pd.DataFrame, step_s: float, parallel: int, run: str = "") -> pd.DataFrame:
+    """Per operator and interval with work: items and busy ms over all instances."""
+    busy = stats.groupby("t_s").utilisation.sum() * parallel
+    s = stats[stats.processed > 0].copy()
+    s["run"] = run
+    s["busy_cores"] = s.t_s.map(busy)
+    s["busy_ms"] = s.utilisation * step_s * 1000.0 * parallel
+    s["capped"] = s.utilisation >= 1.0
+    return s.groupby(["run", "operator", "t_s"], as_index=False).agg(
+        items=("processed", "sum"), busy_ms=("busy_ms", "sum"), capped=("capped", "any"),
+        busy_cores=("busy_cores", "first"))
+
+
+def successive_z2(rows: pd.DataFrame, step_s: float) -> np.ndarray:
+    """Per pair of consecutive intervals with work: (s_i - s_j)^2 / (1/n_i + 1/n_j), whose expectation
+    is the per-item variance when both means come from the same distribution. Differencing neighbours
+    cancels the load's slow changes (the steps of a pattern) that the spread around one mean keeps."""
+    out = []
+    for _, g in rows.groupby("run"):
+        g = g.sort_values("t_s")
+        n = g["items"].to_numpy(dtype=float)
+        s = g.busy_ms.to_numpy(dtype=float) / n
+        near = np.diff(g.t_s.to_numpy(dtype=float)) <= 1.5 * step_s
+        out.append(((s[1:] - s[:-1]) ** 2 / (1 / n[1:] + 1 / n[:-1]))[near])
+    return np.concatenate(out) if out else np.array([])
+
+
+def _service(op: str, rows: pd.DataFrame, step_s: float, cores: float) -> Service:
+    """Mean and cv over the uncontended intervals (busy slots of all instances within the shared cores:
+    the simulator's CPU sharing slows nothing there and adds its own slowdown beyond), or over all
+    intervals where fewer than MIN_INTERVALS are uncontended."""
+    every = rows
+    all_mean = float(every.busy_ms.sum() / every["items"].sum()) if len(every) else math.nan
+    calm = rows[rows.busy_cores <= cores]
+    uncontended = len(calm) >= MIN_INTERVALS
+    rows = calm if uncontended else rows
+    n = rows["items"].to_numpy(dtype=float)
+    busy = rows.busy_ms.to_numpy(dtype=float)
+    per = busy / n if n.size else np.array([])
+    mean = float(busy.sum() / n.sum()) if n.size >= MIN_INTERVALS and n.sum() > 0 else math.nan
+    cv = spread_cv = math.nan
+    z2 = successive_z2(rows, step_s)
+    if z2.size >= MIN_CV_INTERVALS and mean > 0:
+        # the median of a chi-square(1) is 0.4549 x its mean: robust to the few pairs across a load step
+        cv = math.sqrt(float(np.median(z2)) / CHI2_1_MEDIAN) / mean
+        spread_cv = math.sqrt(float(np.mean(n * (per - mean) ** 2))) / mean
+    return Service(op, mean, cv, int(n.size), int(n.sum()), int(rows.capped.sum()), per, spread_cv, int(z2.size),
+                   all_mean, len(every), uncontended)
+
+
+def _emissions(edges: pd.DataFrame, processed: pd.Series, operators: Dict[str, Any]) -> Dict[str, Emission]:
+    into = edges.groupby("target")["items"].sum()
+    out = edges.groupby("source")["items"].sum()
+    res = {}
+    for op, spec in operators.items():
+        structural = float(spec.get("ratio_out", 1)) / float(spec.get("ratio_in", 1)) if spec.get("downstream") else 0.0
+        per_incident = float((spec.get("emission") or {}).get("items_per_incident", math.nan) or math.nan)
+        res[op] = Emission(op, int(into.get(op, 0)), int(out.get(op, 0)), structural, per_incident,
+                           int(processed.get(op, 0)))
+    return res
+
+
+def quiet_hops(samples: pd.DataFrame, queues: pd.DataFrame, service_ms: Dict[str, float]) -> Dict[str, np.ndarray]:
+    """Per operator: duration - service of the samples finished in an interval whose operator queue
+    was empty at its start and its end: nothing waited, so the rest is the hop (send -> processing)."""
+    out: Dict[str, np.ndarray] = {}
+    for op, q in queues.groupby("operator"):
+        if not math.isfinite(service_ms.get(str(op), math.nan)):
+            continue
+        q = q.sort_values("t_s")
+        t, depth = q.t_s.to_numpy(dtype=float), q.depth.to_numpy()
+        quiet = np.concatenate([[False], (depth[1:] <= QUIET_DEPTH) & (depth[:-1] <= QUIET_DEPTH)])
+        s = samples[samples.operator == op]
+        k = np.searchsorted(t, s.t_s.to_numpy(dtype=float), side="left")  # the interval each sample ends in
+        inside = k < t.size
+        sel = np.zeros(len(s), dtype=bool)
+        sel[inside] = quiet[k[inside]]
+        out[str(op)] = s.duration_ms.to_numpy(dtype=float)[sel] - service_ms[str(op)]
+    return out
+
+
+def source_fed(edges: pd.DataFrame, operators: Sequence[str]) -> List[str]:
+    """Operators with an edge from a source (not an operator): a tick delivers its items at once."""
+    return sorted(set(edges[~edges.source.isin(list(operators))].target))
+
+
+def _starts(m: Manifest, span: str = "container_start_s") -> np.ndarray:
+    """A span of the instances requested during the run (not the initial deployment) from the pool's
+    records: `container_start_s` (docker run -> running) or `start_latency_s` (request -> running)."""
+    recs = m.details.get("instances", []) if isinstance(m.details, dict) else []
+    return np.array([float(r[span]) for r in recs
+                     if r.get(span) is not None and float(r.get("requested_at") or 0.0) > 0.0])
+
+
+def _request_to_report(placements: pd.DataFrame, stats: pd.DataFrame) -> np.ndarray:
+    first = stats.groupby("instance").t_s.min()
+    ups = placements[(placements.action == "scale_up") & (placements.t_s > 0)]
+    return np.array([float(first[i]) - float(t) for t, i in zip(ups.t_s, ups.instance, strict=True)
+                     if i in first.index and first[i] >= t])
+
+
+def lease_delays(leases: pd.DataFrame, hosts: pd.DataFrame, step_s: float) -> np.ndarray:
+    """Lease -> ready per host leased during the run: hosts ready so far (ready now + released) matched
+    in lease order; the ready time is the midpoint of the interval the count rose in."""
+    leases = leases.sort_values("start_s")
+    hosts = hosts.sort_values("t_s")
+    initial = int((leases.start_s <= 0).sum())
+    later = leases[leases.start_s > 0]
+    released_ends = np.sort(leases[leases.released].end_s.to_numpy(dtype=float))
+    t = hosts.t_s.to_numpy(dtype=float)
+    ever = hosts.ready.to_numpy() + np.searchsorted(released_ends, t, side="right")
+    delays = []
+    for k, start in enumerate(later.start_s.to_numpy(dtype=float)):
+        hit = np.nonzero(ever >= initial + k + 1)[0]
+        if hit.size and t[hit[0]] > start:
+            delays.append(max(0.0, t[hit[0]] - step_s / 2 - start))
+    return np.array(delays)
+
+
+def _busy_cores(stats: pd.DataFrame, parallel: int) -> np.ndarray:
+    return (stats.groupby("t_s").utilisation.sum() * parallel).to_numpy(dtype=float)
+
+
+def _run_info(m: Manifest, log: EventLog) -> RunInfo:
+    stats = log.read("instance_stats")
+    leases = log.read("leases")
+    duration = float(_cfg(m, "duration_min", default=0) or 0) * 60.0
+    if not duration:
+        duration = float(stats.t_s.max()) if len(stats) else 0.0
+    scale = _cfg(m, "load_scale", default="-")
+    return RunInfo(f"{m.pattern}/{m.config}/{m.rep}", m.pattern, duration, scale,
+                   int(stats.instance.nunique()), int(len(leases)),
+                   str(_cfg(m, "runtime", "measurement", default="milliseconds")),
+                   str(_cfg(m, "profile", default="") or ""))
+
+
+def _read(log: EventLog, run: str) -> Dict[str, pd.DataFrame]:
+    missing = [t for t in TABLES if not log.has(t)]
+    if missing:
+        raise ProfileError(f"{run}: no {', '.join(missing)} table")
+    return {t: log.read(t) for t in TABLES}
+
+
+def _engine_cores(m: Manifest) -> Optional[float]:
+    """The engine's CPU count if the run recorded one (details.engine_cpus or details.engines[*].cpus)."""
+    d = m.details if isinstance(m.details, dict) else {}
+    if d.get("engine_cpus"):
+        return float(d["engine_cpus"])
+    engines: List[Any] = d["engines"] if isinstance(d.get("engines"), list) else []
+    cpus = [float(e["cpus"]) for e in engines if isinstance(e, dict) and e.get("cpus")]
+    return sum(cpus) if cpus and len(cpus) == len(engines) else None
+
+
+def measure(root: Path, cores: Optional[float] = None) -> Measured:
+    """The live testbed's figures from the live runs below root; ProfileError when there are none."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ProfileError(f"{root}: no such folder")
+    runs = live_runs(root)
+    if not runs:
+        raise ProfileError(f"{root}: no complete live runs (configurations named <name>{LIVE_SUFFIX})")
+    manifests = [read_manifest(d) for d in runs]
+    measurements = {str(_cfg(m, "runtime", "measurement", default="milliseconds")) for m in manifests}
+    steps = {float(_cfg(m, "runtime", "monitoring_s", default=15.0)) for m in manifests}
+    if len(measurements) > 1 or len(steps) > 1:
+        raise ProfileError(f"{root}: the live runs differ in runtime.measurement {sorted(measurements)} "
+                           f"or runtime.monitoring_s {sorted(steps)}")
+    step = steps.pop()
+    infos, per_service, edges, starts, reports, leases_, busy = [], [], [], [], [], [], []
+    tables_by_run, latencies, processed = [], [], []
+    for d, m in zip(runs, manifests, strict=True):
+        log = EventLog(d)
+        name = f"{m.pattern}/{m.config}/{m.rep}"
+        try:
+            tables = _read(log, name)
+            infos.append(_run_info(m, log))
+        except (EventLogError, KeyError) as exc:
+            raise ProfileError(f"{name}: a table cannot be read: {exc}") from exc
+        par = _parallel(m)
+        per_service.append(service_per_interval(tables["instance_stats"], step, par, name))
+        edges.append(tables["edges"])
+        processed.append(tables["instance_stats"].groupby("operator").processed.sum())
+        starts.append(_starts(m))
+        latencies.append(_starts(m, "start_latency_s"))
+        reports.append(_request_to_report(tables["placements"], tables["instance_stats"]))
+        leases_.append(lease_delays(tables["leases"], tables["hosts"], step))
+        busy.append(_busy_cores(tables["instance_stats"], par))
+        tables_by_run.append(tables)
+    m0 = manifests[0]
+    if cores is not None:
+        source = "the cores= argument"
+    elif (engine := _engine_cores(m0)) is not None:
+        cores, source = engine, "the engine's CPU count recorded in the manifest"
+    else:
+        cores = float(os.cpu_count() or 1)
+        source = "os.cpu_count() of the machine that made this profile (the run recorded no CPU count)"
+    operators: Dict[str, Any] = _cfg(m0, "topology", "operators", default={}) or {}
+    rows = pd.concat(per_service, ignore_index=True)
+    service = {op: _service(op, rows[rows.operator == op], step, cores)
+               for op in sorted(set(rows.operator) | set(operators))}
+    means = {op: s.mean_ms for op, s in service.items()}
+    hops: Dict[str, List[np.ndarray]] = {}
+    for tables in tables_by_run:
+        for op, v in quiet_hops(tables["samples"], tables["queues"], means).items():
+            hops.setdefault(op, []).append(v)
+    all_edges = pd.concat(edges, ignore_index=True)
+    copied = {f"runtime.{k}": _cfg(m0, "runtime", k) for k in RUNTIME_KEYS if _cfg(m0, "runtime", k) is not None}
+    copied["backend.live.parallel"] = _parallel(m0)
+    configured = {k: _cfg(m0, "infrastructure", k) for k in ("container_start_s", "lease_delay_s", "pull_mb_per_s")}
+    configured["emulate_pull"] = _cfg(m0, "backend", "live", "emulate_pull")
+    configured["work_ms"] = _cfg(m0, "backend", "live", "work_ms")
+    return Measured(root=str(root), runs=infos, service=service,
+                    emission=_emissions(all_edges, pd.concat(processed).groupby(level=0).sum(), operators),
+                    hop_by_operator={op: np.concatenate(v) for op, v in sorted(hops.items())},
+                    source_fed=source_fed(all_edges, sorted(service)), measurement=measurements.pop(),
+                    container_start_s=np.concatenate(starts), start_latency_s=np.concatenate(latencies),
+                    request_to_report_s=np.concatenate(reports),
+                    lease_delay_s=np.concatenate(leases_), monitoring_s=step, busy_cores=np.concatenate(busy),
+                    copied=copied, cores=float(cores), cores_source=source, configured=configured)
+
+
+def _rng(values: np.ndarray, decimals: int = 1) -> str:
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return "none measured"
+    p10, p90 = np.percentile(v, [10, 90])
+    return (f"median {np.median(v):.{decimals}f}, p10-p90 {p10:.{decimals}f}-{p90:.{decimals}f}, "
+            f"range {v.min():.{decimals}f}-{v.max():.{decimals}f} (n={v.size})")
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.3g}")
+
+
+def profile_values(m: Measured) -> Dict[str, Any]:
+    """The profile's keys (dotted); a value the runs did not measure is left out."""
+    v: Dict[str, Any] = {}
+    for key, val in m.copied.items():
+        if key != "backend.live.parallel":
+            v[key] = val
+    v["backend.shared_cores"] = _sig(m.cores)
+    if math.isfinite(m.hop_latency_ms):
+        v["backend.hop_latency_ms"] = _sig(max(0.0, m.hop_latency_ms))
+    for key, d in (("infrastructure.container_start_s", m.container_start_s),
+                   ("infrastructure.lease_delay_s", m.lease_delay_s)):
+        if d.size >= MIN_STARTS:
+            v[key] = [_sig(float(d.min())), _sig(float(d.max()))]
+    for op, s in m.service.items():
+        base = f"topology.operators.{op}"
+        if math.isfinite(s.mean_ms):
+            v[f"{base}.service.mean_ms"] = _sig(s.mean_ms)
+            v[f"{base}.service.parallel"] = m.copied["backend.live.parallel"]
+        if math.isfinite(s.cv):
+            v[f"{base}.service.cv"] = _sig(s.cv)
+    for op in INCIDENT_OPERATORS:
+        e = m.emission.get(op)
+        if e is not None and math.isfinite(e.in_per_out):
+            v[f"topology.operators.{op}.emission"] = {"sim": "incident", "live": "incident",
+                                                     "items_per_incident": _sig(e.in_per_out)}
+    return v
+
+
+def header(m: Measured, name: str) -> List[str]:
+    """The profile's comment: where every value came from, how many observations, their spread."""
+    lines = [f"Measured on the live testbed by `testbed live-profile` from {m.root}: {len(m.runs)} complete run(s),"]
+    for r in m.runs:
+        lines.append(f"  {r.name}: pattern {r.pattern}, {r.duration_s:g} s, scale {r.scale}, "
+                     f"{r.instances} instance(s), {r.hosts} host(s), runtime.measurement {r.measurement}, "
+                     f"profile {r.profile or '-'}")
+    lines.append("Only measured or copied keys are set: the policies' settings of the runs' profile are not, so the "
+                 "simulator beside them needs those too.")
+    lines += ["", "copied, not measured (the live runs' settings): "
+              + ", ".join(f"{k}={v}" for k, v in m.copied.items())]
+    lines.append(f"service (instance_stats: busy = utilisation x {m.monitoring_s:g} s x parallel, / items, over the "
+                 f"intervals whose busy slots of all instances stay within the {m.cores:g} shared cores: beyond, a "
+                 "slot counts its wait for the CPU as busy, which backend.shared_cores adds again); cv from "
+                 "consecutive intervals' means, median (s_i - s_j)^2 / (1/n_i + 1/n_j) / 0.4549 (slowdowns by the "
+                 "shared CPU count as item variability: an upper estimate); spread cv around the one mean beside it:")
+    for op, s in m.service.items():
+        if not math.isfinite(s.mean_ms):
+            lines.append(f"  {op}: not measured ({s.intervals} interval(s) with work, fewer than {MIN_INTERVALS})")
+            continue
+        cv = (f"cv {s.cv:.3f} ({s.pairs} pairs; spread cv {s.spread_cv:.3f})" if math.isfinite(s.cv)
+              else f"cv not measured ({s.pairs} consecutive pairs, fewer than {MIN_CV_INTERVALS})")
+        which = (f"{s.intervals} of {s.all_intervals} intervals within the shared cores" if s.uncontended else
+                 f"all {s.intervals} intervals: fewer than {MIN_INTERVALS} within the shared cores")
+        lines.append(f"  {op}: mean {s.mean_ms:.2f} ms over {s.items} items ({which}; all intervals "
+                     f"{s.all_mean_ms:.2f} ms), {cv}; per-interval means "
+                     f"{_rng(s.per_interval_ms, 2)} ms; {s.capped} interval(s) with an instance at utilisation 1")
+    lines.append("output (edges out / items processed (instance_stats), not the edges in: a backlog left at the end "
+                 "emitted nothing; topology ratio_out / ratio_in beside it):")
+    for op, e in m.emission.items():
+        if op in INCIDENT_OPERATORS:
+            lines.append(f"  {op}: {e.items_in} in, {e.processed} processed, {e.items_out} out (incidents): "
+                         f"{e.in_per_out:.1f} items per "
+                         "incident "
+                         f"(emission.items_per_incident; the run's setting {e.configured_per_incident:g}; from "
+                         f"{e.items_out} incidents, +- {100 / math.sqrt(e.items_out):.0f} % if they are Poisson)"
+                         if e.items_out else
+                         f"  {op}: {e.items_in} in, no output: items_per_incident not measured")
+        else:
+            flag = "" if not math.isfinite(e.out_per_in) or abs(e.out_per_in - e.structural) <= 0.05 * max(
+                e.structural, 1e-9) else "  <- differs from the topology"
+            lines.append(f"  {op}: {e.items_in} in, {e.processed} processed, {e.items_out} out: "
+                         f"{e.out_per_in:.4f} per input "
+                         f"(topology {e.structural:.4f}){flag}")
+    trunc = (f"mean - {TRUNCATION_MEAN_MS:g} ms (seconds_truncated adds U(0, 1 s) to every duration)"
+             if m.measurement == "seconds_truncated" else "median")
+    hop = f"not measured (< {MIN_HOPS} samples)"
+    if math.isfinite(m.hop_latency_ms):  # the standard error: under truncation mostly the uniform's 289 ms / sqrt(n)
+        hop = f"{m.hop_latency_ms:.1f} ms +- {np.std(m.hop_ms) / math.sqrt(m.hop_ms.size):.1f} (standard error)"
+    lines.append(f"hop latency (samples in intervals with the queue empty at both ends: duration - service, {trunc}; "
+                 f"operators fed by operators only, not {', '.join(m.source_fed) or '-'}: a source's tick arrives "
+                 f"at once and queues behind itself): {hop}; duration - service {_rng(m.hop_ms, 0)} ms")
+    for op, v in m.hop_by_operator.items():
+        est = m.hop_estimate(v)
+        lines.append(f"  {op}{' (source-fed, not used)' if op in m.source_fed else ''}: "
+                     + (f"{est:.1f} ms" if math.isfinite(est) else "too few") + f" (n={v.size})")
+    cs = m.configured
+    lines.append(f"container start (manifest instance records: docker run -> running, instances started during the "
+                 f"run): {_rng(m.container_start_s, 2)} s; configured {cs.get('container_start_s')}"
+                 + ("" if m.container_start_s.size >= MIN_STARTS else "; not measured: key left out"))
+    lines.append(f"  request -> running (manifest instance records: host boot and emulated pull included): "
+                 f"{_rng(m.start_latency_s, 2)} s")
+    lines.append(f"  scale-up request -> first instance_stats row (host boot, emulated pull at "
+                 f"{cs.get('pull_mb_per_s')} MB/s (emulate_pull {cs.get('emulate_pull')}), +- {m.monitoring_s:g} s): "
+                 f"{_rng(m.request_to_report_s)} s")
+    lines.append(f"lease delay (leases start -> hosts ready, interval midpoint +- {m.monitoring_s / 2:g} s; the live "
+                 f"pool waits a delay drawn from the configured {cs.get('lease_delay_s')}): {_rng(m.lease_delay_s)} s"
+                 + ("" if m.lease_delay_s.size >= MIN_STARTS else "; not measured: key left out"))
+    lines.append(f"shared cores {m.cores:g}: {m.cores_source}; busy cores per interval (sum of utilisation x "
+                 "parallel): "
+                 f"mean {np.mean(m.busy_cores) if m.busy_cores.size else math.nan:.2f}, p95 "
+                 f"{np.percentile(m.busy_cores, 95) if m.busy_cores.size else math.nan:.2f}, max "
+                 f"{np.max(m.busy_cores) if m.busy_cores.size else math.nan:.2f} (n={m.busy_cores.size})")
+    lines.append(f"emulated work (backend.live.work_ms): {cs.get('work_ms') or 'none, the operators real work'}")
+    lines.append("the simulator beside the live runs:")
+    lines.append(f"  testbed experiment pattern=<theirs> profile={name} out=<their runs folder>")
+    return lines
+
+
+def _nest(values: Dict[str, Any]) -> Dict[str, Any]:
+    tree: Dict[str, Any] = {}
+    for key, v in values.items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = v
+    return tree
+
+
+def profile_yaml(m: Measured, name: str) -> str:
+    import yaml
+
+    out = ["# @package _global_"] + [f"# {line}".rstrip() for line in header(m, name)]
+    body = yaml.safe_dump({"profile": name, **_nest(profile_values(m))}, sort_keys=False, default_flow_style=False)
+    return "\n".join(out) + "\n" + body
+
+
+def _args(argv: Sequence[str]) -> Tuple[Path, Dict[str, str]]:
+    pos = [a for a in argv if "=" not in a]
+    kv = dict(a.split("=", 1) for a in argv if "=" in a)
+    unknown = sorted(set(kv) - {"name", "out", "cores"})
+    if len(pos) != 1 or unknown or "name" not in kv:
+        raise ProfileError(f"{USAGE}" + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
+    if not re.fullmatch(r"[A-Za-z0-9_]+", kv["name"]):
+        raise ProfileError(f"name: letters, digits and _ only, got {kv['name']!r}")
+    return Path(pos[0]), kv
+
+
+def _cores(kv: Dict[str, str]) -> Optional[float]:
+    if "cores" not in kv:
+        return None
+    try:
+        cores = float(kv["cores"])
+    except ValueError:
+        raise ProfileError(f"cores: a positive number, got {kv['cores']!r}") from None
+    if not cores > 0:
+        raise ProfileError(f"cores: a positive number, got {cores:g}")
+    return cores
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        root, kv = _args(argv)
+        m = measure(root, _cores(kv))
+    except ProfileError as exc:
+        print(f"live-profile: {exc}", file=sys.stderr)
+        return 2
+    path = Path(kv["out"]) if "out" in kv else PROFILE_DIR / f"{kv['name']}.yaml"
+    text = profile_yaml(m, kv["name"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(text, end="")
+    print(f"wrote {path}", file=sys.stderr)
+    return 0

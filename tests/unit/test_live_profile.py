@@ -1,0 +1,208 @@
+"""A simulator profile measured from live runs (testbed/fidelity/live_profile.py), on a small live runs
+folder written with the event log's own writer: known service times, output ratios, quiet and
+queued intervals, scale-ups and leases with known delays."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Dict, List
+
+import numpy as np
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from testbed.cli import main as cli_main
+from testbed.eventlog import EventLog, Manifest, run_dir_for, write_manifest
+from testbed.fidelity import live_profile as lp
+
+STEP = 15.0
+T = [STEP * k for k in range(1, 21)]  # 20 monitoring intervals
+HOP_MS = 20.0
+LEASE_DELAY_S = 40.0
+QUEUED = {10, 11, 12}  # interval indices whose O1 queue is not empty
+OPERATORS = {"O1": {"ratio_in": 1, "ratio_out": 1, "downstream": ["O3"]},
+             "O2": {"ratio_in": 50, "ratio_out": 1, "downstream": ["O8"]},
+             "O3": {"ratio_in": 1, "ratio_out": 1, "downstream": []},
+             "O8": {"ratio_in": 1, "ratio_out": 0, "downstream": []}}
+
+
+def _o1_ms(k: int) -> float:
+    return 39.0 if k % 2 else 41.0  # mean 40, per-interval sd 1 over 100 items: per-item sd 10
+
+
+def _tables(measurement: str) -> Dict[str, Dict[str, List[Any]]]:
+    trunc = lp.TRUNCATION_MEAN_MS if measurement == "seconds_truncated" else 0.0
+    stats: Dict[str, List[Any]] = {"t_s": [], "operator": [], "instance": [], "processed": [], "utilisation": []}
+    samples: Dict[str, List[Any]] = {"t_s": [], "operator": [], "instance": [], "duration_ms": []}
+    queues: Dict[str, List[Any]] = {"t_s": [], "operator": [], "depth": []}
+    edges: Dict[str, List[Any]] = {"t_s": [], "source": [], "target": [], "items": []}
+
+    def stat(t: float, op: str, inst: str, n: int, ms: float) -> None:
+        for c, v in zip(stats, (t, op, inst, n, n * ms / (STEP * 1000.0)), strict=True):
+            stats[c].append(v)
+
+    def sample(t: float, op: str, inst: str, ms: float) -> None:
+        for c, v in zip(samples, (t, op, inst, ms + trunc), strict=True):
+            samples[c].append(v)
+
+    for k, t in enumerate(T):
+        stat(t, "O1", "o1-a", 100, _o1_ms(k))
+        stat(t, "O2", "o2-a", 600, 10.0)
+        stat(t, "O3", "o3-a", 100, 20.0)
+        if t >= 120:
+            stat(t, "O3", "o3-b", 0, 0.0)
+        sample(t - 5, "O1", "o1-a", 5000.0 if k in QUEUED else 40.0 + HOP_MS)
+        sample(t - 5, "O3", "o3-a", 20.0 + HOP_MS)
+        for op, depth in (("O1", 50 if k in QUEUED else 0), ("O3", 0)):
+            for c, v in zip(queues, (t, op, depth), strict=True):
+                queues[c].append(v)
+        for src, dst, n in (("S2", "O1", 100), ("O1", "O3", 100), ("S1", "O2", 600), ("O2", "O8", 1)):
+            for c, v in zip(edges, (t, src, dst, n), strict=True):
+                edges[c].append(v)
+    # vm1 from the start; vm2 leased at 100, released at 250; vm3 leased at 130: both ready 40 s later
+    leases = [("vm1", 0.0, 300.0, False), ("vm2", 100.0, 250.0, True), ("vm3", 130.0, 300.0, False)]
+    hosts: Dict[str, List[Any]] = {"t_s": T, "leased": [], "ready": []}
+    for t in T:
+        alive = [(s, e, r) for _, s, e, r in leases if s <= t and not (r and e <= t)]
+        hosts["leased"].append(len(alive))
+        hosts["ready"].append(sum(1 for s, _, _ in alive if s == 0 or s + LEASE_DELAY_S <= t))
+    none = [None]
+    return {
+        "instance_stats": stats, "samples": samples, "queues": queues, "edges": edges, "hosts": hosts,
+        "leases": {"host": [h for h, *_ in leases], "start_s": [s for _, s, _, _ in leases],
+                   "end_s": [e for _, _, e, _ in leases], "btu_s": [600.0] * 3, "paid_btus": [1] * 3,
+                   "prolongations": [0] * 3, "released": [r for *_, r in leases]},
+        "placements": {"t_s": [100.0], "action": ["scale_up"], "operator": ["O3"], "instance": ["o3-b"],
+                       "host": ["vm2"], "reason": ["test"], "solve": none, "solver_status": none,
+                       "objective": none, "gap": none, "solve_s": none, "solve_cpu_s": none},
+    }
+
+
+def _live_run(root: Path, config: str = "btu-10-live", measurement: str = "milliseconds",
+              status: str = "complete", details: Dict[str, Any] | None = None) -> Path:
+    run_dir = run_dir_for(root, "stepwise", config, 1)
+    log = EventLog(run_dir)
+    for name, cols in _tables(measurement).items():
+        log.write(name, cols)
+    if details is None:
+        details = {"instances": [{"requested_at": 0.0, "container_start_s": 1.0, "start_latency_s": 1.0},
+                                 {"requested_at": 100.0, "container_start_s": 3.0, "start_latency_s": 43.0},
+                                 {"requested_at": 200.0, "container_start_s": 5.0, "start_latency_s": 5.0}]}
+    cfg = {"duration_min": 5.0, "load_scale": 1.0,
+           "runtime": {"measurement": measurement, "sampling": "every", "sample_every": 10, "initial_instances": 1,
+                       "monitoring_s": STEP},
+           "backend": {"live": {"parallel": 1, "emulate_pull": True, "work_ms": {}}},
+           "infrastructure": {"container_start_s": [6.05, 12.1], "lease_delay_s": [23.9, 47.7], "pull_mb_per_s": 5.0},
+           "topology": {"operators": OPERATORS}}
+    write_manifest(run_dir, Manifest(
+        run_id=f"stepwise/{config}/1", experiment="btu", pattern="stepwise", config=config, policy="btu",
+        btu_minutes=10, rep=1, seed=1, seeds={}, backend="docker", resolved_config=cfg, code_revision="test",
+        versions={}, status=status, details=details))
+    return run_dir
+
+
+def test_every_value_is_measured_from_the_event_log(tmp_path):
+    _live_run(tmp_path)
+    m = lp.measure(tmp_path, cores=4)
+    o1, o3 = m.service["O1"], m.service["O3"]
+    assert o1.mean_ms == pytest.approx(40.0) and o1.items == 2000 and o1.intervals == 20
+    # neighbours differ by 2 ms over 100 items each: z^2 = 4 / 0.02 = 200, every pair alike
+    assert o1.cv == pytest.approx(math.sqrt(200 / lp.CHI2_1_MEDIAN) / 40.0) and o1.pairs == 19
+    assert o1.spread_cv == pytest.approx(10.0 / 40.0)  # sd of the interval means (1 ms) x sqrt(100 items)
+    assert o3.mean_ms == pytest.approx(20.0) and o3.cv == pytest.approx(0.0, abs=1e-9)
+    assert m.service["O2"].mean_ms == pytest.approx(10.0)
+    assert m.emission["O2"].in_per_out == 600 and m.emission["O1"].out_per_in == 1.0
+    # not the first interval (its start unknown), nor O1's queued ones and the one after them
+    assert m.hop_by_operator["O1"].size == 19 - 4 and m.hop_by_operator["O3"].size == 19
+    assert m.source_fed == ["O1", "O2"] and m.hop_ms.size == 19  # a tick's burst queues behind itself: O3 only
+    assert m.hop_latency_ms == pytest.approx(HOP_MS)
+    assert m.container_start_s.tolist() == [3.0, 5.0]  # the initial deployment is not a scale-up
+    assert m.start_latency_s.tolist() == [43.0, 5.0] and m.request_to_report_s.tolist() == [20.0]
+    assert m.lease_delay_s == pytest.approx([LEASE_DELAY_S + 2.5, LEASE_DELAY_S + 2.5])  # midpoint of the interval
+    busy = 100 * 40 / 15000 + 600 * 10 / 15000 + 100 * 20 / 15000
+    assert np.mean(m.busy_cores) == pytest.approx(busy)
+    v = lp.profile_values(m)
+    assert v["backend.hop_latency_ms"] == HOP_MS and v["backend.shared_cores"] == 4
+    assert v["infrastructure.container_start_s"] == [3.0, 5.0]
+    assert v["topology.operators.O1.service.mean_ms"] == 40 and v["topology.operators.O1.service.cv"] == round(o1.cv, 3)
+    assert v["topology.operators.O1.service.parallel"] == 1
+    assert v["topology.operators.O2.emission"] == {"sim": "incident", "live": "incident", "items_per_incident": 600}
+    assert v["runtime.measurement"] == "milliseconds" and v["runtime.initial_instances"] == 1
+    assert not any(k.startswith("topology.operators.O8.") for k in v)  # no work measured: the base's stays
+
+
+def test_without_uncontended_intervals_every_interval_counts(tmp_path):
+    _live_run(tmp_path)
+    m = lp.measure(tmp_path, cores=0.5)  # 0.8 busy cores in every interval
+    o1 = m.service["O1"]
+    assert not o1.uncontended and o1.intervals == 20 and o1.mean_ms == pytest.approx(40.0)
+    assert lp.measure(tmp_path, cores=1).service["O1"].uncontended
+
+
+def test_truncated_send_times_are_corrected_by_their_mean(tmp_path):
+    _live_run(tmp_path, measurement="seconds_truncated")
+    m = lp.measure(tmp_path)
+    assert m.hop_latency_ms == pytest.approx(HOP_MS)
+    assert m.cores > 0 and "os.cpu_count" in m.cores_source
+
+
+def test_the_engines_cpu_count_is_taken_from_the_manifest(tmp_path):
+    _live_run(tmp_path, details={"engine_cpus": 6})
+    m = lp.measure(tmp_path)
+    assert m.cores == 6 and "manifest" in m.cores_source
+    v = lp.profile_values(m)
+    assert "infrastructure.container_start_s" not in v  # no instance records: not measured
+    assert "not measured: key left out" in "\n".join(lp.header(m, "x"))
+
+
+def test_the_cli_writes_a_hydra_profile_with_its_sources(tmp_path, capsys):
+    _live_run(tmp_path / "runs")
+    _live_run(tmp_path / "runs", config="btu-10")  # a simulated run beside it is not measured
+    out = tmp_path / "live_measured.yaml"
+    assert cli_main(["live-profile", str(tmp_path / "runs"), "name=live_measured", f"out={out}", "cores=2"]) == 0
+    text = out.read_text()
+    assert text.startswith("# @package _global_\n")
+    assert "1 complete run(s)" in text and "copied, not measured" in text and "busy cores per interval" in text
+    data = OmegaConf.create(yaml.safe_load(text))
+    assert data.profile == "live_measured" and data.backend.shared_cores == 2
+    assert data.backend.hop_latency_ms == HOP_MS and data.infrastructure.lease_delay_s == [42.5, 42.5]
+    assert data.topology.operators.O2.emission.items_per_incident == 600
+    assert data.topology.operators.O3.service.mean_ms == 20 and data.runtime.sample_every == 10
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda root: None, "no complete live runs"),
+    (lambda root: _live_run(root, config="btu-10"), "no complete live runs"),
+    (lambda root: _live_run(root, status="incomplete"), "no complete live runs"),
+    (lambda root: (_live_run(root) / "edges.parquet").unlink(), "no edges table"),
+])
+def test_input_without_live_figures_fails_with_one_line_and_status_2(tmp_path, capsys, setup, message):
+    (tmp_path / "runs").mkdir()
+    setup(tmp_path / "runs")
+    assert cli_main(["live-profile", str(tmp_path / "runs"), "name=x", f"out={tmp_path / 'x.yaml'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+    assert not (tmp_path / "x.yaml").exists()
+
+
+@pytest.mark.parametrize("args", [[], ["runs"], ["runs", "name=a-b"], ["runs", "name=a", "speed=2"],
+                                  ["runs", "name=a", "cores=0"], ["runs", "name=a", "cores=x"],
+                                  ["/nonexistent/folder", "name=a"]])
+def test_bad_arguments_fail_with_status_2(tmp_path, capsys, args):
+    assert cli_main(["live-profile", *args]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_the_committed_live_profile_composes_in_the_simulator(tmp_path):
+    from testbed.config import BackendConfig
+
+    path = lp.PROFILE_DIR / "live_measured.yaml"
+    if not path.is_file() or "shared_cores" not in BackendConfig.__dataclass_fields__:
+        pytest.skip("no measured profile, or a simulator without backend.shared_cores")
+    from tests.conftest import compose_config
+
+    data = yaml.safe_load(path.read_text())
+    cfg = compose_config("profile=live_measured", f"out={tmp_path}")
+    assert cfg.backend.shared_cores == data["backend"]["shared_cores"]
+    assert cfg.topology.operators["O2"].emission.sim.value == "incident"

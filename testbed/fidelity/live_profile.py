@@ -447,8 +447,10 @@ def header(m: Measured, name: str) -> List[str]:
         lines.append(f"  {r.name}: pattern {r.pattern}, {r.duration_s:g} s, scale {r.scale}, "
                      f"{r.instances} instance(s), {r.hosts} host(s), runtime.measurement {r.measurement}, "
                      f"profile {r.profile or '-'}")
-    lines.append("Only measured or copied keys are set: the policies' settings of the runs' profile are not, so the "
-                 "simulator beside them needs those too.")
+    base = base_profile(m)
+    lines.append("Only measured or copied keys are set here; everything else (the policies' settings, billing, the "
+                 + (f"emulated lease delay) comes from the runs' own profile {base}, which this one extends."
+                    if base else "emulated lease delay) from the profile a run selects: the runs named none in common."))
     lines += ["", "copied, not measured (the live runs' settings): "
               + ", ".join(f"{k}={v}" for k, v in m.copied.items())]
     lines.append(f"service (instance_stats: busy = utilisation x {m.monitoring_s:g} s x parallel, / items, over the "
@@ -530,10 +532,20 @@ def _nest(values: Dict[str, Any]) -> Dict[str, Any]:
     return tree
 
 
+def base_profile(m: Measured) -> str:
+    """The profile every run was configured with ("" if they differ or name none): the written one
+    extends it, so that a simulated twin shares every setting that was not measured."""
+    names = {r.profile for r in m.runs}
+    return names.pop() if len(names) == 1 else ""
+
+
 def profile_yaml(m: Measured, name: str) -> str:
     import yaml
 
     out = ["# @package _global_"] + [f"# {line}".rstrip() for line in header(m, name)]
+    base = base_profile(m)
+    if base and base != name:
+        out += ["defaults:", f"  - {base}", "  - _self_"]
     body = yaml.safe_dump({"profile": name, **_nest(profile_values(m))}, sort_keys=False, default_flow_style=False)
     return "\n".join(out) + "\n" + body
 

@@ -80,7 +80,7 @@ def _tables(measurement: str) -> Dict[str, Dict[str, List[Any]]]:
 
 
 def _live_run(root: Path, config: str = "btu-10-live", measurement: str = "milliseconds",
-              status: str = "complete", details: Dict[str, Any] | None = None) -> Path:
+              status: str = "complete", details: Dict[str, Any] | None = None, profile: str = "") -> Path:
     run_dir = run_dir_for(root, "stepwise", config, 1)
     log = EventLog(run_dir)
     for name, cols in _tables(measurement).items():
@@ -89,7 +89,7 @@ def _live_run(root: Path, config: str = "btu-10-live", measurement: str = "milli
         details = {"instances": [{"requested_at": 0.0, "container_start_s": 1.0, "start_latency_s": 1.0},
                                  {"requested_at": 100.0, "container_start_s": 3.0, "start_latency_s": 43.0},
                                  {"requested_at": 200.0, "container_start_s": 5.0, "start_latency_s": 5.0}]}
-    cfg = {"duration_min": 5.0, "load_scale": 1.0,
+    cfg = {"duration_min": 5.0, "load_scale": 1.0, **({"profile": profile} if profile else {}),
            "runtime": {"measurement": measurement, "sampling": "every", "sample_every": 10, "initial_instances": 1,
                        "monitoring_s": STEP},
            "backend": {"live": {"parallel": 1, "emulate_pull": True, "work_ms": {}}},
@@ -206,3 +206,18 @@ def test_the_committed_live_profile_composes_in_the_simulator(tmp_path):
     cfg = compose_config("profile=live_measured", f"out={tmp_path}")
     assert cfg.backend.shared_cores == data["backend"]["shared_cores"]
     assert cfg.topology.operators["O2"].emission.sim.value == "incident"
+
+
+def test_the_profile_extends_the_live_runs_own_profile(tmp_path):
+    """Unmeasured settings (the policies', billing, the emulated lease delay) must be the live run's:
+    the written profile names the runs' profile in its defaults, and Hydra composes both."""
+    _live_run(tmp_path / "runs", profile="paper_calibrated")
+    out = tmp_path / "x.yaml"
+    assert cli_main(["live-profile", str(tmp_path / "runs"), "name=x", f"out={out}"]) == 0
+    data = yaml.safe_load(out.read_text())
+    assert data["defaults"] == ["paper_calibrated", "_self_"] and data["profile"] == "x"
+    _live_run(tmp_path / "mixed", profile="paper")
+    run_dir_two = _live_run(tmp_path / "mixed2", profile="visp2017")
+    run_dir_two.rename(tmp_path / "mixed" / "stepwise" / "btu-10-live" / "2")
+    assert cli_main(["live-profile", str(tmp_path / "mixed"), "name=y", f"out={tmp_path / 'y.yaml'}"]) == 0
+    assert "defaults" not in yaml.safe_load((tmp_path / "y.yaml").read_text())  # the runs disagree: none

@@ -333,18 +333,7 @@ def _engine_cores(m: Manifest) -> Optional[float]:
 def measure(root: Path, cores: Optional[float] = None) -> Measured:
     """The live testbed's figures from the live runs below root; ProfileError when there are none."""
     root = Path(root)
-    if not root.is_dir():
-        raise ProfileError(f"{root}: no such folder")
-    runs = live_runs(root)
-    if not runs:
-        raise ProfileError(f"{root}: no complete live runs (configurations named <name>{LIVE_SUFFIX})")
-    manifests = [read_manifest(d) for d in runs]
-    measurements = {str(_cfg(m, "runtime", "measurement", default="milliseconds")) for m in manifests}
-    steps = {float(_cfg(m, "runtime", "monitoring_s", default=15.0)) for m in manifests}
-    if len(measurements) > 1 or len(steps) > 1:
-        raise ProfileError(f"{root}: the live runs differ in runtime.measurement {sorted(measurements)} "
-                           f"or runtime.monitoring_s {sorted(steps)}")
-    step = steps.pop()
+    runs, manifests, measurement, step = _live_manifests(root)
     infos, per_service, edges, starts, reports, leases_, busy = [], [], [], [], [], [], []
     tables_by_run, latencies, processed = [], [], []
     for d, m in zip(runs, manifests, strict=True):
@@ -366,13 +355,7 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
         busy.append(_busy_cores(tables["instance_stats"], par))
         tables_by_run.append(tables)
     m0 = manifests[0]
-    if cores is not None:
-        source = "the cores= argument"
-    elif (engine := _engine_cores(m0)) is not None:
-        cores, source = engine, "the engine's CPU count recorded in the manifest"
-    else:
-        cores = float(os.cpu_count() or 1)
-        source = "os.cpu_count() of the machine that made this profile (the run recorded no CPU count)"
+    cores, source = _machine_cores(m0, cores)
     operators: Dict[str, Any] = _cfg(m0, "topology", "operators", default={}) or {}
     rows = pd.concat(per_service, ignore_index=True)
     service = {op: _service(op, rows[rows.operator == op], step, cores)
@@ -383,19 +366,53 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
         for op, v in quiet_hops(tables["samples"], tables["queues"], means).items():
             hops.setdefault(op, []).append(v)
     all_edges = pd.concat(edges, ignore_index=True)
+    copied, configured = _settings(m0)
+    return Measured(root=str(root), runs=infos, service=service,
+                    emission=_emissions(all_edges, pd.concat(processed).groupby(level=0).sum(), operators),
+                    hop_by_operator={op: np.concatenate(v) for op, v in sorted(hops.items())},
+                    source_fed=source_fed(all_edges, sorted(service)), measurement=measurement,
+                    container_start_s=np.concatenate(starts), start_latency_s=np.concatenate(latencies),
+                    request_to_report_s=np.concatenate(reports),
+                    lease_delay_s=np.concatenate(leases_), monitoring_s=step, busy_cores=np.concatenate(busy),
+                    copied=copied, cores=float(cores), cores_source=source, configured=configured)
+
+
+def _live_manifests(root: Path) -> Tuple[List[Path], List[Any], str, float]:
+    """The complete live runs below root and their manifests, which must agree on the measurement
+    rule and the monitoring interval (the values are pooled)."""
+    if not root.is_dir():
+        raise ProfileError(f"{root}: no such folder")
+    runs = live_runs(root)
+    if not runs:
+        raise ProfileError(f"{root}: no complete live runs (configurations named <name>{LIVE_SUFFIX})")
+    manifests = [read_manifest(d) for d in runs]
+    measurements = {str(_cfg(m, "runtime", "measurement", default="milliseconds")) for m in manifests}
+    steps = {float(_cfg(m, "runtime", "monitoring_s", default=15.0)) for m in manifests}
+    if len(measurements) > 1 or len(steps) > 1:
+        raise ProfileError(f"{root}: the live runs differ in runtime.measurement {sorted(measurements)} "
+                           f"or runtime.monitoring_s {sorted(steps)}")
+    return runs, manifests, measurements.pop(), steps.pop()
+
+
+def _machine_cores(m0: Any, cores: Optional[float]) -> Tuple[float, str]:
+    """The cores the live hosts shared, and where the figure came from."""
+    if cores is not None:
+        return cores, "the cores= argument"
+    if (engine := _engine_cores(m0)) is not None:
+        return engine, "the engine's CPU count recorded in the manifest"
+    return (float(os.cpu_count() or 1),
+            "os.cpu_count() of the machine that made this profile (the run recorded no CPU count)")
+
+
+def _settings(m0: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The run's settings the simulator copies, and the configured values shown beside measured ones."""
     copied = {f"runtime.{k}": _cfg(m0, "runtime", k) for k in RUNTIME_KEYS if _cfg(m0, "runtime", k) is not None}
     copied["backend.live.parallel"] = _parallel(m0)
     configured = {k: _cfg(m0, "infrastructure", k) for k in ("container_start_s", "lease_delay_s", "pull_mb_per_s")}
     configured["emulate_pull"] = _cfg(m0, "backend", "live", "emulate_pull")
     configured["work_ms"] = _cfg(m0, "backend", "live", "work_ms")
-    return Measured(root=str(root), runs=infos, service=service,
-                    emission=_emissions(all_edges, pd.concat(processed).groupby(level=0).sum(), operators),
-                    hop_by_operator={op: np.concatenate(v) for op, v in sorted(hops.items())},
-                    source_fed=source_fed(all_edges, sorted(service)), measurement=measurements.pop(),
-                    container_start_s=np.concatenate(starts), start_latency_s=np.concatenate(latencies),
-                    request_to_report_s=np.concatenate(reports),
-                    lease_delay_s=np.concatenate(leases_), monitoring_s=step, busy_cores=np.concatenate(busy),
-                    copied=copied, cores=float(cores), cores_source=source, configured=configured)
+    return copied, configured
+
 
 
 def _rng(values: np.ndarray, decimals: int = 1) -> str:
@@ -442,6 +459,12 @@ def profile_values(m: Measured) -> Dict[str, Any]:
 
 def header(m: Measured, name: str) -> List[str]:
     """The profile's comment: where every value came from, how many observations, their spread."""
+    return [*_runs_lines(m), *_service_lines(m), *_output_lines(m), *_hop_lines(m), *_start_lines(m),
+            "the simulator beside the live runs:",
+            f"  testbed experiment pattern=<theirs> profile={name} out=<their runs folder>"]
+
+
+def _runs_lines(m: Measured) -> List[str]:
     lines = [f"Measured on the live testbed by `testbed live-profile` from {m.root}: {len(m.runs)} complete run(s),"]
     for r in m.runs:
         lines.append(f"  {r.name}: pattern {r.pattern}, {r.duration_s:g} s, scale {r.scale}, "
@@ -450,14 +473,17 @@ def header(m: Measured, name: str) -> List[str]:
     base = base_profile(m)
     lines.append("Only measured or copied keys are set here; everything else (the policies' settings, billing, the "
                  + (f"emulated lease delay) comes from the runs' own profile {base}, which this one extends."
-                    if base else "emulated lease delay) from the profile a run selects: the runs named none in common."))
-    lines += ["", "copied, not measured (the live runs' settings): "
-              + ", ".join(f"{k}={v}" for k, v in m.copied.items())]
-    lines.append(f"service (instance_stats: busy = utilisation x {m.monitoring_s:g} s x parallel, / items, over the "
-                 f"intervals whose busy slots of all instances stay within the {m.cores:g} shared cores: beyond, a "
-                 "slot counts its wait for the CPU as busy, which backend.shared_cores adds again); cv from "
-                 "consecutive intervals' means, median (s_i - s_j)^2 / (1/n_i + 1/n_j) / 0.4549 (slowdowns by the "
-                 "shared CPU count as item variability: an upper estimate); spread cv around the one mean beside it:")
+                    if base else "emulated lease delay) from the profile a run selects: the runs share none."))
+    return lines + ["", "copied, not measured (the live runs' settings): "
+                    + ", ".join(f"{k}={v}" for k, v in m.copied.items())]
+
+
+def _service_lines(m: Measured) -> List[str]:
+    lines = [f"service (instance_stats: busy = utilisation x {m.monitoring_s:g} s x parallel, / items, over the "
+             f"intervals whose busy slots of all instances stay within the {m.cores:g} shared cores: beyond, a "
+             "slot counts its wait for the CPU as busy, which backend.shared_cores adds again); cv from "
+             "consecutive intervals' means, median (s_i - s_j)^2 / (1/n_i + 1/n_j) / 0.4549 (slowdowns by the "
+             "shared CPU count as item variability: an upper estimate); spread cv around the one mean beside it:"]
     for op, s in m.service.items():
         if not math.isfinite(s.mean_ms):
             lines.append(f"  {op}: not measured ({s.intervals} interval(s) with work, fewer than {MIN_INTERVALS})")
@@ -469,13 +495,16 @@ def header(m: Measured, name: str) -> List[str]:
         lines.append(f"  {op}: mean {s.mean_ms:.2f} ms over {s.items} items ({which}; all intervals "
                      f"{s.all_mean_ms:.2f} ms), {cv}; per-interval means "
                      f"{_rng(s.per_interval_ms, 2)} ms; {s.capped} interval(s) with an instance at utilisation 1")
-    lines.append("output (edges out / items processed (instance_stats), not the edges in: a backlog left at the end "
-                 "emitted nothing; topology ratio_out / ratio_in beside it):")
+    return lines
+
+
+def _output_lines(m: Measured) -> List[str]:
+    lines = ["output (edges out / items processed (instance_stats), not the edges in: a backlog left at the end "
+             "emitted nothing; topology ratio_out / ratio_in beside it):"]
     for op, e in m.emission.items():
         if op in INCIDENT_OPERATORS:
             lines.append(f"  {op}: {e.items_in} in, {e.processed} processed, {e.items_out} out (incidents): "
-                         f"{e.in_per_out:.1f} items per "
-                         "incident "
+                         f"{e.in_per_out:.1f} items per incident "
                          f"(emission.items_per_incident; the run's setting {e.configured_per_incident:g}; from "
                          f"{e.items_out} incidents, +- {100 / math.sqrt(e.items_out):.0f} % if they are Poisson)"
                          if e.items_out else
@@ -484,41 +513,51 @@ def header(m: Measured, name: str) -> List[str]:
             flag = "" if not math.isfinite(e.out_per_in) or abs(e.out_per_in - e.structural) <= 0.05 * max(
                 e.structural, 1e-9) else "  <- differs from the topology"
             lines.append(f"  {op}: {e.items_in} in, {e.processed} processed, {e.items_out} out: "
-                         f"{e.out_per_in:.4f} per input "
-                         f"(topology {e.structural:.4f}){flag}")
+                         f"{e.out_per_in:.4f} per input (topology {e.structural:.4f}){flag}")
+    return lines
+
+
+def _hop_lines(m: Measured) -> List[str]:
     trunc = (f"mean - {TRUNCATION_MEAN_MS:g} ms (seconds_truncated adds U(0, 1 s) to every duration)"
              if m.measurement == "seconds_truncated" else "median")
     hop = f"not measured (< {MIN_HOPS} samples)"
     if math.isfinite(m.hop_latency_ms):  # the standard error: under truncation mostly the uniform's 289 ms / sqrt(n)
         hop = f"{m.hop_latency_ms:.1f} ms +- {np.std(m.hop_ms) / math.sqrt(m.hop_ms.size):.1f} (standard error)"
-    lines.append(f"hop latency (samples in intervals with the queue empty at both ends: duration - service, {trunc}; "
-                 f"operators fed by operators only, not {', '.join(m.source_fed) or '-'}: a source's tick arrives "
-                 f"at once and queues behind itself): {hop}; duration - service {_rng(m.hop_ms, 0)} ms")
+    lines = [f"hop latency (samples in intervals with the queue empty at both ends: duration - service, {trunc}; "
+             f"operators fed by operators only, not {', '.join(m.source_fed) or '-'}: a source's tick arrives "
+             f"at once and queues behind itself): {hop}; duration - service {_rng(m.hop_ms, 0)} ms"]
     for op, v in m.hop_by_operator.items():
         est = m.hop_estimate(v)
         lines.append(f"  {op}{' (source-fed, not used)' if op in m.source_fed else ''}: "
                      + (f"{est:.1f} ms" if math.isfinite(est) else "too few") + f" (n={v.size})")
-    cs = m.configured
-    lines.append(f"container start (manifest instance records: docker run -> running, instances started during the "
-                 f"run): {_rng(m.container_start_s, 2)} s; configured {cs.get('container_start_s')}"
-                 + ("" if m.container_start_s.size >= MIN_STARTS else "; not measured: key left out"))
-    lines.append(f"  request -> running (manifest instance records: host boot and emulated pull included): "
-                 f"{_rng(m.start_latency_s, 2)} s")
-    lines.append(f"  scale-up request -> first instance_stats row (host boot, emulated pull at "
-                 f"{cs.get('pull_mb_per_s')} MB/s (emulate_pull {cs.get('emulate_pull')}), +- {m.monitoring_s:g} s): "
-                 f"{_rng(m.request_to_report_s)} s")
-    lines.append(f"lease delay (leases start -> hosts ready, interval midpoint +- {m.monitoring_s / 2:g} s; the live "
-                 f"pool waits a delay drawn from the configured {cs.get('lease_delay_s')}): {_rng(m.lease_delay_s)} s"
-                 + ("" if m.lease_delay_s.size >= MIN_STARTS else "; not measured: key left out"))
-    lines.append(f"shared cores {m.cores:g}: {m.cores_source}; busy cores per interval (sum of utilisation x "
-                 "parallel): "
-                 f"mean {np.mean(m.busy_cores) if m.busy_cores.size else math.nan:.2f}, p95 "
-                 f"{np.percentile(m.busy_cores, 95) if m.busy_cores.size else math.nan:.2f}, max "
-                 f"{np.max(m.busy_cores) if m.busy_cores.size else math.nan:.2f} (n={m.busy_cores.size})")
-    lines.append(f"emulated work (backend.live.work_ms): {cs.get('work_ms') or 'none, the operators real work'}")
-    lines.append("the simulator beside the live runs:")
-    lines.append(f"  testbed experiment pattern=<theirs> profile={name} out=<their runs folder>")
     return lines
+
+
+def _start_lines(m: Measured) -> List[str]:
+    """Container start, lease delay, the shared cores and the emulated work."""
+    cs = m.configured
+    busy = m.busy_cores
+
+    def stat(f: Any) -> float:
+        return float(f(busy)) if busy.size else math.nan
+
+    return [
+        f"container start (manifest instance records: docker run -> running, instances started during the "
+        f"run): {_rng(m.container_start_s, 2)} s; configured {cs.get('container_start_s')}"
+        + ("" if m.container_start_s.size >= MIN_STARTS else "; not measured: key left out"),
+        f"  request -> running (manifest instance records: host boot and emulated pull included): "
+        f"{_rng(m.start_latency_s, 2)} s",
+        f"  scale-up request -> first instance_stats row (host boot, emulated pull at "
+        f"{cs.get('pull_mb_per_s')} MB/s (emulate_pull {cs.get('emulate_pull')}), +- {m.monitoring_s:g} s): "
+        f"{_rng(m.request_to_report_s)} s",
+        f"lease delay (leases start -> hosts ready, interval midpoint +- {m.monitoring_s / 2:g} s; the live "
+        f"pool waits a delay drawn from the configured {cs.get('lease_delay_s')}): {_rng(m.lease_delay_s)} s"
+        + ("" if m.lease_delay_s.size >= MIN_STARTS else "; not measured: key left out"),
+        f"shared cores {m.cores:g}: {m.cores_source}; busy cores per interval (sum of utilisation x parallel): "
+        f"mean {stat(np.mean):.2f}, p95 {stat(lambda x: np.percentile(x, 95)):.2f}, max {stat(np.max):.2f} "
+        f"(n={busy.size})",
+        f"emulated work (backend.live.work_ms): {cs.get('work_ms') or 'none, the operators real work'}",
+    ]
 
 
 def _nest(values: Dict[str, Any]) -> Dict[str, Any]:

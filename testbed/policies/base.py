@@ -12,6 +12,9 @@ from testbed.policies.registry import Policy, make_policy
 __all__ = ["Policy", "initial_deployment", "make_policy"]
 
 
+INITIAL_DEPLOYMENT = "initial deployment"  # the reason of the start's actions (reports tell them from the policy's)
+
+
 def initial_deployment(snapshot: Snapshot, instances_per_type: int = 1) -> List[Action]:
     """The deployment every run starts from: instances of each type, first fit on new hosts."""
     plan, actions, first_fit = Plan(snapshot), [], FirstFit()  # type: tuple[Plan, List[Action], FirstFit]
@@ -20,7 +23,7 @@ def initial_deployment(snapshot: Snapshot, instances_per_type: int = 1) -> List[
             host = first_fit.host_for(plan, view.type)
             if host is None:
                 host = plan.lease()
-                actions.append(LeaseHost(host, "initial deployment"))
+                actions.append(LeaseHost(host, INITIAL_DEPLOYMENT))
             plan.place(name, host)
-            actions.append(ScaleUp(name, host, "initial deployment"))
+            actions.append(ScaleUp(name, host, INITIAL_DEPLOYMENT))
     return actions

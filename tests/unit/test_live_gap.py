@@ -13,6 +13,7 @@ import pytest
 from reporting import live_gap as lg
 from reporting.report_document import Table
 from testbed.eventlog import EventLog
+from testbed.policies.base import INITIAL_DEPLOYMENT
 
 
 def _rows(pattern: str, config: str, rep: int, values: Dict[str, float], btu: Optional[int] = 10) -> List[dict]:
@@ -26,7 +27,7 @@ def _frame(*parts: List[dict]) -> pd.DataFrame:
     return df
 
 
-SIM = {"realtime_compliance_pct": 80.0, "paid_btus": 10.0, "scale_ups": 6.0, "scale_downs": 4.0,
+SIM = {"realtime_compliance_pct": 80.0, "paid_btus": 10.0, lg.SCALING_ACTIONS: 10.0,
        "migrations": 0.0, "mean_instances": 5.0}
 
 
@@ -36,8 +37,8 @@ def _per_run() -> pd.DataFrame:
         _rows("stepwise", "btu-10", 2, {**SIM, "realtime_compliance_pct": 82.0}),  # mean 80
         # live: compliance 72 (sim 8 pp above: off), BTUs 11 (-9.1 %: within), actions 6+6=12 (-16.7 %:
         # off), migrations 0 = 0 (within), instances 4 (+25 %: off)
-        _rows("stepwise", "btu-10-live", 1, {"realtime_compliance_pct": 72.0, "paid_btus": 11.0, "scale_ups": 6.0,
-                                             "scale_downs": 6.0, "migrations": 0.0, "mean_instances": 4.0}),
+        _rows("stepwise", "btu-10-live", 1, {"realtime_compliance_pct": 72.0, "paid_btus": 11.0,
+                                             lg.SCALING_ACTIONS: 12.0, "migrations": 0.0, "mean_instances": 4.0}),
         _rows("sine", "btu-10-live", 1, {"realtime_compliance_pct": 50.0}),  # no simulated twin on sine
         _rows("stepwise", "threshold", 1, SIM),  # no live twin: not in the table
     )
@@ -81,7 +82,7 @@ def test_gaps_and_within_target() -> None:
     assert instances.gap == pytest.approx(25.0) and instances.within is False
 
     # neither side has queue depth or latency: no rows for them
-    assert not [r for r in gaps.rows if r.metric in lg.EXTRA_METRICS]
+    assert not [r for r in gaps.rows if r.metric in lg.EXTRA_METRICS and r.metric != lg.SCALING_ACTIONS]
     frame = gaps.frame()
     assert list(frame.columns) == lg.COLUMNS and len(frame) == len(gaps.rows)
 
@@ -125,13 +126,22 @@ def test_extras_from_the_event_logs(tmp_path: Path) -> None:
         log = EventLog(run_dir)
         log.write("queues", {"t_s": [10.0, 20.0], "operator": ["A", "A"], "depth": depth})
         log.write("latency", {"t_s": [1.0, 2.0], "operator": ["S", "S"], "latency_ms": lat})
+        # the deployment's scale-up is not the policy's; the simulated run scales twice, the live once
+        acts = ["scale_up", "scale_up", "scale_down", "migrate"][: 4 if config == "btu-10" else 2] + ["lease"]
+        n = len(acts)
+        log.write("actions", {"t_s": [0.0] + [60.0] * (n - 1), "action": acts, "operator": ["A"] * n,
+                              "instance": ["A-1"] * n, "host": ["vm1"] * n, "target_host": [None] * n,
+                              "reason": [INITIAL_DEPLOYMENT] + ["policy"] * (n - 1), "policy": ["btu"] * n})
         dirs[("stepwise", config, 1)] = run_dir
-    per_run = _frame(_rows("stepwise", "btu-10", 1, SIM), _rows("stepwise", "btu-10-live", 1, SIM))
+    plain = {k: v for k, v in SIM.items() if k != lg.SCALING_ACTIONS}
+    per_run = _frame(_rows("stepwise", "btu-10", 1, plain), _rows("stepwise", "btu-10-live", 1, plain))
     gaps = lg.live_gap(lg.add_extras(per_run, dirs))
     depth_row = _row(gaps, "mean_queue_depth")
     assert (depth_row.sim_mean, depth_row.live_mean) == (3.0, 6.0) and depth_row.gap == pytest.approx(0.5)
     assert depth_row.within is False
     assert _row(gaps, "latency_ms").within is True  # 20 vs 20
+    actions = _row(gaps, lg.SCALING_ACTIONS)
+    assert (actions.sim_mean, actions.live_mean) == (2.0, 1.0)
 
 
 def _run(config: str, cfg: dict) -> SimpleNamespace:

@@ -583,6 +583,20 @@ class HostPool:
         return {url: {image: client.images.get(image).id for image in sorted(set(self.images.values()))}
                 for url, client in sorted(self._clients.items())}
 
+    def engine_details(self) -> List[Dict[str, Any]]:
+        """Per engine its URL and CPU count (the manifest records them: the cores the logical hosts
+        on one engine share, which a profile measured from the run needs); None if the engine
+        does not say."""
+        out = []
+        for url, client in sorted(self._clients.items()):
+            try:
+                cpus = client.info().get("NCPU")
+            except docker.errors.DockerException as exc:
+                log.warning("engine %s: no CPU count (%s)", url, exc)
+                cpus = None
+            out.append({"url": url, "cpus": int(cpus) if cpus else None})
+        return out
+
     def host_engine(self, host_id: str) -> str:
         with self._lock:
             return self.book.host(host_id).engine

@@ -324,6 +324,7 @@ class LiveRun:
             "instances": [dataclasses.asdict(r) for r in pool.records()],
             "crashes": [dataclasses.asdict(c) for c in pool.crashed()],
             "images": pool.image_digests(), "monitor_failures": self.monitor_failures,
+            "engines": pool.engine_details(),
         }
         if self.network is not None:
             details["network"] = self.network.details()

@@ -75,6 +75,12 @@ def test_the_live_run_completes_and_leaves_no_container(runs):
     unclean = [{k: i.get(k) for k in ("id", "exit_code", "crashed", "error", "drain_s")}
                for i in manifest.details["instances"] if i["exit_code"] not in (None, 0)]
     assert unclean == []
+    # the cores the logical hosts shared, for a profile measured from the run (testbed live-profile)
+    client = docker.from_env()
+    try:
+        assert [e["cpus"] for e in manifest.details["engines"]] == [client.info()["NCPU"]]
+    finally:
+        client.close()
 
 
 def test_instances_are_added_after_the_load_step(runs):

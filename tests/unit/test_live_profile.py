@@ -147,8 +147,10 @@ def test_truncated_send_times_are_corrected_by_their_mean(tmp_path):
     assert m.cores > 0 and "os.cpu_count" in m.cores_source
 
 
-def test_the_engines_cpu_count_is_taken_from_the_manifest(tmp_path):
-    _live_run(tmp_path, details={"engine_cpus": 6})
+@pytest.mark.parametrize("details", [{"engine_cpus": 6},
+                                     {"engines": [{"url": "unix:///var/run/docker.sock", "cpus": 6}]}])
+def test_the_engines_cpu_count_is_taken_from_the_manifest(tmp_path, details):
+    _live_run(tmp_path, details=details)  # the live run records its engines' CPU counts
     m = lp.measure(tmp_path)
     assert m.cores == 6 and "manifest" in m.cores_source
     v = lp.profile_values(m)

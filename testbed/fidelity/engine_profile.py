@@ -38,7 +38,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from testbed.eventlog import EventLog, EventLogError, find_runs, read_manifest, split_run_config
+from testbed.eventlog import EventLog, EventLogError, read_manifest
+from testbed.fidelity.measured_runs import complete_runs, spread
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "experiments" / "conf" / "profile"
 ENGINE_SUFFIX = "-flink"
@@ -101,15 +102,7 @@ class Measured:
 
 def engine_runs(root: Path) -> List[Path]:
     """The complete runs below root that ran on Flink (named `<configuration>-flink`)."""
-    found = []
-    for d in find_runs(root):
-        try:
-            m = read_manifest(d)
-        except EventLogError:
-            continue
-        if m.status == "complete" and split_run_config(m.config)[1] == ENGINE_SUFFIX and m.details.get("flink"):
-            found.append(d)
-    return found
+    return complete_runs(root, ENGINE_SUFFIX, lambda m: bool(m.details.get("flink")))
 
 
 def _time_compression(details: Dict[str, Any], cfg: Dict[str, Any]) -> float:
@@ -258,16 +251,6 @@ def measure(root: Path, low_load: float = LOW_LOAD) -> Measured:
     return m
 
 
-def _rng(values: np.ndarray, scale: float = 1.0, decimals: int = 1) -> str:
-    v = np.asarray(values, dtype=float) * scale
-    v = v[np.isfinite(v)]
-    if not v.size:
-        return "none measured"
-    p10, p90 = np.percentile(v, [10, 90])
-    return (f"median {np.median(v):.{decimals}f}, p10-p90 {p10:.{decimals}f}-{p90:.{decimals}f}, "
-            f"range {v.min():.{decimals}f}-{v.max():.{decimals}f} (n={v.size})")
-
-
 def profile_values(m: Measured, downtime: str = "rescale") -> Dict[str, Any]:
     """The job.* keys of the profile, in the paper's time (the engine's durations x f); a value the
     runs did not measure (no scale-in, no low-load second, ...) is left out: the evaluation's stays.
@@ -320,20 +303,20 @@ def header(m: Measured, name: str) -> List[str]:
     for label, out in (("rescale downtime out", True), ("rescale downtime in", False)):
         d = m.downtimes(out)
         lines.append(f"{label} (rescales table: action -> running at the new parallelism), {d.size} rescale(s): "
-                     f"{_rng(d, f)} s [{_rng(d)} s]")
+                     f"{spread(d, f)} s [{spread(d)} s]")
     for (a, b), rs in by_step(m).items():
         d = np.array([r.downtime_s for r in rs])
         stop = np.array([r.stop_s for r in rs])
-        lines.append(f"  {a} -> {b}: downtime {_rng(d, f)} s; of it nothing processed {_rng(stop, f)} s")
+        lines.append(f"  {a} -> {b}: downtime {spread(d, f)} s; of it nothing processed {spread(stop, f)} s")
     catch = np.array([r.catchup_s for r in m.rescales])
-    lines.append(f"catch-up after the restart (running -> lag back, no job.* key): {_rng(catch, f)} s "
-                 f"[{_rng(catch)} s]")
+    lines.append(f"catch-up after the restart (running -> lag back, no job.* key): {spread(catch, f)} s "
+                 f"[{spread(catch)} s]")
     lines.append(f"latency floor (per-second mean latency, steady, load <= {m.low_load:g} x capacity, no backlog): "
-                 f"{_rng(m.floor_ms, f, 0)} ms [{_rng(m.floor_ms, 1.0, 0)} ms]")
+                 f"{spread(m.floor_ms, f, 0)} ms [{spread(m.floor_ms, 1.0, 0)} ms]")
     lines.append(f"capacity per TaskManager (throughput / n of the seconds starting with a backlog): "
-                 f"{_rng(m.tm_capacity)} sentences/s")
+                 f"{spread(m.tm_capacity)} sentences/s")
     for n, v in m.job_capacity.items():
-        lines.append(f"  job capacity at {n} TaskManager(s): {_rng(v)} sentences/s")
+        lines.append(f"  job capacity at {n} TaskManager(s): {spread(v)} sentences/s")
     lines.append(f"peak_fraction: the run's peak {m.peak_rate:g} sentences/s / the measured capacity at "
                  f"{m.capacity_workers} ({capacity_at(m, m.capacity_workers):.1f})")
     mu = m.mu

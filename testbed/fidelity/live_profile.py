@@ -41,7 +41,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from testbed.eventlog import EventLog, EventLogError, Manifest, find_runs, read_manifest, split_run_config
+from testbed.eventlog import EventLog, EventLogError, Manifest, read_manifest
+from testbed.fidelity.measured_runs import complete_runs, spread
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "experiments" / "conf" / "profile"
 LIVE_SUFFIX = "-live"
@@ -152,15 +153,7 @@ class Measured:
 
 def live_runs(root: Path) -> List[Path]:
     """The complete runs below root that ran live (named `<configuration>-live`)."""
-    found = []
-    for d in find_runs(root):
-        try:
-            m = read_manifest(d)
-        except EventLogError:
-            continue
-        if m.status == "complete" and split_run_config(m.config)[1] == LIVE_SUFFIX:
-            found.append(d)
-    return found
+    return complete_runs(root, LIVE_SUFFIX)
 
 
 def _cfg(m: Manifest, *path: str, default: Any = None) -> Any:
@@ -415,16 +408,6 @@ def _settings(m0: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
 
 
 
-def _rng(values: np.ndarray, decimals: int = 1) -> str:
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    if not v.size:
-        return "none measured"
-    p10, p90 = np.percentile(v, [10, 90])
-    return (f"median {np.median(v):.{decimals}f}, p10-p90 {p10:.{decimals}f}-{p90:.{decimals}f}, "
-            f"range {v.min():.{decimals}f}-{v.max():.{decimals}f} (n={v.size})")
-
-
 def _sig(x: float) -> float:
     return float(f"{x:.3g}")
 
@@ -494,7 +477,7 @@ def _service_lines(m: Measured) -> List[str]:
                  f"all {s.intervals} intervals: fewer than {MIN_INTERVALS} within the shared cores")
         lines.append(f"  {op}: mean {s.mean_ms:.2f} ms over {s.items} items ({which}; all intervals "
                      f"{s.all_mean_ms:.2f} ms), {cv}; per-interval means "
-                     f"{_rng(s.per_interval_ms, 2)} ms; {s.capped} interval(s) with an instance at utilisation 1")
+                     f"{spread(s.per_interval_ms, decimals=2)} ms; {s.capped} interval(s) with an instance at utilisation 1")
     return lines
 
 
@@ -525,7 +508,7 @@ def _hop_lines(m: Measured) -> List[str]:
         hop = f"{m.hop_latency_ms:.1f} ms +- {np.std(m.hop_ms) / math.sqrt(m.hop_ms.size):.1f} (standard error)"
     lines = [f"hop latency (samples in intervals with the queue empty at both ends: duration - service, {trunc}; "
              f"operators fed by operators only, not {', '.join(m.source_fed) or '-'}: a source's tick arrives "
-             f"at once and queues behind itself): {hop}; duration - service {_rng(m.hop_ms, 0)} ms"]
+             f"at once and queues behind itself): {hop}; duration - service {spread(m.hop_ms, decimals=0)} ms"]
     for op, v in m.hop_by_operator.items():
         est = m.hop_estimate(v)
         lines.append(f"  {op}{' (source-fed, not used)' if op in m.source_fed else ''}: "
@@ -543,15 +526,15 @@ def _start_lines(m: Measured) -> List[str]:
 
     return [
         f"container start (manifest instance records: docker run -> running, instances started during the "
-        f"run): {_rng(m.container_start_s, 2)} s; configured {cs.get('container_start_s')}"
+        f"run): {spread(m.container_start_s, decimals=2)} s; configured {cs.get('container_start_s')}"
         + ("" if m.container_start_s.size >= MIN_STARTS else "; not measured: key left out"),
         f"  request -> running (manifest instance records: host boot and emulated pull included): "
-        f"{_rng(m.start_latency_s, 2)} s",
+        f"{spread(m.start_latency_s, decimals=2)} s",
         f"  scale-up request -> first instance_stats row (host boot, emulated pull at "
         f"{cs.get('pull_mb_per_s')} MB/s (emulate_pull {cs.get('emulate_pull')}), +- {m.monitoring_s:g} s): "
-        f"{_rng(m.request_to_report_s)} s",
+        f"{spread(m.request_to_report_s)} s",
         f"lease delay (leases start -> hosts ready, interval midpoint +- {m.monitoring_s / 2:g} s; the live "
-        f"pool waits a delay drawn from the configured {cs.get('lease_delay_s')}): {_rng(m.lease_delay_s)} s"
+        f"pool waits a delay drawn from the configured {cs.get('lease_delay_s')}): {spread(m.lease_delay_s)} s"
         + ("" if m.lease_delay_s.size >= MIN_STARTS else "; not measured: key left out"),
         f"shared cores {m.cores:g}: {m.cores_source}; busy cores per interval (sum of utilisation x parallel): "
         f"mean {stat(np.mean):.2f}, p95 {stat(lambda x: np.percentile(x, 95)):.2f}, max {stat(np.max):.2f} "

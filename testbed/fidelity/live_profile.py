@@ -477,7 +477,8 @@ def _service_lines(m: Measured) -> List[str]:
                  f"all {s.intervals} intervals: fewer than {MIN_INTERVALS} within the shared cores")
         lines.append(f"  {op}: mean {s.mean_ms:.2f} ms over {s.items} items ({which}; all intervals "
                      f"{s.all_mean_ms:.2f} ms), {cv}; per-interval means "
-                     f"{spread(s.per_interval_ms, decimals=2)} ms; {s.capped} interval(s) with an instance at utilisation 1")
+                     f"{spread(s.per_interval_ms, decimals=2)} ms; {s.capped} interval(s) with an instance at "
+                     "utilisation 1")
     return lines
 
 

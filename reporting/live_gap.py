@@ -26,6 +26,7 @@ import pandas as pd
 from reporting.fidelity_gaps import UNITS, kind_gap
 from reporting.report_document import Block, Section, Table
 from reporting.run_catalog import RunInfo
+from testbed.arguments import flatten
 from testbed.eventlog import RUN_SUFFIXES, EventLog, split_run_config
 from testbed.fidelity_spec import CELL_KINDS
 from testbed.policies.base import INITIAL_DEPLOYMENT
@@ -252,23 +253,13 @@ def profiles(runs: Iterable[RunInfo], configs: Iterable[Tuple[str, str]]) -> Lis
 _SIDE_KEYS = ("backend.", "out", "reps", "seed")
 
 
-def _flat(cfg: Mapping[str, object], prefix: str = "") -> Dict[str, object]:
-    out: Dict[str, object] = {}
-    for key, value in cfg.items():
-        if isinstance(value, Mapping):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def config_differences(runs: Iterable[RunInfo], gaps: LiveGap) -> Dict[Tuple[str, str], List[str]]:
     """Per pair (pattern, X): the resolved-config keys on which X's first run and X-live's first run
     differ, apart from the backend, the output folder, repetitions and seeds (e.g. a live run at
     another load_scale: its effective topology.tick_ms differs)."""
     first: Dict[Tuple[str, str], Dict[str, object]] = {}
     for r in runs:
-        first.setdefault((r.pattern, r.config), _flat(r.manifest.resolved_config))
+        first.setdefault((r.pattern, r.config), flatten(r.manifest.resolved_config))
     out: Dict[Tuple[str, str], List[str]] = {}
     for pattern, base in dict.fromkeys((r.pattern, r.config) for r in gaps.rows):
         sim, live = first.get((pattern, base)), first.get((pattern, base + LIVE))

@@ -5,7 +5,7 @@ keys, and the typed values they take."""
 from __future__ import annotations
 
 import sys
-from typing import Callable, Dict, List, Optional, Sequence, Type, TypeVar, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, TypeVar, Union
 
 T = TypeVar("T")
 
@@ -97,3 +97,15 @@ def count(text: str) -> int:
     if value < 1:
         raise ValueError(f"must be >= 1, not {text}")
     return value
+
+
+def flatten(node: Mapping[Any, Any], prefix: str = "") -> Dict[str, Any]:
+    """Dotted key -> leaf value of a nested mapping."""
+    out: Dict[str, Any] = {}
+    for k, v in node.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
 
 import pandas as pd
 from hydra import compose, initialize_config_dir
@@ -16,6 +16,7 @@ from reporting.evaluations import report_for
 from reporting.fidelity_gaps import Distance, cell_gaps, distance
 from reporting.paper_comparison import compare
 from reporting.summary import summarise
+from testbed.arguments import flatten
 from testbed.config import CONF_DIR, ConfigError, ExperimentConfig, register, to_typed, validate
 from testbed.experiment import execute, plan_runs
 from testbed.fidelity.parameters import to_overrides
@@ -101,18 +102,6 @@ def _check_profile_wins(path: Path, spec: FidelitySpec) -> None:
             raise ConfigError(f"evaluation.fidelity.{where}",
                               f"{key!r} is set by {path.name} itself, which would override the calibrated profile; "
                               "move it to a profile or the topology")
-
-
-def flatten(node: Mapping[Any, Any], prefix: str = "") -> Dict[str, Any]:
-    """Dotted key -> leaf value of a nested mapping."""
-    out: Dict[str, Any] = {}
-    for k, v in node.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 import pandas as pd
 from omegaconf import OmegaConf
 
+from testbed.arguments import flatten
 from testbed.config import CONF_DIR
-from testbed.fidelity.evaluation import Loop, compose_experiment, evaluate, flatten
+from testbed.fidelity.evaluation import Loop, compose_experiment, evaluate
 from testbed.fidelity.parameters import current_values, literal, to_overrides
 
 CELL_COLUMNS = ["config", "metric", "mean_paper", "mean_measured", "gap", "unit", "kind", "normalised_gap"]

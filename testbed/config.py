@@ -498,13 +498,20 @@ def _validate_scale(cfg: ExperimentConfig) -> None:
         raise ConfigError("backend.step_ms", f"{steps:.3g} simulation steps in a run exceed {MAX_STEPS:,}")
 
 
+def validate_cores(key: str, cores: Any, allow_off: bool = True) -> float:
+    """A number of cores the hosts share: finite and > 0, or 0 (off) where `allow_off`; ConfigError
+    naming `key` otherwise. `testbed live-profile cores=` writes backend.shared_cores: one rule."""
+    finite = not isinstance(cores, bool) and isinstance(cores, (int, float)) and math.isfinite(cores)
+    if not finite or cores < 0 or (cores == 0 and not allow_off):
+        raise ConfigError(key, f"must be a number {'>= 0 (0: off)' if allow_off else '> 0'}, got {cores!r}")
+    return float(cores)
+
+
 def _validate_shared_cores(backend: BackendConfig, job_mode: bool) -> None:
     """backend.shared_cores: a finite number >= 0, and > 0 only in the cohort model (the per-item
     models, backend.exact and backend.emulation, and job mode's model do not share cores: rejected
     rather than ignored). The live backend ignores it: it describes the live machine."""
-    cores = backend.shared_cores
-    if isinstance(cores, bool) or not isinstance(cores, (int, float)) or not math.isfinite(cores) or cores < 0:
-        raise ConfigError("backend.shared_cores", f"must be a number >= 0 (0: off), got {cores!r}")
+    cores = validate_cores("backend.shared_cores", backend.shared_cores)
     if cores > 0 and backend.exact:
         raise ConfigError("backend.shared_cores", "the per-item model (backend.exact=true) does not share "
                                                   "cores between hosts: set backend.shared_cores=0 or exact=false")

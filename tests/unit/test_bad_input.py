@@ -222,3 +222,102 @@ def test_report_of_an_empty_folder_is_a_bad_argument(run_main, tmp_path):
     code, err = run_main("report", str(tmp_path / "empty"))
     assert_one_clear_line(code, err, str(tmp_path / "empty"), tmp_path)
     assert list((tmp_path / "empty").iterdir()) == []
+
+
+# ---- the profile commands: a shipped profile is never replaced, another file only with force=true ----
+
+def _shipped_bytes() -> dict:
+    from testbed.fidelity.profile_file import PROFILE_DIR
+
+    return {p.name: p.read_bytes() for p in sorted(PROFILE_DIR.glob("*.yaml"))}
+
+
+@pytest.fixture
+def measured_runs(tmp_path):
+    """A live runs folder and a Flink runs folder each profile command can measure."""
+    from tests.unit.test_engine_profile import _flink_run
+    from tests.unit.test_live_profile import _live_run
+
+    _live_run(tmp_path / "live")
+    _flink_run(tmp_path / "flink")
+    return tmp_path
+
+
+def _profile_commands(runs: Path, *args: str) -> list:
+    return [("live-profile", str(runs / "live"), *args), ("engine-profile", str(runs / "flink"), *args)]
+
+
+@pytest.mark.parametrize("args, key", [
+    (("name=paper",), "name"),
+    (("name=paper", "force=true"), "name"),
+    (("name=x", "out=SHIPPED", "force=true"), "out"),
+])
+def test_no_profile_command_replaces_a_shipped_profile(args, key, measured_runs, run_main, tmp_path):
+    from testbed.fidelity.profile_file import PROFILE_DIR
+
+    before = _shipped_bytes()
+    args = tuple(a.replace("SHIPPED", str(PROFILE_DIR / "paper.yaml")) for a in args)
+    for command in _profile_commands(measured_runs, *args):
+        code, err = run_main(*command)
+        assert_one_clear_line(code, err, key, tmp_path)
+        assert "shipped with the project" in err and "paper.yaml" in err
+    assert _shipped_bytes() == before
+
+
+@pytest.mark.parametrize("args", [("name=paper_calibrated",), ("name=preprint", "force=true"), ()])
+def test_calibrate_never_replaces_a_shipped_profile(args, run_main, tmp_path):
+    before = _shipped_bytes()
+    code, err = run_main("calibrate", "budget=1", *args)  # () = the loop's own profile, paper_calibrated
+    assert_one_clear_line(code, err, "name", tmp_path)
+    assert "shipped with the project" in err
+    assert _shipped_bytes() == before
+
+
+def test_an_existing_profile_is_replaced_only_with_force(measured_runs, run_main, tmp_path):
+    for command, runs in (("live-profile", "live"), ("engine-profile", "flink")):
+        mine = tmp_path / f"{command}.yaml"
+        mine.write_text("# the user's own\n")
+        code, err = run_main(command, str(measured_runs / runs), "name=x", f"out={mine}")
+        assert_one_clear_line(code, err, "out", tmp_path)
+        assert "force=true" in err and mine.read_text() == "# the user's own\n"
+        code, err = run_main(command, str(measured_runs / runs), "name=x", f"out={mine}", "force=true")
+        assert code == 0, err
+        assert mine.read_text().startswith("# @package _global_")
+
+
+@pytest.mark.parametrize("out, message", [("FOLDER", "is a folder"), ("FILE/x.yaml", "is a file")])
+def test_a_profile_out_that_cannot_be_a_file_is_named(out, message, measured_runs, run_main, tmp_path):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("mine\n")
+    out = out.replace("FOLDER", str(tmp_path / "folder")).replace("FILE", str(tmp_path / "file"))
+    for command in _profile_commands(measured_runs, "name=x", f"out={out}"):
+        code, err = run_main(*command)
+        assert_one_clear_line(code, err, "out", tmp_path)
+        assert message in err
+    assert (tmp_path / "file").read_text() == "mine\n" and list((tmp_path / "folder").iterdir()) == []
+
+
+@pytest.mark.parametrize("cores", ["inf", "nan", "-1", "0"])
+def test_live_profile_cores_are_those_the_experiment_accepts(cores, measured_runs, run_main, tmp_path):
+    code, err = run_main("live-profile", str(measured_runs / "live"), "name=x", f"out={tmp_path / 'x.yaml'}",
+                         f"cores={cores}")
+    assert_one_clear_line(code, err, "cores", tmp_path)
+    assert not (tmp_path / "x.yaml").exists()
+
+
+@pytest.mark.parametrize("args, key", [
+    (("pattern=nosuch",), "pattern"),  # not a workload of the evaluation
+    (("duration_min=1000000", "name=x"), "duration_min"),  # beyond what an experiment runs (a week)
+    (("force=maybe", "name=x"), "force"),
+])
+def test_calibrate_checks_its_settings_before_the_search(args, key, run_main, tmp_path):
+    code, err = run_main("calibrate", "budget=1", *args)
+    assert_one_clear_line(code, err, key, tmp_path)
+
+
+def test_calibrate_runs_its_trials_for_the_duration_given():
+    from testbed.fidelity.calibration import parse_config, plan_calibration
+
+    plan = plan_calibration(parse_config(["duration_min=7", "name=not_written"]))
+    assert plan.loop.duration_min == 7 and plan.base.duration_min == 7
+    assert plan.loop.calibration_setting("stepwise", "visp2017", 1, 1, {}).duration_min == 7

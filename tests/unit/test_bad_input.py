@@ -321,3 +321,10 @@ def test_calibrate_runs_its_trials_for_the_duration_given():
     plan = plan_calibration(parse_config(["duration_min=7", "name=not_written"]))
     assert plan.loop.duration_min == 7 and plan.base.duration_min == 7
     assert plan.loop.calibration_setting("stepwise", "visp2017", 1, 1, {}).duration_min == 7
+
+
+@pytest.mark.parametrize("args, key", [(("evaluation=nosuch",), "evaluation"),
+                                       (("evaluation=presps", "sweeps=[behaviours]"), "sweeps")])
+def test_fidelity_checks_its_settings_before_anything_runs(args, key, run_main, tmp_path):
+    code, err = run_main("fidelity", *args, "out=OUT")
+    assert_one_clear_line(code, err, key, tmp_path)

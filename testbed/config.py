@@ -29,6 +29,7 @@ from testbed.placement.base import PlacementConfig, placements
 from testbed.policies.registry import policies as registered_policies
 from testbed.workloads.patterns import PatternConfig, PatternError, kind_settings, pattern_node
 from testbed.workloads.payloads import PayloadConfig, PayloadConfigError, validate_payloads
+from testbed.workloads.registry import workload_kinds
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "experiments" / "conf"
 
@@ -285,9 +286,14 @@ class ExperimentConfig:
 def register() -> None:
     """Make the schema known to Hydra (config.yaml lists `schema` first in its defaults), and one
     option of the `policy` group per registered policy (`policy=<name>`: that policy alone)."""
+    # every plug-in is imported first, so that one that fails is named by discovery (PluginError)
+    # rather than inside OmegaConf, which builds the schema from the registries
+    known = registered_policies()
+    placements()
+    workload_kinds()
     store = ConfigStore.instance()
     store.store(name="schema", node=ExperimentConfig)
-    for name in registered_policies():
+    for name in known:
         store.store(group="policy", name=name, node=PolicySelection(name=name))
 
 
@@ -533,8 +539,9 @@ def _validate_policies(cfg: ExperimentConfig) -> None:
     if cfg.policy.name != "matrix" and cfg.policy.name not in known:
         raise ConfigError("policy.name",
                           f"{cfg.policy.name!r} is neither 'matrix' nor a registered policy: {sorted(known)}")
-    if cfg.placement.name and cfg.placement.name not in placements():
-        raise ConfigError("placement.name", f"unknown placement {cfg.placement.name!r}; known: {sorted(placements())}")
+    strategies = placements()  # every plug-in imported now, not in a run's worker
+    if cfg.placement.name and cfg.placement.name not in strategies:
+        raise ConfigError("placement.name", f"unknown placement {cfg.placement.name!r}; known: {sorted(strategies)}")
     if cfg.placement.cache_factor < 0:
         raise ConfigError("placement.cache_factor", "must be >= 0")
     _validate_odp(cfg)

@@ -23,7 +23,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Tuple, Type, T
 
 import numpy as np
 
-from testbed.discovery import discover
+from testbed.discovery import claim, discover
 
 ENTRY_POINT_GROUP = "testbed.workloads"
 MODULES_VARIABLE = "TESTBED_WORKLOAD_MODULES"
@@ -92,6 +92,8 @@ def register_workload(name: str) -> Callable[[S], S]:
             raise TypeError(f"workload kind {name!r}: {cls!r} must be a dataclass subclassing PatternConfig")
         if _default(next(f for f in fields(cls) if f.name == "kind")) != name:
             raise TypeError(f"workload kind {name!r}: {cls.__name__} must declare `kind: str = {name!r}`")
+        known = _REGISTRY.get(name)
+        claim("workload kind", name, cls.__module__, known.__module__ if known is not None else None)
         _REGISTRY[name] = cls
         return cls
 

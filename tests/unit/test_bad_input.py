@@ -328,3 +328,105 @@ def test_calibrate_runs_its_trials_for_the_duration_given():
 def test_fidelity_checks_its_settings_before_anything_runs(args, key, run_main, tmp_path):
     code, err = run_main("fidelity", *args, "out=OUT")
     assert_one_clear_line(code, err, key, tmp_path)
+
+
+# ---- plug-ins: a module that cannot be imported, or that takes a built-in's name, is named -----------
+
+PLUGINS = {
+    "plugin_boom": 'raise RuntimeError("boom at import")\n',
+    "plugin_dup_policy": '''
+from dataclasses import dataclass
+
+from testbed.policies.contract import Policy
+from testbed.policies.registry import register_policy
+
+
+@dataclass
+class Params:
+    x: int = 1
+
+
+@register_policy("btu", Params)
+class Mine(Policy):
+    pass
+''',
+    "plugin_dup_placement": '''
+from testbed.placement.base import register_placement
+
+
+@register_placement("first_fit")
+def mine(cfg):
+    return None
+''',
+    "plugin_dup_workload": '''
+from dataclasses import dataclass
+
+from testbed.workloads.registry import PatternConfig, register_workload
+
+
+@register_workload("cycle")
+@dataclass
+class Mine(PatternConfig):
+    kind: str = "cycle"
+''',
+}
+
+
+@pytest.fixture
+def plugins(tmp_path, monkeypatch):
+    """The modules above on the Python path (none of them stays imported or registered)."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    for name, source in PLUGINS.items():
+        (folder / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(folder))
+    for variable in ("TESTBED_POLICY_MODULES", "TESTBED_PLACEMENT_MODULES", "TESTBED_WORKLOAD_MODULES"):
+        monkeypatch.delenv(variable, raising=False)
+    yield folder
+    for name in PLUGINS:
+        sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("variable", ["TESTBED_POLICY_MODULES", "TESTBED_PLACEMENT_MODULES",
+                                      "TESTBED_WORKLOAD_MODULES"])
+@pytest.mark.parametrize("module, error", [("no_such_plugin", "ModuleNotFoundError"),
+                                           ("plugin_boom", "RuntimeError: boom at import")])
+def test_a_plugin_that_cannot_be_imported_is_named(variable, module, error, plugins, monkeypatch, run_main,
+                                                   tmp_path):
+    monkeypatch.setenv(variable, module)
+    code, err = run_main("experiment", "out=OUT", "reps=1", "duration_min=1")
+    assert_one_clear_line(code, err, module, tmp_path)
+    assert variable in err and error in err
+
+
+@pytest.mark.parametrize("variable, module, builtin", [
+    ("TESTBED_POLICY_MODULES", "plugin_dup_policy", "testbed.policies.btu"),
+    ("TESTBED_PLACEMENT_MODULES", "plugin_dup_placement", "testbed.placement.first_fit"),
+    ("TESTBED_WORKLOAD_MODULES", "plugin_dup_workload", "testbed.workloads.cycle"),
+])
+def test_a_plugin_never_replaces_a_builtin(variable, module, builtin, plugins, monkeypatch, run_main, tmp_path):
+    monkeypatch.setenv(variable, module)
+    code, err = run_main("experiment", "out=OUT", "reps=1", "duration_min=1")
+    assert_one_clear_line(code, err, module, tmp_path)
+    assert f"built-in module {builtin}" in err and "registered already" in err
+    from testbed.placement.base import placements
+    from testbed.policies.registry import policies
+    from testbed.workloads.registry import workload_kinds
+
+    monkeypatch.delenv(variable)
+    assert policies()["btu"].cls.__module__ == "testbed.policies.btu"  # the built-ins stay
+    assert placements()["first_fit"].__module__ == "testbed.placement.first_fit"
+    assert workload_kinds()["cycle"].__module__ == "testbed.workloads.cycle"
+
+
+def test_an_entry_point_naming_a_missing_module_is_named(plugins, monkeypatch, run_main, tmp_path):
+    from testbed import discovery
+
+    info = plugins / "mine-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mine\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[testbed.policies]\nmine = no_such_plugin_module\n")
+    monkeypatch.setattr(discovery, "_entry_points", {})  # read once per process
+    code, err = run_main("experiment", "out=OUT", "reps=1", "duration_min=1")
+    assert_one_clear_line(code, err, "no_such_plugin_module", tmp_path)
+    assert "entry point mine = no_such_plugin_module (group testbed.policies, distribution mine)" in err

@@ -12,13 +12,13 @@ import re
 from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from testbed.arguments import ConfigError
+from testbed.arguments import ConfigError, flatten
 from testbed.claim_spec import ClaimSpec
 from testbed.claim_spec import validate as validate_claims
 from testbed.emulation import AvailabilityMode, EmulationConfig, validate_emulation
@@ -410,7 +410,55 @@ def validate_seed(key: str, value: int) -> None:
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
-    """Semantic checks that types cannot express. Raises ConfigError naming the key."""
+    """Semantic checks that types cannot express. Raises ConfigError naming the key, and the profile
+    when the offending value is the profile's (the user may never have written that key)."""
+    try:
+        return _validate(cfg)
+    except ConfigError as exc:
+        blamed = _blame_profile(cfg, exc)
+        if blamed is None:
+            raise
+        raise blamed from exc
+
+
+def profile_settings(name: str, conf_dir: Path = CONF_DIR) -> Dict[str, Tuple[Any, Path]]:
+    """Dotted key -> (value, file) of what profile `name` sets, its own `defaults` (the profiles it
+    extends) included; {} for a profile that is not in conf_dir."""
+    path = conf_dir / "profile" / f"{name}.yaml"
+    if not path.is_file():
+        return {}
+    raw: Any = OmegaConf.to_container(OmegaConf.load(path))
+    out: Dict[str, Tuple[Any, Path]] = {}
+    for parent in raw.pop("defaults", None) or []:
+        if isinstance(parent, str) and parent not in ("_self_", name):
+            out.update(profile_settings(parent, conf_dir))
+    out.update({key: (value, path) for key, value in flatten(raw).items()})
+    return out
+
+
+def _value_at(cfg: ExperimentConfig, key: str) -> Any:
+    node: Any = to_plain(cfg)
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return MISSING
+        node = node[part]
+    return node
+
+
+def _blame_profile(cfg: ExperimentConfig, exc: ConfigError) -> Optional[ConfigError]:
+    """The error restated when the selected profile set the offending value (and nothing changed it
+    since), else None."""
+    set_by = profile_settings(cfg.profile).get(exc.key)
+    if set_by is None or _value_at(cfg, exc.key) != set_by[0]:
+        return None
+    value, path = set_by
+    where = path.relative_to(CONF_DIR.parent.parent) if path.is_relative_to(CONF_DIR.parent.parent) else path
+    reason = str(exc).removeprefix(f"{exc.key}: ")
+    return ConfigError(exc.key, f"profile {cfg.profile} sets it to {value!r} ({where}); {reason}, or choose "
+                                f"another profile")
+
+
+def _validate(cfg: ExperimentConfig) -> ExperimentConfig:
     validate_seed("seed", cfg.seed)
     _validate_workload(cfg)
     _positive("reps", cfg.reps)

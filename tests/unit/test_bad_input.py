@@ -430,3 +430,16 @@ def test_an_entry_point_naming_a_missing_module_is_named(plugins, monkeypatch, r
     code, err = run_main("experiment", "out=OUT", "reps=1", "duration_min=1")
     assert_one_clear_line(code, err, "no_such_plugin_module", tmp_path)
     assert "entry point mine = no_such_plugin_module (group testbed.policies, distribution mine)" in err
+
+
+def test_a_value_the_profile_sets_is_blamed_on_the_profile(run_main, tmp_path):
+    code, err = run_main("experiment", "evaluation=daedalus", "profile=live_measured", "out=OUT", "reps=1",
+                         "duration_min=1")
+    assert_one_clear_line(code, err, "backend.shared_cores", tmp_path)
+    assert "profile live_measured sets it to 2.0 (experiments/conf/profile/live_measured.yaml)" in err
+    assert "job mode's simulator" in err  # why it conflicts
+    # the user's own value is the user's: no profile named
+    code, err = run_main("experiment", "evaluation=daedalus", "backend.shared_cores=3", "out=OUT", "reps=1",
+                         "duration_min=1")
+    assert_one_clear_line(code, err, "backend.shared_cores", tmp_path)
+    assert "profile" not in err

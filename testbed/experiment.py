@@ -248,6 +248,7 @@ def run_experiment(cfg: ExperimentConfig) -> List[Path]:
     anything runs. On Ctrl-C or SIGTERM, running runs are marked
     incomplete and queued ones never start."""
     specs = plan_runs(cfg)
+    runs_folder.check_run_dirs(Path(cfg.out), [s.run_dir for s in specs])
     out = runs_folder.prepare(cfg.out)
     with runs_folder.locked(out):
         runs_folder.check_settings(out / cfg.pattern.name, specs[0].settings, cfg.mix)

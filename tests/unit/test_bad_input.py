@@ -443,3 +443,14 @@ def test_a_value_the_profile_sets_is_blamed_on_the_profile(run_main, tmp_path):
                          "duration_min=1")
     assert_one_clear_line(code, err, "backend.shared_cores", tmp_path)
     assert "profile" not in err
+
+
+@pytest.mark.parametrize("where", ["stepwise", "stepwise/btu-60", "stepwise/btu-60/1"])
+def test_a_users_file_where_a_run_folder_goes_is_named_and_kept(where, run_main, tmp_path):
+    out = tmp_path / "runs"
+    (out / where).parent.mkdir(parents=True, exist_ok=True)
+    (out / where).write_text("the user's\n")
+    code, err = run_main("experiment", f"out={out}", "policy=btu", "reps=1", "duration_min=1")
+    assert_one_clear_line(code, err, str(out / where), tmp_path)
+    assert "is a file" in err and (out / where).read_text() == "the user's\n"
+    assert sorted(p.name for p in out.iterdir()) == ["stepwise"]  # not even the lock file

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from testbed.config import ConfigError
@@ -454,3 +455,47 @@ def test_a_users_file_where_a_run_folder_goes_is_named_and_kept(where, run_main,
     assert_one_clear_line(code, err, str(out / where), tmp_path)
     assert "is a file" in err and (out / where).read_text() == "the user's\n"
     assert sorted(p.name for p in out.iterdir()) == ["stepwise"]  # not even the lock file
+
+
+def _flink_named(run: Path) -> Path:
+    """A report fixture's run as a Flink run of the Daedalus evaluation (its manifest only)."""
+    from testbed.eventlog import write_manifest
+
+    m = read_manifest(run)
+    m.experiment, m.backend = "daedalus_flink", "flink"
+    write_manifest(run, m)
+    return run
+
+
+def test_report_over_flink_runs_without_their_tables_fails_before_spark(run_main, tmp_path):
+    from tests.unit.report_fixtures import make_run
+
+    runs = tmp_path / "runs"
+    first = _flink_named(make_run(runs, config="daedalus-flink", rep=1))  # a job run's latency table is missing
+    _flink_named(make_run(runs, config="daedalus-flink", rep=2))
+    (runs / "stepwise" / "daedalus-flink" / "2" / "samples.parquet").unlink()
+    start = time.perf_counter()
+    code, err = run_main("report", str(runs))
+    assert_one_clear_line(code, err, str(first / "latency.parquet"), tmp_path)
+    assert "2 damaged" in err and time.perf_counter() - start < 5  # no JVM was started
+    assert not (runs / "report").exists()
+
+
+def test_summary_leaves_a_damaged_run_out_as_the_report_does(run_main, tmp_path):
+    from tests.unit.report_fixtures import make_run
+
+    runs = tmp_path / "runs"
+    make_run(runs, rep=1)
+    bad = make_run(runs, rep=2)
+    data = (bad / "samples.parquet").read_bytes()
+    (bad / "samples.parquet").write_bytes(data[: len(data) // 2])  # truncated
+    code, err = run_main("summary", str(runs))
+    assert code == 3 and "Traceback" not in err
+    assert err.strip().splitlines() == [err.strip()] and str(bad) in err and "samples.parquet" in err
+    summary = pd.read_csv(runs / "summary.csv")
+    assert set(summary["config"]) == {"threshold"} and set(summary["n"]) <= {0, 1}  # the readable run only
+    (runs / "summary.csv").unlink()
+    (runs / "stepwise" / "threshold" / "1" / "leases.parquet").unlink()  # now none is readable
+    code, err = run_main("summary", str(runs))
+    assert_one_clear_line(code, err, "leases.parquet", tmp_path)
+    assert "2 damaged" in err and not (runs / "summary.csv").exists()

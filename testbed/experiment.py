@@ -50,6 +50,7 @@ from testbed.progress import Outcome, Progress
 from testbed.rng import stream
 from testbed.topology import Topology
 from testbed.workloads.patterns import Pattern, PatternConfig, make_pattern
+from testbed.workloads.registry import workload_details
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
         finish_manifest(spec.run_dir, "incomplete", error=f"{type(exc).__name__}: {exc}")
         raise
     finish_manifest(spec.run_dir, "complete", sim_duration_s=result.duration_s,
-                    details=result.details)
+                    details={**workload_details(pattern), **result.details})
     return spec.run_dir
 
 

@@ -45,6 +45,13 @@ class Pattern(ABC):
         return int(self.series(np.array([t_s], dtype=float))[0])
 
 
+def workload_details(pattern: Pattern) -> Dict[str, str]:
+    """What every run's manifest records of its workload, whatever the backend or mode: the SHA-256
+    of a trace file's bytes or of a generated series (`sha256`), where the pattern has one."""
+    sha = getattr(pattern, "sha256", None)
+    return {"workload_sha256": sha} if sha else {}
+
+
 def step_index(times_s: np.ndarray, step_s: float) -> np.ndarray:
     """Index of the step each time falls in, for the stepped patterns; t < 0 counts as step 0."""
     t = np.maximum(np.asarray(times_s, dtype=float), 0.0)

@@ -499,3 +499,28 @@ def test_summary_leaves_a_damaged_run_out_as_the_report_does(run_main, tmp_path)
     code, err = run_main("summary", str(runs))
     assert_one_clear_line(code, err, "leases.parquet", tmp_path)
     assert "2 damaged" in err and not (runs / "summary.csv").exists()
+
+
+def test_calibrate_keeps_an_existing_record_without_force(run_main, tmp_path):
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "mine.record.json").write_text("{}\n")
+    code, err = run_main("calibrate", "budget=1", "name=mine", f"record_dir={records}")
+    assert_one_clear_line(code, err, "name", tmp_path)
+    assert "mine.record.json exists" in err and (records / "mine.record.json").read_text() == "{}\n"
+
+
+def test_only_the_projects_tracked_files_are_shipped(tmp_path):
+    import uuid
+
+    from testbed.eventlog import PROJECT_DIR
+    from testbed.fidelity.profile_file import PROFILE_DIR, shipped
+
+    assert shipped(PROFILE_DIR / "paper.yaml") and shipped(PROFILE_DIR / "live_measured.yaml")
+    assert not shipped(tmp_path / "paper.yaml")
+    untracked = PROJECT_DIR / f".untracked-{uuid.uuid4().hex}.yaml"  # a user's file inside the checkout
+    untracked.write_text("mine\n")
+    try:
+        assert not shipped(untracked)
+    finally:
+        untracked.unlink()

@@ -24,9 +24,9 @@ import pandas as pd
 from reporting.evaluations.odp.claims import check_claims
 from testbed.eventlog import EventLog, find_runs, read_manifest
 
-# §7.1 and §7.2 as published (spec odp.md §9.1-9.2): what the measured table is set beside
 TABLES = ("placements", "latency", "dropped", "load", "host_traffic")  # what run_metrics reads
 
+# §7.1 and §7.2 as published (spec odp.md §9.1-9.2): what the measured table is set beside
 PAPER_71: Dict[str, Dict[str, Optional[float]]] = {
     "odp-a": {"R_ratio_to_odp_r": 1.8, "A_model": 1.0, "k": 0, "loss_pct": None},
     "odp-r": {"R_ratio_to_odp_r": 1.0, "A_model": 0.99 ** 8, "k": 8, "loss_pct": 3.37},

@@ -67,6 +67,10 @@ class SummaryError(ValueError):
     """Runs that cannot be summarised; the message names the folder, file or config key."""
 
 
+class SummaryInputError(SummaryError):
+    """A bad argument of `testbed summary` (no such runs folder, no runs in it): exit status 2."""
+
+
 def config_value(cfg: Dict[str, Any], key: str, where: Path, default: Any = ...) -> Any:
     node: Any = cfg
     for part in key.split("."):

@@ -11,7 +11,8 @@ Output (default RUNS_DIR/report/):
     tables/runs.csv, tables/manifests.json   the runs covered (complete and incomplete) and their manifests
     figures/*.png, index.html (self-contained), report.md
 
-One Spark session per report, started in the background while the run folders are read; the heavy
+One Spark session per report, started in the background once the run folders' manifests and table
+schemas are read (a folder with nothing to report fails at once, without a JVM); the heavy
 work (all tables of all runs) happens in Spark, in a few passes collected together
 (reporting.spark_passes); metrics and figures are computed from those small results in pandas.
 """
@@ -39,7 +40,19 @@ from reporting.markdown_report import write_markdown
 from reporting.report_config import ReportConfig, ReportConfigError, parse_overrides
 from reporting.report_document import build_document, config_order
 from reporting.report_metrics import ReportMetrics, report_metrics
-from reporting.run_catalog import REPORT_TABLES, ReportError, ReportInputError, RunCatalog, load_catalog, run_folders
+from reporting.run_catalog import (
+    EXIT_BAD_INPUT,
+    EXIT_DAMAGED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    REPORT_TABLES,
+    ReportError,
+    ReportInputError,
+    RunCatalog,
+    load_catalog,
+    run_folders,
+)
 from reporting.spark_passes import collect_aggregates
 from reporting.spark_session import SessionStart, SparkStartError
 from reporting.spark_tables import RunTables
@@ -125,16 +138,17 @@ def run_report(runs_dir: PathLike, cfg: Optional[ReportConfig] = None, spark=Non
     cfg = cfg or ReportConfig()
     t0 = time.perf_counter()
     dirs = run_folders(runs_dir)  # no runs, or no place to write the report: fail before Spark starts
+    # manifests and table schemas (milliseconds a run): nothing reportable fails here, without a JVM
+    catalog = load_catalog(runs_dir, dirs)
     out = Path(cfg.out) if cfg.out else Path(runs_dir) / "report"
     _check_writable(out)
+    steps: Dict[str, float] = _Steps(say)
+    steps["run folders: manifests, table schemas"] = time.perf_counter() - t0
     workers = FigureWorkers() if cfg.figures else None  # they start while Spark works
     start: Optional[SessionStart] = None
-    steps: Dict[str, float] = _Steps(say)
     try:
         start = SessionStart(cfg.spark, _samples_bytes(dirs)) if spark is None else None
         try:
-            catalog = load_catalog(runs_dir, dirs)  # manifests and table schemas, while the JVM starts
-            steps["run folders: manifests, table schemas"] = time.perf_counter() - t0
             session = spark if start is None else start.session()
             t1 = time.perf_counter()
             steps["waiting for the Spark session"] = t1 - t0 - steps["run folders: manifests, table schemas"]
@@ -209,11 +223,6 @@ def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalo
     return files
 
 
-# Exit statuses of `testbed report` (README.md, "Reports"): a report with damaged runs left out is
-# still written, but a script must be able to tell it from a report of every run.
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_DAMAGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-
-
 def _interrupt(signum: int, frame: object) -> None:
     """SIGTERM as Ctrl-C: the report's clean-up runs instead of the process ending on the spot."""
     raise KeyboardInterrupt
@@ -221,8 +230,9 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """`testbed report RUNS_DIR [key=value ...]`: exit 0, or 3 when damaged runs were left out of
-    the report; 2 on a bad argument (a key, no runs folder, no runs in it, an unwritable output
-    folder); 1 when nothing can be reported (no complete undamaged run, Spark does not start)."""
+    the report; 2 on a bad argument (a key, no runs folder, no runs in it, every complete run
+    damaged, an unwritable output folder); 1 when nothing can be reported otherwise (no complete
+    run, Spark does not start)."""
     args: List[str] = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help") or "=" in args[0]:
         print("usage: testbed report RUNS_DIR [out=DIR] [figures=false] [spark.master=local[*]] "
@@ -267,7 +277,7 @@ def _print_result(result: ReportResult) -> None:
     for row in pd.read_csv(result.files["claims"]).itertuples():
         print(f"  {row.pattern:<14} {row.measured:<14} {row.text}")
     t = result.timings
-    print(f"Spark start (run folders read meanwhile) {t['spark_start_s']:.1f} s, computation {t['compute_s']:.1f} s, "
+    print(f"run folders and Spark start {t['spark_start_s']:.1f} s, computation {t['compute_s']:.1f} s, "
           f"figures and documents {t['render_s']:.1f} s")
     print(f"wrote {result.files['html']} and {result.files['markdown']}")
 

@@ -25,6 +25,10 @@ from testbed.eventlog import TABLES, EventLogError, Manifest, find_runs, read_ma
 
 PathLike = Union[str, Path]
 
+# Exit statuses of `testbed report` and `testbed summary` (README.md, "Reports"): a report with
+# damaged runs left out is still written, but a script must be able to tell it from one of every run.
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_DAMAGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
 # The event-log tables a report reads (a run's other tables are not its business).
 REPORT_TABLES = ("samples", "processed", "queues", "instances", "hosts", "load", "actions", "leases")
 
@@ -174,10 +178,13 @@ def run_folders(runs_dir: PathLike) -> List[Path]:
 
 
 def _problem(run: RunInfo) -> Optional[str]:
-    """Why a complete run cannot be reported (a config value, a table), None if it can."""
+    """Why a complete run cannot be reported (a config value, a table the report or its evaluation's
+    metrics read), None if it can."""
+    from reporting.evaluations import report_for
+
     try:
         _check_config(run)
-        for table in REPORT_TABLES:
+        for table in dict.fromkeys((*REPORT_TABLES, *report_for(run.manifest.experiment).tables)):
             check_table(run.run_dir / f"{table}.parquet", table)
     except ReportError as exc:
         return str(exc)
@@ -200,9 +207,10 @@ def load_catalog(runs_dir: PathLike, dirs: Optional[Sequence[Path]] = None) -> R
     """All runs below runs_dir (dirs: run_folders(runs_dir), when already known). A run folder with
     a corrupt manifest, a config value the metrics need missing, or an event-log table that is
     missing, unreadable or not of its schema is damaged: left out, with the reason, in
-    `catalog.damaged`. Raises ReportInputError when there is no such folder or no run folder, and
-    ReportError naming the folder or file when nothing can be reported: no complete undamaged run,
-    runs of several experiments, or a configuration run twice under the same (pattern, config, rep)."""
+    `catalog.damaged`. Raises ReportInputError when there is no such folder, no run folder, or every
+    complete run is damaged, and ReportError naming the folder or file when nothing can be reported
+    otherwise: no complete run, runs of several experiments, or a configuration run twice under the
+    same (pattern, config, rep)."""
     root = Path(runs_dir)
     runs, damaged = _read_runs(run_folders(root) if dirs is None else dirs)
     incomplete = tuple(r for r in runs if r.manifest.status != "complete")
@@ -213,8 +221,9 @@ def load_catalog(runs_dir: PathLike, dirs: Optional[Sequence[Path]] = None) -> R
             complete_runs.append(run)
         else:
             damaged.append(DamagedRun(run.run_dir, problem, run.manifest))
-    if not complete_runs:
-        raise ReportError(_nothing_to_report(root, incomplete, damaged))
+    if not complete_runs:  # every complete run damaged: the folder is bad input, naming the first fault
+        error = ReportInputError if damaged else ReportError
+        raise error(_nothing_to_report(root, incomplete, damaged))
     experiments = sorted({r.manifest.experiment for r in complete_runs})
     if len(experiments) > 1:
         raise ReportError(f"{root}: runs of several experiments {experiments}; report one experiment folder")

@@ -23,30 +23,42 @@ from reporting.metrics import (
     METRICS,
     PathLike,
     SummaryError,
+    SummaryInputError,
     configurations,
     long_rows,
     rebilled,
     run_metrics,
 )
+from reporting.run_catalog import EXIT_BAD_INPUT, EXIT_DAMAGED, EXIT_FAILED, EXIT_OK, DamagedRun
 from testbed.eventlog import EventLogError, Manifest, find_runs, read_manifest
 
 # ---- many runs --------------------------------------------------------------------------------
 
-def _runs(runs_root: PathLike) -> List[Tuple[Path, Manifest]]:
+def _runs(runs_root: PathLike, damaged: Optional[List[DamagedRun]] = None) -> List[Tuple[Path, Manifest]]:
+    """The run folders and their manifests; an unreadable manifest raises EventLogError, or with a
+    `damaged` list is added to it."""
     root = Path(runs_root)
     if not root.is_dir():
-        raise SummaryError(f"runs folder not found: {root}")
+        raise SummaryInputError(f"runs folder not found: {root}")
     dirs = find_runs(root)
     if not dirs:
-        raise SummaryError(f"no runs (folders with manifest.json) below {root}")
-    return [(d, read_manifest(d)) for d in dirs]
+        raise SummaryInputError(f"no runs (folders with manifest.json) below {root}")
+    runs = []
+    for d in dirs:
+        try:
+            runs.append((d, read_manifest(d)))
+        except EventLogError as exc:
+            if damaged is None:
+                raise
+            damaged.append(DamagedRun(d, str(exc)))
+    return runs
 
 
 def incomplete_runs(runs_root: PathLike) -> pd.DataFrame:
     """Runs left out of the summary because their status is not "complete"."""
     rows = [{"run_dir": str(d), "pattern": m.pattern, "config": m.config, "rep": m.rep,
              "status": m.status, "error": m.error}
-            for d, m in _runs(runs_root) if m.status != "complete"]
+            for d, m in _runs(runs_root, []) if m.status != "complete"]
     return pd.DataFrame(rows, columns=["run_dir", "pattern", "config", "rep", "status", "error"])
 
 
@@ -81,25 +93,39 @@ def mean_sd(long: pd.DataFrame, rank: Callable[[str], Hashable] = _metric_rank,
     return out[COLUMNS].reset_index(drop=True)
 
 
-def summarise(runs_root: PathLike) -> pd.DataFrame:
+def _run_rows(run_dir: Path, manifest: Manifest) -> List[Dict[str, Any]]:
+    """The long rows of one run's metrics, the platform's and its evaluation's own (e.g. PRESPS's)."""
+    values = run_metrics(run_dir)
+    extra = evaluation_metrics(run_dir, manifest)
+    values.update(extra)
+    return long_rows(manifest, values, run_dir, independent=[*BTU_INDEPENDENT_METRICS, *extra])
+
+
+def summarise(runs_root: PathLike, skip_damaged: bool = False) -> pd.DataFrame:
     """Mean and sample sd (ddof=1) over the repetitions of each configuration (pattern, config).
 
     Only complete runs count; the others are listed in `.attrs["incomplete_runs"]` (paths) and by
     `incomplete_runs()`. NaN values (e.g. no adaptation episode) are left out of mean and sd; `n`
-    is the number of values used."""
-    runs = _runs(runs_root)
+    is the number of values used. A run whose manifest, tables or config cannot be read raises
+    (SummaryError, EventLogError) naming it, or with `skip_damaged` is left out as the report leaves
+    it out, listed in `.attrs["damaged_runs"]` (reporting.run_catalog.DamagedRun)."""
+    damaged: List[DamagedRun] = []
+    runs = _runs(runs_root, damaged if skip_damaged else None)
     complete = [(d, m) for d, m in runs if m.status == "complete"]
     experiments = sorted({m.experiment for _, m in complete})
     if len(experiments) > 1:
         raise SummaryError(f"{runs_root}: runs of several experiments {experiments}; summarise one experiment folder")
     rows: List[Dict[str, Any]] = []
     for run_dir, manifest in complete:
-        values = run_metrics(run_dir)
-        extra = evaluation_metrics(run_dir, manifest)  # the evaluation's own metrics (e.g. PRESPS's)
-        values.update(extra)
-        rows.extend(long_rows(manifest, values, run_dir, independent=[*BTU_INDEPENDENT_METRICS, *extra]))
+        try:
+            rows.extend(_run_rows(run_dir, manifest))
+        except (SummaryError, EventLogError) as exc:
+            if not skip_damaged:
+                raise
+            damaged.append(DamagedRun(run_dir, str(exc), manifest))
     out = mean_sd(pd.DataFrame(rows))
     out.attrs["incomplete_runs"] = [str(d) for d, m in runs if m.status != "complete"]
+    out.attrs["damaged_runs"] = damaged
     out.attrs["evaluation"] = experiments[0] if experiments else ""
     return out
 
@@ -181,22 +207,35 @@ def format_summary(df: pd.DataFrame) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """`testbed summary RUNS_DIR`: print the table, write RUNS_DIR/summary.csv."""
+    """`testbed summary RUNS_DIR`: print the table, write RUNS_DIR/summary.csv. Exit statuses as the
+    report's: 0, 3 when damaged runs were left out (each named on stderr), 2 on a bad argument (no
+    runs folder, no runs in it, every complete run damaged), 1 when the runs cannot be summarised."""
     parser = argparse.ArgumentParser(prog="testbed summary", description=__doc__.splitlines()[0])
     parser.add_argument("runs_dir", type=Path, help="folder of run folders (e.g. runs/<experiment>)")
     args = parser.parse_args(argv)
     try:
-        df = summarise(args.runs_dir)
-    except (SummaryError, EventLogError) as exc:
+        df = summarise(args.runs_dir, skip_damaged=True)
+    except SummaryInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_BAD_INPUT
+    except SummaryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    damaged: List[DamagedRun] = df.attrs["damaged_runs"]
+    if damaged and df.empty:
+        first = damaged[0]
+        print(f"error: no run below {args.runs_dir} can be summarised ({len(damaged)} damaged): {first.run_dir}: "
+              f"{first.reason}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     print(format_summary(df), end="")
     for run in df.attrs["incomplete_runs"]:
         print(f"not complete, left out: {run}")
+    for bad in damaged:
+        print(f"damaged, left out of the summary: {bad.run_dir}: {bad.reason}", file=sys.stderr)
     out = args.runs_dir / "summary.csv"
     df.to_csv(out, index=False)
     print(f"wrote {out}")
-    return 0
+    return EXIT_DAMAGED if damaged else EXIT_OK
 
 
 if __name__ == "__main__":

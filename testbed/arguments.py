@@ -51,8 +51,13 @@ def parse_command(schema: Type[T], argv: Optional[Sequence[str]], usage: str) ->
     try:
         return parse_arguments(schema, args).validate()  # type: ignore[attr-defined]
     except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
+        return config_error(exc)
+
+
+def config_error(exc: ConfigError) -> int:
+    """Print a config error (one line, naming the key) and return a command's exit status for it, 2."""
+    print(f"config error: {exc}", file=sys.stderr)
+    return 2
 
 
 # ---- the pairs of a table of known keys ---------------------------------------------------------

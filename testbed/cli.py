@@ -231,7 +231,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args or args[0] not in COMMANDS:
         print(USAGE, file=sys.stderr)
         return 2
-    return COMMANDS[args[0]](args[1:])
+    from testbed.discovery import PluginError
+
+    try:
+        return COMMANDS[args[0]](args[1:])
+    except PluginError as exc:  # a policy, placement or workload module named by the user
+        # (OmegaConf, when it wraps the error, appends its own lines: the first is ours)
+        print(f"plug-in error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

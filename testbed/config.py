@@ -12,13 +12,13 @@ import re
 from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from testbed.arguments import ConfigError
+from testbed.arguments import ConfigError, flatten
 from testbed.claim_spec import ClaimSpec
 from testbed.claim_spec import validate as validate_claims
 from testbed.emulation import AvailabilityMode, EmulationConfig, validate_emulation
@@ -29,6 +29,7 @@ from testbed.placement.base import PlacementConfig, placements
 from testbed.policies.registry import policies as registered_policies
 from testbed.workloads.patterns import PatternConfig, PatternError, kind_settings, pattern_node
 from testbed.workloads.payloads import PayloadConfig, PayloadConfigError, validate_payloads
+from testbed.workloads.registry import workload_kinds
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "experiments" / "conf"
 
@@ -285,9 +286,14 @@ class ExperimentConfig:
 def register() -> None:
     """Make the schema known to Hydra (config.yaml lists `schema` first in its defaults), and one
     option of the `policy` group per registered policy (`policy=<name>`: that policy alone)."""
+    # every plug-in is imported first, so that one that fails is named by discovery (PluginError)
+    # rather than inside OmegaConf, which builds the schema from the registries
+    known = registered_policies()
+    placements()
+    workload_kinds()
     store = ConfigStore.instance()
     store.store(name="schema", node=ExperimentConfig)
-    for name in registered_policies():
+    for name in known:
         store.store(group="policy", name=name, node=PolicySelection(name=name))
 
 
@@ -404,7 +410,55 @@ def validate_seed(key: str, value: int) -> None:
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
-    """Semantic checks that types cannot express. Raises ConfigError naming the key."""
+    """Semantic checks that types cannot express. Raises ConfigError naming the key, and the profile
+    when the offending value is the profile's (the user may never have written that key)."""
+    try:
+        return _validate(cfg)
+    except ConfigError as exc:
+        blamed = _blame_profile(cfg, exc)
+        if blamed is None:
+            raise
+        raise blamed from exc
+
+
+def profile_settings(name: str, conf_dir: Path = CONF_DIR) -> Dict[str, Tuple[Any, Path]]:
+    """Dotted key -> (value, file) of what profile `name` sets, its own `defaults` (the profiles it
+    extends) included; {} for a profile that is not in conf_dir."""
+    path = conf_dir / "profile" / f"{name}.yaml"
+    if not path.is_file():
+        return {}
+    raw: Any = OmegaConf.to_container(OmegaConf.load(path))
+    out: Dict[str, Tuple[Any, Path]] = {}
+    for parent in raw.pop("defaults", None) or []:
+        if isinstance(parent, str) and parent not in ("_self_", name):
+            out.update(profile_settings(parent, conf_dir))
+    out.update({key: (value, path) for key, value in flatten(raw).items()})
+    return out
+
+
+def _value_at(cfg: ExperimentConfig, key: str) -> Any:
+    node: Any = to_plain(cfg)
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return MISSING
+        node = node[part]
+    return node
+
+
+def _blame_profile(cfg: ExperimentConfig, exc: ConfigError) -> Optional[ConfigError]:
+    """The error restated when the selected profile set the offending value (and nothing changed it
+    since), else None."""
+    set_by = profile_settings(cfg.profile).get(exc.key)
+    if set_by is None or _value_at(cfg, exc.key) != set_by[0]:
+        return None
+    value, path = set_by
+    where = path.relative_to(CONF_DIR.parent.parent) if path.is_relative_to(CONF_DIR.parent.parent) else path
+    reason = str(exc).removeprefix(f"{exc.key}: ")
+    return ConfigError(exc.key, f"profile {cfg.profile} sets it to {value!r} ({where}); {reason}, or choose "
+                                f"another profile")
+
+
+def _validate(cfg: ExperimentConfig) -> ExperimentConfig:
     validate_seed("seed", cfg.seed)
     _validate_workload(cfg)
     _positive("reps", cfg.reps)
@@ -498,13 +552,20 @@ def _validate_scale(cfg: ExperimentConfig) -> None:
         raise ConfigError("backend.step_ms", f"{steps:.3g} simulation steps in a run exceed {MAX_STEPS:,}")
 
 
+def validate_cores(key: str, cores: Any, allow_off: bool = True) -> float:
+    """A number of cores the hosts share: finite and > 0, or 0 (off) where `allow_off`; ConfigError
+    naming `key` otherwise. `testbed live-profile cores=` writes backend.shared_cores: one rule."""
+    finite = not isinstance(cores, bool) and isinstance(cores, (int, float)) and math.isfinite(cores)
+    if not finite or cores < 0 or (cores == 0 and not allow_off):
+        raise ConfigError(key, f"must be a number {'>= 0 (0: off)' if allow_off else '> 0'}, got {cores!r}")
+    return float(cores)
+
+
 def _validate_shared_cores(backend: BackendConfig, job_mode: bool) -> None:
     """backend.shared_cores: a finite number >= 0, and > 0 only in the cohort model (the per-item
     models, backend.exact and backend.emulation, and job mode's model do not share cores: rejected
     rather than ignored). The live backend ignores it: it describes the live machine."""
-    cores = backend.shared_cores
-    if isinstance(cores, bool) or not isinstance(cores, (int, float)) or not math.isfinite(cores) or cores < 0:
-        raise ConfigError("backend.shared_cores", f"must be a number >= 0 (0: off), got {cores!r}")
+    cores = validate_cores("backend.shared_cores", backend.shared_cores)
     if cores > 0 and backend.exact:
         raise ConfigError("backend.shared_cores", "the per-item model (backend.exact=true) does not share "
                                                   "cores between hosts: set backend.shared_cores=0 or exact=false")
@@ -526,8 +587,9 @@ def _validate_policies(cfg: ExperimentConfig) -> None:
     if cfg.policy.name != "matrix" and cfg.policy.name not in known:
         raise ConfigError("policy.name",
                           f"{cfg.policy.name!r} is neither 'matrix' nor a registered policy: {sorted(known)}")
-    if cfg.placement.name and cfg.placement.name not in placements():
-        raise ConfigError("placement.name", f"unknown placement {cfg.placement.name!r}; known: {sorted(placements())}")
+    strategies = placements()  # every plug-in imported now, not in a run's worker
+    if cfg.placement.name and cfg.placement.name not in strategies:
+        raise ConfigError("placement.name", f"unknown placement {cfg.placement.name!r}; known: {sorted(strategies)}")
     if cfg.placement.cache_factor < 0:
         raise ConfigError("placement.cache_factor", "must be >= 0")
     _validate_odp(cfg)

@@ -341,7 +341,8 @@ def finish_manifest(run_dir: Union[str, Path], status: str, error: Optional[str]
     return manifest
 
 
-def _git(args: Sequence[str], cwd: Path) -> Optional[str]:
+def git_output(args: Sequence[str], cwd: Path) -> Optional[str]:
+    """`git ARGS`'s standard output in cwd; None without git, outside a checkout or when it fails."""
     try:
         done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
@@ -352,11 +353,11 @@ def _git(args: Sequence[str], cwd: Path) -> Optional[str]:
 def code_revision(project_dir: Union[str, Path, None] = None) -> str:
     """`git rev-parse HEAD` (+ "-dirty" with uncommitted changes), "unknown" without git. Never raises."""
     cwd = Path(project_dir) if project_dir is not None else PROJECT_DIR
-    head = _git(["rev-parse", "HEAD"], cwd)
+    head = git_output(["rev-parse", "HEAD"], cwd)
     if not head or not head.strip():
         return "unknown"
     # --no-optional-locks: status must not take index.lock while someone else commits
-    status = _git(["--no-optional-locks", "status", "--porcelain"], cwd)
+    status = git_output(["--no-optional-locks", "status", "--porcelain"], cwd)
     # a failed status counts as dirty: claiming a clean tree we could not check would mislead
     return head.strip() + ("-dirty" if status is None or status.strip() else "")
 

@@ -50,6 +50,7 @@ from testbed.progress import Outcome, Progress
 from testbed.rng import stream
 from testbed.topology import Topology
 from testbed.workloads.patterns import Pattern, PatternConfig, make_pattern
+from testbed.workloads.registry import workload_details
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
         finish_manifest(spec.run_dir, "incomplete", error=f"{type(exc).__name__}: {exc}")
         raise
     finish_manifest(spec.run_dir, "complete", sim_duration_s=result.duration_s,
-                    details=result.details)
+                    details={**workload_details(pattern), **result.details})
     return spec.run_dir
 
 
@@ -248,6 +249,7 @@ def run_experiment(cfg: ExperimentConfig) -> List[Path]:
     anything runs. On Ctrl-C or SIGTERM, running runs are marked
     incomplete and queued ones never start."""
     specs = plan_runs(cfg)
+    runs_folder.check_run_dirs(Path(cfg.out), [s.run_dir for s in specs])
     out = runs_folder.prepare(cfg.out)
     with runs_folder.locked(out):
         runs_folder.check_settings(out / cfg.pattern.name, specs[0].settings, cfg.mix)

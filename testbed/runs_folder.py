@@ -9,7 +9,7 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Sequence
 
 from testbed.config import ConfigError, ExperimentConfig, to_plain
 from testbed.eventlog import EventLogError, find_runs, read_manifest
@@ -48,6 +48,18 @@ def prepare(out: str) -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise ConfigError("out", f"{out} is not writable")
     return path
+
+
+def check_run_dirs(out: Path, run_dirs: Sequence[Path]) -> None:
+    """Every run's folder below `out` can be made: no file of the user's stands where one of its
+    folders goes (e.g. OUT/stepwise); ConfigError naming `out` and the file, which is left alone."""
+    for run_dir in run_dirs:
+        for folder in [run_dir, *run_dir.parents]:
+            if folder == out or out not in folder.parents:
+                break
+            if folder.exists() and not folder.is_dir():
+                raise ConfigError("out", f"{folder} is a file where the folder of run {run_dir.relative_to(out)} "
+                                         f"goes: move it, or choose another out")
 
 
 @contextmanager

@@ -16,6 +16,8 @@ adds what its paper measures through one `EvaluationReport`:
 * ``sections(inputs) -> [Section]``: the evaluation's own report sections (tables, figures drawn
   into ``inputs.out / "figures"``); with ``platform_pattern_sections=False`` they replace the
   platform's per-pattern compliance and cost sections for the evaluation's patterns.
+* ``tables``: the event-log tables ``run_metrics`` reads; a complete run without one of them (or with
+  one unreadable) is damaged and left out, found before the report starts Spark.
 * ``summary_columns``: (header, metric, decimals) of the table `testbed summary` prints (empty:
   the platform's compliance and cost table).
 
@@ -82,6 +84,7 @@ class EvaluationReport:
     sections: Callable[[SectionInputs], List[Any]] = _no_sections
     platform_pattern_sections: bool = True
     summary_columns: Tuple[Tuple[str, str, int], ...] = ()
+    tables: Tuple[str, ...] = ()  # event-log tables run_metrics reads: checked with the report's before Spark
 
 
 def register_report(entry: EvaluationReport, name: str = "") -> EvaluationReport:

@@ -152,11 +152,14 @@ def presps_metrics(tables: Mapping[str, pd.DataFrame], cfg: Mapping[str, Any], d
     return {k: m[k] for k in METRICS}
 
 
+TABLES = ("load", "processed", "latency", "dropped", "actions")  # what run_metrics reads
+
+
 def _read_tables(run_dir: Path) -> Dict[str, pd.DataFrame]:
     from testbed.eventlog import EventLog
 
     log = EventLog(run_dir)
-    return {t: log.read(t) for t in ("load", "processed", "latency", "dropped", "actions")}
+    return {t: log.read(t) for t in TABLES}
 
 
 def run_metrics(run_dir: Path, manifest: Any) -> Dict[str, float]:
@@ -398,7 +401,7 @@ def sections(inputs: SectionInputs) -> List[Any]:
 
 PRESPS = register_report(EvaluationReport(
     name="presps", reference=load_reference, claims=check_claims, run_metrics=run_metrics, metric_names=METRICS,
-    sections=sections, platform_pattern_sections=False,
+    sections=sections, platform_pattern_sections=False, tables=TABLES,
     summary_columns=(*TABLE3, ("TD 1 s", "throughput_degradation_1s", 4), ("TD 30 s", "throughput_degradation_30s", 4),
                      ("mean active", "mean_active_replicas", 2), ("restarts", "restarts", 0),
                      ("timed out", "dropped_timeout", 0), ("purged", "dropped_purge", 0))))
@@ -407,7 +410,7 @@ register_report(PRESPS, "presps_live")
 # On the OEE topology the platform's compliance and cost sections stay, PRESPS's metrics join them.
 register_report(EvaluationReport(
     name="presps_oee", reference=load_reference, claims=check_claims, run_metrics=run_metrics, metric_names=METRICS,
-    sections=sections, platform_pattern_sections=True,
+    sections=sections, platform_pattern_sections=True, tables=TABLES,
     summary_columns=(("saved resources", "saved_resources", 4), ("TD 30 s", "throughput_degradation_30s", 4),
                      ("proc. ratio", "processed_ratio", 4), ("latency ms", "latency_ms", 1),
                      ("RT %", "realtime_compliance_pct", 1), ("mean active", "mean_active_replicas", 2),

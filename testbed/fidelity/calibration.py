@@ -19,16 +19,17 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, TextIO
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import optuna
 import pandas as pd
 from omegaconf import OmegaConf
 
-from testbed.arguments import parse_arguments, parse_command
-from testbed.config import CONF_DIR, ConfigError
+from testbed.arguments import config_error, parse_arguments, parse_command
+from testbed.config import CONF_DIR, ConfigError, ExperimentConfig
 from testbed.fidelity.evaluation import Loop, compose_experiment, evaluate
 from testbed.fidelity.parameters import config_values, current_values, round3
+from testbed.fidelity.profile_file import ProfileTarget
 from testbed.fidelity_spec import FidelityParameter
 
 RECORD_DIR = CONF_DIR.parent / "calibration"
@@ -49,6 +50,7 @@ class CalibrationConfig:
     startup_trials: Optional[int] = None  # random trials before TPE models the distance
     conf_dir: str = str(CONF_DIR)
     record_dir: str = str(RECORD_DIR)  # <name>.record.csv (trials) and <name>.record.json
+    force: bool = False  # replace an existing profile and record of that name (never a shipped one)
 
     def validate(self) -> "CalibrationConfig":
         for key in ("budget", "reps", "duration_min"):
@@ -81,6 +83,13 @@ class CalibrationConfig:
                                          f"{workloads}")
         return done
 
+    def targets(self) -> Tuple[ProfileTarget, ProfileTarget, ProfileTarget]:
+        """The profile and the search's record (csv, json), of a resolved config."""
+        records = Path(self.record_dir)
+        return (ProfileTarget(Path(self.conf_dir) / "profile" / f"{self.name}.yaml", "name", self.force),
+                ProfileTarget(records / f"{self.name}.record.csv", "name", self.force),
+                ProfileTarget(records / f"{self.name}.record.json", "name", self.force))
+
 
 def parse_config(args: Sequence[str]) -> CalibrationConfig:
     """key=value arguments -> CalibrationConfig; an unknown key or a bad value names the key."""
@@ -96,6 +105,29 @@ class Trial:
     cells: int
     worst: str
     seconds: float
+
+
+@dataclass(frozen=True)
+class CalibrationPlan:
+    """A search checked before it starts: its resolved settings, the loop its trials run (with the
+    search's duration) and the base profile on the calibration workload."""
+
+    config: CalibrationConfig
+    loop: Loop
+    base: ExperimentConfig
+
+
+def plan_calibration(cfg: CalibrationConfig) -> CalibrationPlan:
+    """Every setting resolved and checked as an experiment would check it (duration_min and reps
+    included), and the files the search will write; ConfigError naming the key otherwise."""
+    loop = Loop.load(cfg.evaluation, Path(cfg.conf_dir))
+    cfg = cfg.resolve(loop)
+    base = compose_experiment([f"evaluation={cfg.evaluation}", f"pattern={cfg.pattern}",
+                               f"profile={cfg.base_profile}", f"duration_min={cfg.duration_min}",
+                               f"reps={cfg.reps}"], Path(cfg.conf_dir))
+    for target in cfg.targets():
+        target.check()
+    return CalibrationPlan(cfg, replace(loop, duration_min=float(cfg.duration_min or loop.duration_min)), base)
 
 
 @dataclass
@@ -123,13 +155,16 @@ def _suggest(trial: optuna.Trial, space: Sequence[FidelityParameter]) -> Dict[st
 
 
 def calibrate(cfg: CalibrationConfig, log: Optional[TextIO] = None) -> CalibrationResult:
-    """Run the search and write the profile and its record."""
-    loop = Loop.load(cfg.evaluation, Path(cfg.conf_dir))
-    cfg = cfg.resolve(loop)
+    """Check the settings (ConfigError before anything runs), run the search and write the profile
+    and its record."""
+    return search(plan_calibration(cfg), log)
+
+
+def search(plan: CalibrationPlan, log: Optional[TextIO] = None) -> CalibrationResult:
+    """Run a checked search and write the profile and its record."""
+    cfg, loop, base = plan.config, plan.loop, plan.base
     assert cfg.pattern and cfg.base_profile and cfg.budget and cfg.reps and cfg.startup_trials is not None
     space = loop.spec.parameters
-    base = compose_experiment([f"evaluation={cfg.evaluation}", f"pattern={cfg.pattern}",
-                               f"profile={cfg.base_profile}"], Path(cfg.conf_dir))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # multivariate TPE
     sampler = optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=cfg.startup_trials, multivariate=True)
@@ -195,19 +230,15 @@ def profile_text(cfg: CalibrationConfig, loop: Loop, best: Trial) -> str:
 
 
 def write_profile(cfg: CalibrationConfig, loop: Loop, best: Trial) -> Path:
-    path = Path(cfg.conf_dir) / "profile" / f"{cfg.name}.yaml"
-    path.write_text(profile_text(cfg, loop, best), encoding="utf-8")
-    return path
+    return cfg.targets()[0].write(profile_text(cfg, loop, best))
 
 
 def write_record(result: CalibrationResult) -> List[Path]:
     cfg = result.config
-    folder = Path(cfg.record_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    csv_path, json_path = folder / f"{cfg.name}.record.csv", folder / f"{cfg.name}.record.json"
+    _, csv_target, json_target = cfg.targets()
     rows = [{"trial": t.number, "distance": t.distance, "within": t.within, "cells": t.cells,
              "worst": t.worst, "seconds": round(t.seconds, 2), **t.values} for t in result.trials]
-    pd.DataFrame(rows).to_csv(csv_path, index=False)
+    csv_path = csv_target.write(pd.DataFrame(rows).to_csv(index=False))
     gaps = result.gaps[["config", "metric", "mean_paper", "mean_measured", "gap", "unit", "within"]]
     record = {
         "config": asdict(cfg) | {"conf_dir": _relative(cfg.conf_dir), "record_dir": _relative(cfg.record_dir)},
@@ -219,7 +250,7 @@ def write_record(result: CalibrationResult) -> List[Path]:
         "wall_time_s": round(result.wall_time_s, 1),
         "trials": len(result.trials),
     }
-    json_path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    json_path = json_target.write(json.dumps(record, indent=1) + "\n")
     return [csv_path, json_path]
 
 
@@ -234,7 +265,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = parse_command(CalibrationConfig, argv, __doc__ or "")
     if isinstance(cfg, int):
         return cfg
-    result = calibrate(cfg, log=sys.stderr)
+    try:
+        plan = plan_calibration(cfg)
+    except ConfigError as exc:
+        return config_error(exc)
+    result = search(plan, log=sys.stderr)
     b = result.best
     print(f"best trial {b.number}: distance {b.distance:.4f}, {b.within}/{b.cells} cells within target")
     for name, value in b.values.items():

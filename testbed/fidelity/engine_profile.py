@@ -38,13 +38,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
+from testbed.arguments import ConfigError
 from testbed.eventlog import EventLog, EventLogError, read_manifest
 from testbed.fidelity.measured_runs import complete_runs, spread
+from testbed.fidelity.profile_file import target_argument
 
-PROFILE_DIR = Path(__file__).resolve().parents[2] / "experiments" / "conf" / "profile"
 ENGINE_SUFFIX = "-flink"
 LOW_LOAD = 0.3  # offered load / the deployed TaskManagers' capacity up to which a second counts as low load
-USAGE = "usage: testbed engine-profile RUNS_DIR name=NAME [out=FILE.yaml] [low_load=0.3] [downtime=rescale|stop|split]"
+USAGE = ("usage: testbed engine-profile RUNS_DIR name=NAME [out=FILE.yaml] [low_load=0.3] "
+         "[downtime=rescale|stop|split] [force=true]")
 
 
 class ProfileError(ValueError):
@@ -352,7 +354,7 @@ def profile_yaml(m: Measured, name: str, downtime: str = "rescale") -> str:
 def _args(argv: Sequence[str]) -> Tuple[Path, Dict[str, str]]:
     pos = [a for a in argv if "=" not in a]
     kv = dict(a.split("=", 1) for a in argv if "=" in a)
-    unknown = sorted(set(kv) - {"name", "out", "low_load", "downtime"})
+    unknown = sorted(set(kv) - {"name", "out", "low_load", "downtime", "force"})
     if len(pos) != 1 or unknown or "name" not in kv:
         raise ProfileError(f"{USAGE}" + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
     if not re.fullmatch(r"[A-Za-z0-9_]+", kv["name"]):
@@ -372,14 +374,13 @@ def main(argv: Sequence[str]) -> int:
         downtime = kv.get("downtime", "rescale")
         if downtime not in ("rescale", "stop", "split"):
             raise ProfileError(f"downtime: rescale, stop or split, got {downtime!r}")
+        target = target_argument(kv)
         m = measure(root, low_load)
-    except ProfileError as exc:
+        text = profile_yaml(m, kv["name"], downtime)
+        path = target.write(text)
+    except (ProfileError, ConfigError) as exc:
         print(f"engine-profile: {exc}", file=sys.stderr)
         return 2
-    path = Path(kv["out"]) if "out" in kv else PROFILE_DIR / f"{kv['name']}.yaml"
-    text = profile_yaml(m, kv["name"], downtime)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
     print(text, end="")
     print(f"wrote {path}", file=sys.stderr)
     return 0

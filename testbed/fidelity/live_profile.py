@@ -41,10 +41,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
+from testbed.arguments import ConfigError
+from testbed.config import validate_cores
 from testbed.eventlog import EventLog, EventLogError, Manifest, read_manifest
 from testbed.fidelity.measured_runs import complete_runs, spread
+from testbed.fidelity.profile_file import target_argument
 
-PROFILE_DIR = Path(__file__).resolve().parents[2] / "experiments" / "conf" / "profile"
 LIVE_SUFFIX = "-live"
 INCIDENT_OPERATORS = ("O2", "O6")  # the live filters that emit on a new incident only
 MIN_INTERVALS = 3  # intervals with work for a service mean
@@ -56,7 +58,7 @@ CHI2_1_MEDIAN = 0.4549  # median of a chi-square with one degree of freedom
 TRUNCATION_MEAN_MS = 500.0  # mean of U(0, 1 s): what seconds_truncated adds to a duration
 RUNTIME_KEYS = ("measurement", "sampling", "sample_every", "initial_instances")
 TABLES = ("instance_stats", "edges", "samples", "queues", "hosts", "leases", "placements")
-USAGE = "usage: testbed live-profile RUNS_DIR name=NAME [out=FILE.yaml] [cores=N]"
+USAGE = "usage: testbed live-profile RUNS_DIR name=NAME [out=FILE.yaml] [cores=N] [force=true]"
 
 
 class ProfileError(ValueError):
@@ -576,7 +578,7 @@ def profile_yaml(m: Measured, name: str) -> str:
 def _args(argv: Sequence[str]) -> Tuple[Path, Dict[str, str]]:
     pos = [a for a in argv if "=" not in a]
     kv = dict(a.split("=", 1) for a in argv if "=" in a)
-    unknown = sorted(set(kv) - {"name", "out", "cores"})
+    unknown = sorted(set(kv) - {"name", "out", "cores", "force"})
     if len(pos) != 1 or unknown or "name" not in kv:
         raise ProfileError(f"{USAGE}" + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
     if not re.fullmatch(r"[A-Za-z0-9_]+", kv["name"]):
@@ -585,28 +587,28 @@ def _args(argv: Sequence[str]) -> Tuple[Path, Dict[str, str]]:
 
 
 def _cores(kv: Dict[str, str]) -> Optional[float]:
+    """The cores= argument: what the profile's backend.shared_cores will be, so the experiment's own
+    check of that key applies (0, "off" there, measures nothing here)."""
     if "cores" not in kv:
         return None
     try:
         cores = float(kv["cores"])
     except ValueError:
         raise ProfileError(f"cores: a positive number, got {kv['cores']!r}") from None
-    if not cores > 0:
-        raise ProfileError(f"cores: a positive number, got {cores:g}")
-    return cores
+    return validate_cores("cores", cores, allow_off=False)
 
 
 def main(argv: Sequence[str]) -> int:
     try:
         root, kv = _args(argv)
-        m = measure(root, _cores(kv))
-    except ProfileError as exc:
+        cores = _cores(kv)
+        target = target_argument(kv)
+        m = measure(root, cores)
+        text = profile_yaml(m, kv["name"])
+        path = target.write(text)
+    except (ProfileError, ConfigError) as exc:
         print(f"live-profile: {exc}", file=sys.stderr)
         return 2
-    path = Path(kv["out"]) if "out" in kv else PROFILE_DIR / f"{kv['name']}.yaml"
-    text = profile_yaml(m, kv["name"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
     print(text, end="")
     print(f"wrote {path}", file=sys.stderr)
     return 0

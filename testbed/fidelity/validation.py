@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, TextIO, Tuple
 
 from reporting.fidelity_gaps import FIDELITY_FOLDER
-from testbed.arguments import parse_arguments, parse_command
+from testbed.arguments import config_error, parse_arguments, parse_command
 from testbed.config import CONF_DIR, ConfigError, validate_seed
 from testbed.fidelity.evaluation import Loop, run_setting
 from testbed.fidelity.sensitivity import behaviour_variants, parameter_variants, sweep
@@ -87,9 +87,18 @@ def sibling(out: Path, evaluation: str) -> Path:
     return out.with_name(f"{out.name}-{evaluation}") if evaluation else out
 
 
-def run_fidelity(cfg: FidelityConfig, log: Optional[TextIO] = None) -> Path:
+def resolve(cfg: FidelityConfig) -> Tuple[Loop, FidelityConfig]:
+    """The evaluation's loop and every setting resolved and checked; ConfigError naming the key."""
     loop = Loop.load(cfg.evaluation)
-    cfg = cfg.resolve(loop)
+    return loop, cfg.resolve(loop)
+
+
+def run_fidelity(cfg: FidelityConfig, log: Optional[TextIO] = None) -> Path:
+    return run_resolved(*resolve(cfg), log=log)
+
+
+def run_resolved(loop: Loop, cfg: FidelityConfig, log: Optional[TextIO] = None) -> Path:
+    """The validation runs and the sweeps of a resolved config (`resolve`)."""
     profile = cfg.profile or ""
     out = Path(cfg.out)
     folder = out / FIDELITY_FOLDER
@@ -128,7 +137,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = parse_command(FidelityConfig, argv, __doc__ or "")
     if isinstance(cfg, int):
         return cfg
-    folder = run_fidelity(cfg, log=sys.stderr)
+    try:
+        loop, cfg = resolve(cfg)  # before anything runs
+    except ConfigError as exc:
+        return config_error(exc)
+    folder = run_resolved(loop, cfg, log=sys.stderr)
     others = sorted({sibling(Path(cfg.out), e) for e, _ in map(_target, cfg.patterns or []) if e})
     print(f"wrote the validation runs below {cfg.out} and the sweeps in {folder}; "
           f"next: testbed report {cfg.out}" + "".join(f" and testbed report {o}" for o in others))

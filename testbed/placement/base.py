@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-from testbed.discovery import discover
+from testbed.discovery import claim, discover
 from testbed.model import Action, LeaseHost, OperatorType, ScaleUp
 from testbed.plan import Plan
 
@@ -93,6 +93,8 @@ _REGISTRY: Dict[str, PlacementFactory] = {}
 
 def register_placement(name: str) -> Callable[[PlacementFactory], PlacementFactory]:
     def add(factory: PlacementFactory) -> PlacementFactory:
+        known = _REGISTRY.get(name)
+        claim("placement", name, factory.__module__, known.__module__ if known is not None else None)
         _REGISTRY[name] = factory
         return factory
 

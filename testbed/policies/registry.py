@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, is_dataclass
 from typing import Any, Callable, Dict, Type, TypeVar
 
-from testbed.discovery import discover
+from testbed.discovery import claim, discover
 from testbed.placement.base import Placement
 from testbed.policies.contract import Policy
 
@@ -46,6 +46,8 @@ def register_policy(name: str, params: Type[Any], billing: str = "rebill",
     def add(cls: PolicyClass) -> PolicyClass:
         if not (isinstance(cls, type) and issubclass(cls, Policy)):
             raise TypeError(f"policy {name!r}: {cls!r} must subclass testbed.policies.contract.Policy")
+        known = _REGISTRY.get(name)
+        claim("policy", name, cls.__module__, known.cls.__module__ if known is not None else None)
         cls.name = name
         _REGISTRY[name] = PolicyEntry(name, cls, params, billing, placement)
         return cls

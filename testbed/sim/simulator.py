@@ -112,8 +112,7 @@ class Simulation:
             if t1 >= next_reasoning - EPS and t1 < self.duration_s - EPS:
                 self.cluster.apply(t1, self.policy.decide(self._snapshot(t1)))
                 next_reasoning += rt.reasoning_s
-        sha = getattr(self.pattern, "sha256", None)  # a generated rate series (workloads: recorded in the manifest)
-        return RunResult(self._finish_tables(), self.duration_s, {"workload_sha256": sha} if sha else {})
+        return RunResult(self._finish_tables(), self.duration_s)
 
     def _capacity(self) -> Any:
         serving = self.cluster.serving()

@@ -23,7 +23,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Tuple, Type, T
 
 import numpy as np
 
-from testbed.discovery import discover
+from testbed.discovery import claim, discover
 
 ENTRY_POINT_GROUP = "testbed.workloads"
 MODULES_VARIABLE = "TESTBED_WORKLOAD_MODULES"
@@ -43,6 +43,13 @@ class Pattern(ABC):
 
     def machines_at(self, t_s: float) -> int:
         return int(self.series(np.array([t_s], dtype=float))[0])
+
+
+def workload_details(pattern: Pattern) -> Dict[str, str]:
+    """What every run's manifest records of its workload, whatever the backend or mode: the SHA-256
+    of a trace file's bytes or of a generated series (`sha256`), where the pattern has one."""
+    sha = getattr(pattern, "sha256", None)
+    return {"workload_sha256": sha} if sha else {}
 
 
 def step_index(times_s: np.ndarray, step_s: float) -> np.ndarray:
@@ -92,6 +99,8 @@ def register_workload(name: str) -> Callable[[S], S]:
             raise TypeError(f"workload kind {name!r}: {cls!r} must be a dataclass subclassing PatternConfig")
         if _default(next(f for f in fields(cls) if f.name == "kind")) != name:
             raise TypeError(f"workload kind {name!r}: {cls.__name__} must declare `kind: str = {name!r}`")
+        known = _REGISTRY.get(name)
+        claim("workload kind", name, cls.__module__, known.__module__ if known is not None else None)
         _REGISTRY[name] = cls
         return cls
 

@@ -2,8 +2,10 @@
 
 One column holds the times (`pattern.time_column`, default the first; unit `pattern.time_unit`: s, ms,
 min, h, or timestamp for dates and times), one the values (`pattern.column`, default the only other
-column). Times are taken relative to the first row and must increase; values must be numbers >= 0.
-`pattern.value` says what a value is:
+column). A CSV file's fields are separated by a comma, semicolon, tab or pipe (`second|adCount`, as
+the Daedalus authors' traces): found in its first lines, or given as `pattern.delimiter`. Times are
+taken relative to the first row and must increase; values must be numbers >= 0. `pattern.value` says
+what a value is:
 
 * ``machines``: a load level, the number of active machines (data sources) in operator mode;
 * ``rate``: items per second; operator mode runs ``rate / rate_per_machine`` machines (one machine of
@@ -21,6 +23,7 @@ in one line (ValueError "<key>: <problem>", the key below `pattern.`).
 """
 from __future__ import annotations
 
+import csv
 import functools
 import hashlib
 from dataclasses import dataclass, field
@@ -37,6 +40,9 @@ VALUES = ("machines", "rate")
 HOLDS = ("step", "linear")
 ENDS = ("hold", "loop")
 CSV_SUFFIXES = (".csv",)
+# pattern.delimiter: a character or its name (`;` and `|` need quoting on a command line); "" detects
+DELIMITERS = {"comma": ",", "semicolon": ";", "tab": "\t", "pipe": "|", ",": ",", ";": ";", "\t": "\t", "|": "|"}
+SNIFF_BYTES = 64 * 1024
 PARQUET_SUFFIXES = (".parquet", ".pq")
 RATES_HORIZON_S = 7 * 24 * 3600  # job-mode rates cover at most a week, the longest run the testbed allows
 
@@ -56,7 +62,24 @@ class TraceData:
         return float(self.times_s[-1]) + last
 
 
-def _read_table(path: Path) -> pd.DataFrame:
+def _delimiter(path: Path, given: str) -> str:
+    """The CSV's field separator: the one given, else the one of comma, semicolon, tab and pipe that
+    the file's first lines agree on (csv.Sniffer restricted to those four: unrestricted it picks a
+    letter of a header like `second|adCount`); a comma when none does (a file of one column)."""
+    if given:
+        return DELIMITERS[given]
+    with path.open(encoding="utf-8", newline="") as f:
+        sample = f.read(SNIFF_BYTES)
+    lines = sample.splitlines()
+    if len(sample) == SNIFF_BYTES and len(lines) > 1:
+        sample = "\n".join(lines[:-1])  # the last line may be cut
+    try:
+        return csv.Sniffer().sniff(sample, delimiters="".join(sorted(set(DELIMITERS.values())))).delimiter
+    except csv.Error:
+        return ","
+
+
+def _read_table(path: Path, delimiter: str = "") -> pd.DataFrame:
     suffix = path.suffix.lower()
     if suffix in PARQUET_SUFFIXES:
         try:
@@ -72,7 +95,8 @@ def _read_table(path: Path) -> pd.DataFrame:
         raise ValueError(f"path: unsupported file type {suffix or '(none)'!r} of '{path}' "
                          f"(CSV: {', '.join(CSV_SUFFIXES)}; Parquet: {', '.join(PARQUET_SUFFIXES)})")
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+        return pd.read_csv(path, sep=_delimiter(path, delimiter), dtype=str, keep_default_na=False,
+                           skipinitialspace=True)
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
@@ -131,9 +155,10 @@ def _check(times: np.ndarray, values: np.ndarray, value_name: str) -> None:
 
 
 @functools.lru_cache(maxsize=16)
-def _load(path: str, stamp: Tuple[int, int], time_column: str, column: str, time_unit: str) -> TraceData:
+def _load(path: str, stamp: Tuple[int, int], time_column: str, column: str, time_unit: str,
+          delimiter: str) -> TraceData:
     file = Path(path)
-    table = _read_table(file)
+    table = _read_table(file, delimiter)
     if len(table) == 0:
         raise ValueError(f"path: '{path}' has no rows (a header line, then one row per sample)")
     time_col, value_col = _columns(table, time_column, column)
@@ -143,7 +168,8 @@ def _load(path: str, stamp: Tuple[int, int], time_column: str, column: str, time
     return TraceData(times - times[0], values, hashlib.sha256(file.read_bytes()).hexdigest())
 
 
-def load_trace(path: str, time_column: str = "", column: str = "", time_unit: str = "s") -> TraceData:
+def load_trace(path: str, time_column: str = "", column: str = "", time_unit: str = "s",
+               delimiter: str = "") -> TraceData:
     """The parsed trace (cached per file state and settings); ValueError "<key>: <problem>"."""
     if not path:
         raise ValueError("path: a trace needs a file: pattern.path=<CSV or Parquet file>")
@@ -151,7 +177,7 @@ def load_trace(path: str, time_column: str = "", column: str = "", time_unit: st
     if not file.is_file():
         raise ValueError(f"path: no such file '{path}'")
     st = file.stat()
-    return _load(str(file.resolve()), (st.st_mtime_ns, st.st_size), time_column, column, time_unit)
+    return _load(str(file.resolve()), (st.st_mtime_ns, st.st_size), time_column, column, time_unit, delimiter)
 
 
 @dataclass(frozen=True)
@@ -200,6 +226,7 @@ class Trace(PatternConfig):
     time_column: str = ""  # "" = the first column
     time_unit: str = "s"  # s | ms | min | h | timestamp
     column: str = ""  # the values; "" = the only column besides the time column
+    delimiter: str = ""  # of a CSV: "" = found in the file (comma, semicolon, tab or pipe), or one of them
     value: str = "machines"  # machines | rate (items/s)
     scale: float = 1.0
     rate_per_machine: float = 1.0  # value=rate in operator mode: items/s one machine emits
@@ -215,10 +242,13 @@ class Trace(PatternConfig):
         for key in ("scale", "rate_per_machine"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
+        if self.delimiter and self.delimiter not in DELIMITERS:
+            raise ValueError(f"delimiter: {self.delimiter!r} is none of comma, semicolon, tab, pipe "
+                             f"(or , ; |), or empty to find it in the file")
         self.data()
 
     def data(self) -> TraceData:
-        return load_trace(self.path, self.time_column, self.column, self.time_unit)
+        return load_trace(self.path, self.time_column, self.column, self.time_unit, self.delimiter)
 
     def build(self, rng: Optional[np.random.Generator]) -> Pattern:
         data = self.data()

@@ -16,6 +16,7 @@ from reporting.evaluations.daedalus import engine_gap
 from testbed.cli import main as cli_main
 from testbed.eventlog import EventLog, Manifest, run_dir_for, write_manifest
 from testbed.fidelity import engine_profile as ep
+from testbed.fidelity.profile_file import PROFILE_DIR
 from testbed.job_tables import RESCALE_COLUMNS, job_tables
 
 F = 72.0  # time compression of the synthetic Flink runs
@@ -215,7 +216,7 @@ def test_the_report_section_has_one_table_per_workload_and_none_without_pairs(tm
 def test_the_committed_flink_profile_composes_with_the_evaluation_in_the_simulator(tmp_path, name):
     from tests.conftest import compose_config
 
-    path = ep.PROFILE_DIR / f"{name}.yaml"
+    path = PROFILE_DIR / f"{name}.yaml"
     if not path.is_file():
         pytest.skip("no measured profile yet (testbed engine-profile writes it)")
     job = yaml.safe_load(path.read_text())["job"]

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from testbed.cli import main as cli_main
 from testbed.eventlog import EventLog, Manifest, run_dir_for, write_manifest
 from testbed.fidelity import live_profile as lp
+from testbed.fidelity.profile_file import PROFILE_DIR
 
 STEP = 15.0
 T = [STEP * k for k in range(1, 21)]  # 20 monitoring intervals
@@ -199,7 +200,7 @@ def test_bad_arguments_fail_with_status_2(tmp_path, capsys, args):
 def test_the_committed_live_profile_composes_in_the_simulator(tmp_path):
     from testbed.config import BackendConfig
 
-    path = lp.PROFILE_DIR / "live_measured.yaml"
+    path = PROFILE_DIR / "live_measured.yaml"
     if not path.is_file() or "shared_cores" not in BackendConfig.__dataclass_fields__:
         pytest.skip("no measured profile, or a simulator without backend.shared_cores")
     from tests.conftest import compose_config

@@ -261,4 +261,4 @@ def test_main_prints_and_writes_csv(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "threshold@60" in out and "not complete" in out
     written = pd.read_csv(tmp_path / "summary.csv")
     assert list(written.columns) == summary.COLUMNS
-    assert summary.main([str(tmp_path / "nowhere")]) == 1
+    assert summary.main([str(tmp_path / "nowhere")]) == 2  # a bad argument, as for the report

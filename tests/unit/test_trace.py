@@ -191,3 +191,66 @@ def test_the_example_trace_drives_job_mode(tmp_path) -> None:
     # the items arriving in each second: the example's minute-by-minute levels, held for each second
     expected = np.repeat(pd.read_csv(EXAMPLE)["value"].to_numpy()[:30], 60)
     assert load["items"].to_numpy().tolist() == expected.tolist()
+
+
+# ---- the Daedalus authors' traces: pipe-separated; every run's manifest records the file's SHA-256 ------
+
+ADS = "second|adCount\n0|100\n1|120\n2|90\n3|150\n"
+
+
+@pytest.mark.parametrize("text, extra", [
+    (ADS, ()), (ADS, ("pattern.column=adCount",)), (ADS, ("pattern.delimiter=pipe",)),
+    (ADS.replace("|", ";"), ()), (ADS.replace("|", "\t"), ()), (ADS.replace("|", ","), ()),
+    (ADS.replace("|", ";"), ("pattern.delimiter=semicolon",)), (ADS.replace("|", "\t"), ("pattern.delimiter=tab",)),
+])
+def test_the_delimiter_is_found_or_given(tmp_path, text, extra) -> None:
+    path = write(tmp_path, text)
+    cfg = compose_config("evaluation=daedalus", "pattern=trace", f"pattern.path={path}", *extra)
+    assert np.asarray(make_pattern(cfg.pattern).rates).tolist() == [100, 120, 90, 150]  # type: ignore[attr-defined]
+
+
+def test_a_one_column_file_and_a_bad_delimiter_are_named(tmp_path) -> None:
+    path = write(tmp_path, "adCount\n100\n120\n")
+    with pytest.raises(ConfigError, match="no value column") as err:
+        compose_config("pattern=trace", f"pattern.path={path}")
+    assert err.value.key == "pattern.column"
+    with pytest.raises(ConfigError, match="'x' is none of comma, semicolon, tab, pipe") as err:
+        compose_config("pattern=trace", f"pattern.path={write(tmp_path, ADS)}", "pattern.delimiter=x")
+    assert err.value.key == "pattern.delimiter"
+    with pytest.raises(ConfigError, match=r"column 'adCount' not found \(columns: second\|adCount\)"):
+        compose_config("pattern=trace", f"pattern.path={write(tmp_path, ADS)}", "pattern.delimiter=comma",
+                       "pattern.column=adCount")
+
+
+class _FakeEngineRun:
+    """A job run on a real engine, faked: what execute() gets back from FlinkJobRun or LiveJobRun."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def run(self):
+        from testbed.run_result import RunResult
+
+        return RunResult({}, 4.0, {"engine": "fake"})
+
+
+@pytest.mark.parametrize("evaluation, only, runner", [
+    ("btu", "threshold", None),  # operator mode, as before
+    ("daedalus", "static-12", None),  # the simulator's job mode, a run of 4 s of the trace
+    ("daedalus_flink", "static-2", "testbed.live.flink_job.FlinkJobRun"),
+    ("daedalus_live", "static-12", "testbed.live.job.LiveJobRun"),
+])
+def test_every_manifest_records_the_traces_sha256(tmp_path, monkeypatch, evaluation, only, runner) -> None:
+    import hashlib
+
+    from testbed.experiment import execute, plan_runs
+
+    if runner is not None:
+        monkeypatch.setattr(runner, _FakeEngineRun)
+    path = write(tmp_path, ADS)
+    cfg = compose_config(f"evaluation={evaluation}", "pattern=trace", f"pattern.path={path}", "reps=1",
+                         "duration_min=1", f"evaluation.only=[{only}]", f"out={tmp_path / 'runs'}")
+    (spec,) = plan_runs(cfg)
+    manifest = read_manifest(execute(cfg, spec))
+    assert manifest.status == "complete"
+    assert manifest.details["workload_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()

@@ -118,7 +118,7 @@ def sections(inputs: SectionInputs) -> List[Any]:
 
 DAEDALUS = register_report(EvaluationReport(
     name="daedalus", reference=reference, compare=compare, claims=claims, run_metrics=run_metrics, metric_names=METRICS,
-    sections=sections, platform_pattern_sections=False, summary_columns=SUMMARY))
+    sections=sections, platform_pattern_sections=False, summary_columns=SUMMARY, tables=dd.TABLES))
 register_report(DAEDALUS, "daedalus_ks")  # the Kafka Streams variant: same metrics, reference and claims
 register_report(DAEDALUS, "daedalus_live")  # live and scaled down (testbed/live/job.py): the same report
 register_report(DAEDALUS, "daedalus_flink")  # on a real Flink (testbed/live/flink_job.py): the same report

@@ -31,6 +31,7 @@ from testbed.eventlog import EventLog, EventLogError, find_runs, read_manifest, 
 PROJECT = Path(__file__).resolve().parents[3]
 REFERENCE = PROJECT / "experiments" / "reference" / "paper_daedalus_results.csv"
 RT_TARGET_S = 600.0
+TABLES = ("instances", "latency", "load")  # what run_metrics reads always (the others where a run has them)
 
 METRICS = ("mean_workers", "workers_per_12", "latency_ms", "latency_p95_ms", "latency_p95_time_avg_ms",
            "latency_max_ms",

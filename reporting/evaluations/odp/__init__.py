@@ -15,6 +15,7 @@ import pandas as pd
 
 from reporting.evaluations import EvaluationReport, SectionInputs, register_report
 from reporting.evaluations.odp.claims import check_claims
+from reporting.evaluations.odp.runs import TABLES
 from reporting.evaluations.odp.runs import run_metrics as odp_run_metrics
 
 REFERENCE = Path(__file__).resolve().parents[3] / "experiments" / "reference" / "paper_odp_results.csv"
@@ -107,7 +108,7 @@ def sections(inputs: SectionInputs) -> List[Any]:
 
 ODP = register_report(EvaluationReport(
     name="odp", reference=load_reference, compare=compare, claims=check_claims, run_metrics=run_metrics,
-    metric_names=METRICS,
+    metric_names=METRICS, tables=TABLES,
     sections=sections, platform_pattern_sections=False,
     summary_columns=(("R ms", "R_ms", 1), ("k", "k", 0), ("A model", "A_model", 4), ("loss %", "loss_pct", 2),
                      ("T items/s", "T_items_s", 2), ("migrations", "reassignments", 0),

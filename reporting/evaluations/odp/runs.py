@@ -24,6 +24,8 @@ import pandas as pd
 from reporting.evaluations.odp.claims import check_claims
 from testbed.eventlog import EventLog, find_runs, read_manifest
 
+TABLES = ("placements", "latency", "dropped", "load", "host_traffic")  # what run_metrics reads
+
 # §7.1 and §7.2 as published (spec odp.md §9.1-9.2): what the measured table is set beside
 PAPER_71: Dict[str, Dict[str, Optional[float]]] = {
     "odp-a": {"R_ratio_to_odp_r": 1.8, "A_model": 1.0, "k": 0, "loss_pct": None},

@@ -165,6 +165,7 @@ class FlinkJobRun:
         self.recoveries: List[Recovery] = []
         self.given_up: List[Dict[str, Any]] = []
         self.pending: Optional[_Change] = None
+        self.last_change: Optional[_Change] = None  # the latest change begun (pending or done)
         self.recovering: Optional[int] = None  # a rescale whose lag has not come back yet
         self.ready_from: Dict[str, float] = {}  # per TaskManager: run time from which it is ready
         self.started_at: Dict[str, float] = {}  # per TaskManager: run time of its start
@@ -276,8 +277,7 @@ class FlinkJobRun:
     def _faults(self, engine: Engine, cur: JobReading, t: float) -> None:
         """Finds what went wrong since the last reading: a fault that ends the run, lost TaskManagers
         (replaced), a change past its bound (given up)."""
-        if cur.source is not None:
-            self.replayed = max(self.replayed, cur.source.replayed)
+        self._attribute_replays(cur)
         registered = None if "rest" in cur.errors else set(cur.registered)
         self.seen_registered |= registered or set()
         exited = engine.exited()
@@ -315,7 +315,7 @@ class FlinkJobRun:
                                          f"the job restarts from its last checkpoint"))
         p = self.pending
         if p is None:
-            p = self.pending = _Change(self.n, t, t + self.bound_s(), self.replayed)
+            p = self.pending = self.last_change = _Change(self.n, t, t + self.bound_s(), self.replayed)
         p.recoveries.append(len(self.recoveries) - 1)
         p.starts = True
         p.deadline = max(p.deadline, t + self.bound_s())
@@ -404,8 +404,8 @@ class FlinkJobRun:
             engine.remove(name, self.settings.stop_mode)
             self.ready_from.pop(name, None)
         self.n = target
-        self.pending = _Change(target, now, now + self.bound_s(), self.replayed,
-                               rescale=len(self.rescales["t_s"]) - 1, starts=target > n)
+        self.pending = self.last_change = _Change(target, now, now + self.bound_s(), self.replayed,
+                                                  rescale=len(self.rescales["t_s"]) - 1, starts=target > n)
 
     def _track_change(self, k: int, cur: JobReading) -> None:
         """Ends a change once the job runs at its target (its downtime, what it replayed; a start's
@@ -413,14 +413,11 @@ class FlinkJobRun:
         t = float(k + 1)
         p = self.pending
         if p is not None and self._settled(cur, p.target):
-            replayed = self.replayed - p.replayed_before
             if p.rescale is not None:
                 self.rescales["downtime_s"][p.rescale] = t - p.t_s
-                self.rescales["replayed"][p.rescale] = int(round(replayed))
                 self.recovering = p.rescale
             for r in p.recoveries:
-                rec = self.recoveries[r]
-                rec.downtime_s, rec.replayed = t - rec.t_s, replayed
+                self.recoveries[r].downtime_s = t - self.recoveries[r].t_s
             if p.starts:
                 self.slowest_start_s = max(self.slowest_start_s, t - p.t_s)
             for name in self.workers:
@@ -431,6 +428,21 @@ class FlinkJobRun:
                 and self.series.lag[-1] <= max(self.rescales["lag_before"][i], self.series.arrivals[-1]):
             self.rescales["recovered_s"][i] = t - self.rescales["t_s"][i]
             self.recovering = None
+
+    def _attribute_replays(self, cur: JobReading) -> None:
+        """A change's replays: what the source emitted again from its start until the next change
+        began (a restart's re-emission shows in the ledger once the new source attempt runs, which
+        the readings may see only after the job runs at its target)."""
+        if cur.source is not None:
+            self.replayed = max(self.replayed, cur.source.replayed)
+        c = self.last_change
+        if c is None:
+            return
+        replayed = self.replayed - c.replayed_before
+        if c.rescale is not None:
+            self.rescales["replayed"][c.rescale] = int(round(replayed))
+        for r in c.recoveries:
+            self.recoveries[r].replayed = replayed
 
     def _settled(self, cur: JobReading, target: int) -> bool:
         """The job runs at `target` with every one of our TaskManagers registered: right after a loss
@@ -469,8 +481,7 @@ class FlinkJobRun:
                 break
             self.clock.sleep(DRAIN_POLL_S)
             reading = engine.read()
-            if reading.source is not None:
-                self.replayed = max(self.replayed, reading.source.replayed)
+            self._attribute_replays(reading)
         return self._account(reading, _counted_all(reading, total, self.wps))
 
     def _account(self, reading: JobReading, drained: bool) -> Accounting:

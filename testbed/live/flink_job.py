@@ -104,7 +104,7 @@ class Accounting:
 class Recovery:
     """A lost TaskManager and its replacement (a row of details.recoveries)."""
 
-    t_s: float  # run time it was found lost
+    t_s: float  # run time it was found lost (the clock's, not the rows')
     taskmanager: str
     why: str
     replaced_by: str
@@ -132,7 +132,8 @@ class _Change:
     """A change of the cluster under way: the job is to run at `target` TaskManagers."""
 
     target: int
-    t_s: float
+    t_s: float  # the row time it began (the rescales table's time)
+    began: float  # the run time it began: a slow reading makes the rows lag behind the clock
     deadline: float  # run time it is given up
     replayed_before: float
     rescale: Optional[int] = None  # its row in the rescales table (None: replacements only)
@@ -275,50 +276,52 @@ class FlinkJobRun:
 
     # -- faults --------------------------------------------------------------------------------
     def _faults(self, engine: Engine, cur: JobReading, t: float) -> None:
-        """Finds what went wrong since the last reading: a fault that ends the run, lost TaskManagers
-        (replaced), a change past its bound (given up)."""
+        """Finds what went wrong since the last reading (`t`: its row's time): a fault that ends the
+        run, lost TaskManagers (replaced), a change past its bound (given up)."""
+        now = self.now()
         self._attribute_replays(cur)
         registered = None if "rest" in cur.errors else set(cur.registered)
         self.seen_registered |= registered or set()
         exited = engine.exited()
         if JOBMANAGER in exited:
-            self.fault = (f"the JobManager exited ({exit_status(exited[JOBMANAGER])}) at t={t:.0f} s: "
+            self.fault = (f"the JobManager exited ({exit_status(exited[JOBMANAGER])}) at t={now:.0f} s: "
                           f"{engine.log_tail(JOBMANAGER)}")
             return
         if cur.status in TERMINAL_STATES:
-            self.fault = f"the job is {cur.status} at t={t:.0f} s: {engine.log_tail(JOBMANAGER)}"
+            self.fault = f"the job is {cur.status} at t={now:.0f} s: {engine.log_tail(JOBMANAGER)}"
             return
         losses = find_losses(engine.taskmanagers(), exited, registered, self.seen_registered)
-        if self.pending is not None and t >= self.pending.deadline:
-            losses += self._give_up(engine, cur, registered, t, {loss.taskmanager for loss in losses})
+        if self.pending is not None and now >= self.pending.deadline:
+            losses += self._give_up(engine, cur, registered, now, {loss.taskmanager for loss in losses})
         for loss in losses:
-            self._replace(engine, loss, t)
+            self._replace(engine, loss, t, now)
             if self.fault is not None:
                 return
 
-    def _replace(self, engine: Engine, loss: Loss, t: float) -> None:
-        """A lost TaskManager goes (killed if it still runs) and a new one starts in its place."""
+    def _replace(self, engine: Engine, loss: Loss, t: float, now: float) -> None:
+        """A lost TaskManager goes (killed if it still runs) and a new one starts in its place (`t`:
+        the row time, `now`: the run time)."""
         name = loss.taskmanager
         if len(self.recoveries) >= self.flink.max_recoveries:
-            self.fault = (f"TaskManager {name} lost at t={t:.0f} s ({loss.why}), with {len(self.recoveries)} "
+            self.fault = (f"TaskManager {name} lost at t={now:.0f} s ({loss.why}), with {len(self.recoveries)} "
                           f"replaced already (backend.flink.max_recoveries = {self.flink.max_recoveries})")
             return
         engine.remove(name, "kill")
         new = engine.add()
-        self.started_at[new], self.ready_from[new] = t, math.inf
+        self.started_at[new], self.ready_from[new] = now, math.inf
         self.ready_from.pop(name, None)
-        self.recoveries.append(Recovery(t, name, loss.why, new))
-        print(f"flink job {self.run_id}: TaskManager {name} lost at t={t:.0f} s ({loss.why}): replaced by {new}",
+        self.recoveries.append(Recovery(round(now, 1), name, loss.why, new))
+        print(f"flink job {self.run_id}: TaskManager {name} lost at t={now:.1f} s ({loss.why}): replaced by {new}",
               file=sys.stderr, flush=True)
         self.records.append(ActionRecord(t, "replace", JOB_OPERATOR, name, None, None,
-                                         f"TaskManager {name} lost at t={t:.0f} s: {loss.why}; replaced by {new}, "
-                                         f"the job restarts from its last checkpoint"))
+                                         f"TaskManager {name} lost at t={now:.1f} s: {loss.why}; replaced by "
+                                         f"{new}, the job restarts from its last checkpoint"))
         p = self.pending
         if p is None:
-            p = self.pending = self.last_change = _Change(self.n, t, t + self.bound_s(), self.replayed)
+            p = self.pending = self.last_change = _Change(self.n, t, now, now + self.bound_s(), self.replayed)
         p.recoveries.append(len(self.recoveries) - 1)
         p.starts = True
-        p.deadline = max(p.deadline, t + self.bound_s())
+        p.deadline = max(p.deadline, now + self.bound_s())
 
     def _give_up(self, engine: Engine, cur: JobReading, registered: Optional[Set[str]], t: float,
                  lost: Set[str]) -> List[Loss]:
@@ -326,11 +329,11 @@ class FlinkJobRun:
         again) and TaskManagers that never registered are replaced."""
         p = self.pending
         assert p is not None
-        reason = (f"the job did not run at {p.target} TaskManager(s) within {p.deadline - p.t_s:.0f} s of "
-                  f"t={p.t_s:.0f} s (status {cur.status}, parallelism {cur.parallelism}, registered "
+        reason = (f"the job did not run at {p.target} TaskManager(s) within {p.deadline - p.began:.0f} s of "
+                  f"t={p.began:.0f} s (status {cur.status}, parallelism {cur.parallelism}, registered "
                   f"{sorted(cur.registered)})")
         print(f"flink job {self.run_id}: given up at t={t:.0f} s: {reason}", file=sys.stderr, flush=True)
-        self.given_up.append({"t_s": t, "rescale": p.rescale, "reason": reason})
+        self.given_up.append({"t_s": round(t, 1), "rescale": p.rescale, "reason": reason})
         self.pending = None
         ours = [name for name in engine.taskmanagers() if name not in lost]
         return unregistered(ours, registered, self.started_at, t, self.bound_s())
@@ -399,12 +402,13 @@ class FlinkJobRun:
             self.rescales[key].append(value)
         for _ in range(n, target):
             name = engine.add()
-            self.started_at[name], self.ready_from[name] = now, math.inf  # until the job runs with it
+            self.started_at[name], self.ready_from[name] = self.now(), math.inf  # until the job runs with it
         for name in engine.taskmanagers()[target:]:
             engine.remove(name, self.settings.stop_mode)
             self.ready_from.pop(name, None)
         self.n = target
-        self.pending = self.last_change = _Change(target, now, now + self.bound_s(), self.replayed,
+        began = self.now()
+        self.pending = self.last_change = _Change(target, now, began, began + self.bound_s(), self.replayed,
                                                   rescale=len(self.rescales["t_s"]) - 1, starts=target > n)
 
     def _track_change(self, k: int, cur: JobReading) -> None:
@@ -416,10 +420,11 @@ class FlinkJobRun:
             if p.rescale is not None:
                 self.rescales["downtime_s"][p.rescale] = t - p.t_s
                 self.recovering = p.rescale
+            now = self.now()
             for r in p.recoveries:
-                self.recoveries[r].downtime_s = t - self.recoveries[r].t_s
+                self.recoveries[r].downtime_s = round(now - self.recoveries[r].t_s, 1)
             if p.starts:
-                self.slowest_start_s = max(self.slowest_start_s, t - p.t_s)
+                self.slowest_start_s = max(self.slowest_start_s, now - p.began)
             for name in self.workers:
                 self.ready_from[name] = min(self.ready_from.get(name, t), t)
             self.pending = None

@@ -415,24 +415,31 @@ class FlinkJobRun:
         """Ends a change once the job runs at its target (its downtime, what it replayed; a start's
         duration is a measured start); then waits for a rescale's lag to recover."""
         t = float(k + 1)
-        p = self.pending
-        if p is not None and self._settled(cur, p.target):
-            if p.rescale is not None:
-                self.rescales["downtime_s"][p.rescale] = t - p.t_s
-                self.recovering = p.rescale
-            now = self.now()
-            for r in p.recoveries:
-                self.recoveries[r].downtime_s = round(now - self.recoveries[r].t_s, 1)
-            if p.starts:
-                self.slowest_start_s = max(self.slowest_start_s, now - p.began)
-            for name in self.workers:
-                self.ready_from[name] = min(self.ready_from.get(name, t), t)
-            self.pending = None
+        self._settle(cur, t)
         i = self.recovering
         if i is not None and self.pending is None and self.series.running[-1] > 0 \
                 and self.series.lag[-1] <= max(self.rescales["lag_before"][i], self.series.arrivals[-1]):
             self.rescales["recovered_s"][i] = t - self.rescales["t_s"][i]
             self.recovering = None
+
+    def _settle(self, cur: JobReading, t: Optional[float]) -> None:
+        """Ends the change under way once the job runs at its target: its downtime (a rescale's in
+        row time `t`, or, during the drain (`t` None), on the clock), and a start's duration."""
+        p = self.pending
+        if p is None or not self._settled(cur, p.target):
+            return
+        now = self.now()
+        if p.rescale is not None:
+            self.rescales["downtime_s"][p.rescale] = t - p.t_s if t is not None else round(now - p.began, 1)
+            self.recovering = p.rescale if t is not None else None
+        for r in p.recoveries:
+            self.recoveries[r].downtime_s = round(now - self.recoveries[r].t_s, 1)
+        if p.starts:
+            self.slowest_start_s = max(self.slowest_start_s, now - p.began)
+        if t is not None:
+            for name in self.workers:
+                self.ready_from[name] = min(self.ready_from.get(name, t), t)
+        self.pending = None
 
     def _attribute_replays(self, cur: JobReading) -> None:
         """A change's replays: what the source emitted again from its start until the next change
@@ -480,8 +487,7 @@ class FlinkJobRun:
         while not _counted_all(reading, total, self.wps):
             t = self.now()
             self._faults(engine, reading, t)
-            if self.pending is not None and self._settled(reading, self.pending.target):
-                self.pending = None  # the replacement runs (the run's rows have ended)
+            self._settle(reading, None)
             if self.fault is not None or t >= max(deadline, self.pending.deadline if self.pending else 0.0):
                 break
             self.clock.sleep(DRAIN_POLL_S)

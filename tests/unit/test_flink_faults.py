@@ -1,8 +1,8 @@
 """The Flink job-mode run facing its engine's faults (testbed/live/flink_job.py, testbed/flink/faults.py)
 against a fake clock and a fake reactive-mode Flink (tests/unit/flink_fakes.py): a lost TaskManager
 is found, recorded and replaced, a change that cannot finish is given up, and a run is complete only
-when its drain finished and its accounting balances. The same faults on a real Flink:
-tests/integration/test_flink_faults.py."""
+when its drain finished and its accounting balances (`execute` marks the manifest so). The same
+faults on a real Flink: tests/integration/test_flink_faults.py."""
 from __future__ import annotations
 
 import math
@@ -11,7 +11,16 @@ from typing import Callable, List, Optional
 import pandas as pd
 import pytest
 
-from testbed.experiment import build_pattern, config_for, failure_reason, plan_runs, policy_for
+from testbed.eventlog import read_manifest
+from testbed.experiment import (
+    build_pattern,
+    config_for,
+    execute,
+    failure_reason,
+    incomplete_runs,
+    plan_runs,
+    policy_for,
+)
 from testbed.flink.faults import Loss, change_bound_s, exit_status, find_losses, unregistered
 from testbed.flink.settings import FlinkSettings
 from testbed.live.flink_job import FlinkJobRun
@@ -19,6 +28,7 @@ from testbed.model import ScaleTo
 from testbed.policies.contract import Policy
 from testbed.policies.job_inputs import JOB_OPERATOR
 from testbed.run_result import RunResult, verdict
+from testbed.sim.job import JobSimulation
 from tests.conftest import compose_config
 
 from .flink_fakes import FakeClock, FakeFlink
@@ -193,3 +203,14 @@ def test_an_interrupt_is_recorded_as_such():
     assert failure_reason(KeyboardInterrupt()) == "interrupted (SIGINT)"
     assert failure_reason(KeyboardInterrupt("SIGTERM")) == "interrupted (SIGTERM)"
     assert failure_reason(ValueError("bad")) == "ValueError: bad"
+
+
+def test_execute_marks_a_run_incomplete_with_its_reason_and_the_command_finds_it(tmp_path, monkeypatch):
+    cfg = compose_config("evaluation=daedalus", "evaluation.only=[daedalus]", "reps=1", f"out={tmp_path}")
+    spec = plan_runs(cfg)[0]
+    why = "the drain did not finish within its bound: 3 of 5 sentences not counted"
+    monkeypatch.setattr(JobSimulation, "run", lambda self: RunResult({}, 1.0, {"accounting": {}}, incomplete=why))
+    run_dir = execute(cfg, spec)
+    m = read_manifest(run_dir)
+    assert (m.status, m.error) == ("incomplete", why) and m.details["accounting"] == {}
+    assert incomplete_runs([run_dir]) == [(run_dir, why)]

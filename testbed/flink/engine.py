@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Optional, Protocol
 
-from testbed.flink.cluster import FlinkCluster
+from testbed.flink.cluster import FlinkCluster, last_error
 from testbed.flink.metrics import JobReading
 
 JOBMANAGER = "jobmanager"
@@ -88,8 +88,6 @@ class ClusterEngine:
         return {name: p.popen.returncode for name, p in procs.items() if not p.alive()}
 
     def log_tail(self, name: str) -> str:
-        from testbed.flink.cluster import last_error
-
         proc = self.cluster.jobmanager if name == JOBMANAGER else self.cluster.taskmanagers.get(name)
         return last_error(proc.log) if proc is not None else ""
 

@@ -35,9 +35,10 @@ def exit_status(status: Optional[int]) -> str:
 def find_losses(ours: Sequence[str], exited: Mapping[str, Optional[int]], registered: Optional[Collection[str]],
                 seen_registered: Collection[str]) -> List[Loss]:
     """Our TaskManagers that are gone: the process exited, or the JobManager dropped a TaskManager it
-    had registered while its process runs (Flink's heartbeat timeout: frozen or cut off; a live JVM
-    that lost its JobManager would register again, a frozen one never does). `registered` is None
-    when the REST API could not be read (then nothing is concluded from it)."""
+    had registered while its process runs (Flink's heartbeat timeout: frozen or cut off). The latter
+    is killed and replaced, as Kubernetes restarts a pod that fails its liveness probe, rather than
+    trusted to come back. `registered` is None when the REST API could not be read (then nothing is
+    concluded from it)."""
     losses = []
     for name in ours:
         if name in exited:

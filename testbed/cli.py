@@ -49,6 +49,13 @@ def _experiment(cfg: DictConfig) -> None:
     except KeyboardInterrupt:
         print("interrupted: the runs in progress are marked incomplete", file=sys.stderr)
         sys.exit(130)
+    from testbed.experiment import incomplete_runs
+
+    incomplete = incomplete_runs(runs)
+    for path, reason in incomplete:
+        print(f"incomplete: {path}: {reason}", file=sys.stderr)
+    if incomplete:
+        sys.exit(1)
     if typed.summary and runs:
         root = Path(typed.out) / typed.pattern.name
         print(f"evaluation {typed.evaluation.name}, workload {typed.pattern.name}, profile {typed.profile}")

@@ -221,21 +221,41 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
         for table, columns in sorted(result.tables.items()):
             log.write(table, columns)
     except BaseException as exc:  # KeyboardInterrupt included: the run must be marked incomplete
-        finish_manifest(spec.run_dir, "incomplete", error=f"{type(exc).__name__}: {exc}")
+        finish_manifest(spec.run_dir, "incomplete", error=failure_reason(exc))
         raise
-    finish_manifest(spec.run_dir, "complete", sim_duration_s=result.duration_s,
-                    details={**workload_details(pattern), **result.details})
+    if result.incomplete:
+        print(f"run {spec.run_id}: incomplete: {result.incomplete}", file=sys.stderr, flush=True)
+    finish_manifest(spec.run_dir, "incomplete" if result.incomplete else "complete", error=result.incomplete,
+                    sim_duration_s=result.duration_s, details={**workload_details(pattern), **result.details})
     return spec.run_dir
 
 
-def _execute_packed(args) -> Tuple[RunSpec, Path, float]:
+def failure_reason(exc: BaseException) -> str:
+    """The manifest's error for what stopped a run: `interrupted (SIGINT)` for Ctrl-C (and the signal
+    `_interrupt` names for SIGTERM), else the exception's type and message."""
+    if isinstance(exc, KeyboardInterrupt):
+        return f"interrupted ({exc.args[0] if exc.args and exc.args[0] else 'SIGINT'})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def incomplete_runs(paths: Sequence[Path]) -> List[Tuple[Path, str]]:
+    """(run folder, reason) of the runs whose manifest says incomplete."""
+    found = []
+    for path in paths:
+        manifest = read_manifest(path)
+        if manifest.status != "complete":
+            found.append((path, manifest.error or manifest.status))
+    return found
+
+
+def _execute_packed(args) -> Tuple[RunSpec, Path, float, str]:
     t0 = time.perf_counter()
     path = execute(*args)
-    return args[1], path, time.perf_counter() - t0
+    return args[1], path, time.perf_counter() - t0, read_manifest(path).status
 
 
 def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _worker_init() -> None:
@@ -310,8 +330,8 @@ def _run_all(cfg: ExperimentConfig, specs: List[RunSpec]) -> List[Path]:
         results = map(_execute_packed,
                       items) if workers <= 1 else pool_map(_execute_packed, items, workers, _worker_init)
         done = {}
-        for spec, path, seconds in results:
-            progress(Outcome(spec.run_id, "complete", seconds))
+        for spec, path, seconds, status in results:
+            progress(Outcome(spec.run_id, status, seconds))
             done[spec.run_dir] = path
         return [done[s.run_dir] for s in specs]
     finally:

@@ -125,6 +125,9 @@ class FlinkJobConfig:
     # normalised so that its peak is job.peak_fraction x job.capacity_workers x tm_rate
     tm_rate: float = 60.0
     drain_timeout_s: float = 120.0  # after the run, what is due must be counted within this (else: pending)
+    # a TaskManager lost during the run (exited, or dropped by the JobManager) is replaced
+    # (testbed/live/flink_job.py); after this many replacements the next loss ends the run incomplete
+    max_recoveries: int = 3
     settings: Dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> Optional[Tuple[str, str]]:
@@ -134,6 +137,8 @@ class FlinkJobConfig:
         for key in ("tm_rate", "drain_timeout_s"):
             if not getattr(self, key) > 0:
                 return f"backend.flink.{key}", f"must be > 0, got {getattr(self, key)}"
+        if self.max_recoveries < 0:
+            return "backend.flink.max_recoveries", f"must be >= 0, got {self.max_recoveries}"
         from testbed.flink.settings import FlinkSettingsError, from_mapping
 
         try:

@@ -59,6 +59,7 @@ class FlinkCluster:
         self.rest_port = 0
         self.jobmanager: Optional[FlinkProcess] = None
         self.taskmanagers: Dict[str, FlinkProcess] = {}
+        self.started: Dict[str, FlinkProcess] = {}  # every process ever started (stopped ones too)
         self._next_tm = 1
         self._t0 = time.monotonic()
 
@@ -110,9 +111,11 @@ class FlinkCluster:
                 f"-Dmetrics.reporter.prom.port={prom}",
                 "--schedule", str(schedule_file), "--words-per-sentence", str(s.words_per_sentence),
                 "--vocabulary", str(s.vocabulary), "--zipf", str(s.zipf), "--seed", str(s.seed),
-                "--work-us", str(s.work_us), "--wait-us", str(s.wait_us)]
+                "--work-us", str(s.work_us), "--wait-us", str(s.wait_us),
+                "--ledger", str(self.work_dir / "emission-ledger.bin")]
         log_file = self.work_dir / "log" / "jobmanager.out"
         self.jobmanager = processes.launch("jobmanager", argv, self._env(), log_file, prom)
+        self.started[self.jobmanager.name] = self.jobmanager
 
     def start_processes(self, taskmanagers: int) -> None:
         """Launches the JobManager and TaskManagers without waiting for any of them."""
@@ -129,7 +132,8 @@ class FlinkCluster:
         prom = free_port()
         argv = [str(Path(self.settings.flink_home) / "bin" / "taskmanager.sh"), "start-foreground",
                 f"-Dtaskmanager.resource-id={name}", f"-Dmetrics.reporter.prom.port={prom}"]
-        self.taskmanagers[name] = processes.launch(name, argv, self._env(), self.work_dir / "log" / f"{name}.out", prom)
+        proc = processes.launch(name, argv, self._env(), self.work_dir / "log" / f"{name}.out", prom)
+        self.taskmanagers[name] = self.started[name] = proc
         return name
 
     def stop_taskmanager(self, name: Optional[str] = None, mode: Optional[str] = None) -> str:
@@ -152,11 +156,11 @@ class FlinkCluster:
 
     def record(self) -> dict:
         """What a run records about its engine: the Flink version, every setting (the stop mode and
-        heartbeat among them), the schedule, the job id and where the logs are."""
+        heartbeat among them), the schedule, the job id, where the logs are and every process started."""
         return {"engine": "flink", "flink_version": FLINK_VERSION, "settings": self.settings.as_dict(),
                 "schedule": {"times": list(self.schedule.times), "rates": list(self.schedule.rates)},
                 "job_id": self.job_id, "work_dir": str(self.work_dir),
-                "processes": {p.name: {"pid": p.pid, "prom_port": p.prom_port} for p in self._procs()}}
+                "processes": {p.name: {"pid": p.pid, "prom_port": p.prom_port} for p in self.started.values()}}
 
     def _procs(self) -> List[FlinkProcess]:
         return ([self.jobmanager] if self.jobmanager else []) + list(self.taskmanagers.values())

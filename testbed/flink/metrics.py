@@ -20,6 +20,7 @@ SOURCE_PENDING = "flink_taskmanager_job_task_operator_pendingRecords"
 SOURCE_SCHEDULED = "flink_taskmanager_job_task_operator_scheduledRecords"
 SOURCE_EMITTED = "flink_taskmanager_job_task_operator_emittedRecords"
 SOURCE_START = "flink_taskmanager_job_task_operator_scheduleStartMs"
+SOURCE_REPLAYED = "flink_taskmanager_job_task_operator_replayedRecords"
 COUNTED = "flink_taskmanager_job_task_operator_countedWords"
 LATENCY = "flink_taskmanager_job_task_operator_latencyMs"
 LATENCY_SUM = "flink_taskmanager_job_task_operator_latencySumMs"
@@ -95,6 +96,9 @@ class SourceReading:
     emitted: float  # records emitted (after a restart: from the checkpoint on)
     pending: float  # scheduled - emitted: the consumer lag
     start_ms: float  # wall clock of the schedule's time 0
+    # records emitted a second time after restarts, over the whole job (the source's EmissionLedger:
+    # a restart resumes at its checkpoint's position, below the highest position ever emitted)
+    replayed: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,7 @@ def _source(samples: List[Sample]) -> Optional[SourceReading]:
     pending = first(samples, SOURCE_PENDING)
     return SourceReading(scheduled=scheduled, emitted=emitted,
                          pending=max(0.0, scheduled - emitted) if pending is None or math.isnan(pending) else pending,
-                         start_ms=first(samples, SOURCE_START) or 0.0)
+                         start_ms=first(samples, SOURCE_START) or 0.0, replayed=first(samples, SOURCE_REPLAYED) or 0.0)
 
 
 def _nan(value: Optional[float]) -> float:

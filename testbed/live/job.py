@@ -89,7 +89,7 @@ from testbed.policies.contract import Policy
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
 from testbed.policies.scaling import job_rescale
 from testbed.rng import stream
-from testbed.run_result import RunResult
+from testbed.run_result import RunResult, verdict
 from testbed.sim.job import key_weights
 
 log = logging.getLogger(__name__)
@@ -306,7 +306,9 @@ class LiveJobRun:
         print(f"live job {self.run_id}: {end:.0f} s, {len(self.rescales['t_s'])} rescale(s), "
               f"{len(self.recoveries)} worker(s) replaced, accounting {accounting.as_dict()}",
               file=sys.stderr, flush=True)
-        return RunResult(tables, float(len(self.series)), details)
+        imbalances = {"missing items": accounting.missing,
+                      "keyed state - committed": accounting.state_total - accounting.committed}
+        return RunResult(tables, float(len(self.series)), details, incomplete=verdict(imbalances=imbalances))
 
     def _details(self, accounting: JobAccounting, shares: Dict[int, List[float]],
                  target_peak: float) -> Dict[str, Any]:

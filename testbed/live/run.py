@@ -52,7 +52,7 @@ from testbed.monitoring import Observer, SnapshotSettings, new_monitor_tables
 from testbed.placement.records import placements_table
 from testbed.policies.base import Policy, initial_deployment
 from testbed.rng import stream
-from testbed.run_result import RunResult
+from testbed.run_result import RunResult, verdict
 from testbed.topology import Topology
 from testbed.workloads.patterns import Pattern
 
@@ -299,7 +299,7 @@ class LiveRun:
         if self._guard(end, monitor.observe, end, provider.emitted(), executor.take_purged(),
                        self._inactive(executor, end)) is not None:
             self._record(monitor, tables, executor.views(end), end)
-        accounting = self._drain_and_account(pool, monitor, provider, executor.purged_total)
+        accounting, undrained = self._drain_and_account(pool, monitor, provider, executor.purged_total)
         self._check_redis()  # a restart during the drain leaves totals that are not the run's
         drained = self._guard(end, monitor.read_remaining_samples)  # items finished while draining
         if drained:
@@ -310,7 +310,9 @@ class LiveRun:
         tables["actions"] = actions_table(executor.records, self.policy.name)
         tables["placements"] = placements_table(executor.records, self.policy.placement)
         tables["leases"] = pool.leases(end)
-        return RunResult(tables, end, self._details(pool, executor, provider, flushed, accounting.as_dict()))
+        missing = {f"missing items of {o}": m for o, m in accounting.missing.items()}
+        return RunResult(tables, end, self._details(pool, executor, provider, flushed, accounting.as_dict()),
+                         incomplete=verdict(undrained, missing))
 
     def _details(self, pool, executor: LiveExecutor, provider: ProviderThread, flushed: bool,
                  accounting: Dict[str, Any]) -> Dict[str, Any]:
@@ -511,13 +513,18 @@ class LiveRun:
         if self.network is not None:  # the delays drawn and the items lost to unavailability
             self._guard(t, self.network.record, tables, t)
 
-    def _drain_and_account(self, pool, monitor, provider: ProviderThread, purged: Dict[str, int]) -> Accounting:
+    def _drain_and_account(self, pool, monitor, provider: ProviderThread,
+                           purged: Dict[str, int]) -> Tuple[Accounting, Optional[str]]:
         """Stop every instance gracefully (each finishes and acknowledges what it holds), then account
-        for every emitted item: per operator, inflow = processed + still queued + dead-lettered + purged."""
+        for every emitted item: per operator, inflow = processed + still queued + dead-lettered + purged.
+        Also returns what the drain left undone (None: every instance stopped in time)."""
         for inst in pool.instance_views():
             pool.stop_instance(inst.id)
-        if not pool.wait_idle(max(pool.drain_timeout_s(o) for o in self.topology.operators) + 30.0):
-            log.warning("some instances of %s did not stop in time", self.prefix)
+        bound_s = max(pool.drain_timeout_s(o) for o in self.topology.operators) + 30.0
+        undrained = None
+        if not pool.wait_idle(bound_s):
+            undrained = f"the drain did not finish: some instances did not stop within {bound_s:.0f} s"
+            log.warning("%s: %s", self.prefix, undrained)
         processed, _ = monitor.totals()  # dead-lettered: counted where they are, in the dead-letter queues
         queues = self.network.instance_wiring() if self.network is not None else self.wiring
         depths = exact_depths(self.cfg, queues)
@@ -536,4 +543,4 @@ class LiveRun:
                    - timed_out.get(o, 0) - unavailable.get(o, 0) for o in self.topology.operators}
         return Accounting(emitted=emitted, inflow=inflow, processed=processed, queued=queued, dead=dead_letters,
                           purged=purged, finished_queued=finished, timed_out=timed_out, unavailable=unavailable,
-                          missing={o: m for o, m in missing.items() if m})
+                          missing={o: m for o, m in missing.items() if m}), undrained

@@ -122,3 +122,4 @@ def test_sigint_stops_every_flink_process_and_marks_the_run_incomplete(tmp_path,
     assert run_pids(work_dir) == []
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "incomplete", manifest.get("error")
+    assert manifest["error"] == "interrupted (SIGINT)"

@@ -21,13 +21,16 @@ final class ScheduleReader implements SourceReader<Sentence, ScheduledSplit> {
     private final SourceReaderContext context;
     private final RateSchedule schedule;
     private final String[] sentences;
+    private final String ledgerPath; // null: replays not counted
+    private EmissionLedger ledger;
     private ScheduledSplit split;
     private CompletableFuture<Void> splitArrived = new CompletableFuture<>();
 
-    ScheduleReader(SourceReaderContext context, RateSchedule schedule, String[] sentences) {
+    ScheduleReader(SourceReaderContext context, RateSchedule schedule, String[] sentences, String ledgerPath) {
         this.context = context;
         this.schedule = schedule;
         this.sentences = sentences;
+        this.ledgerPath = ledgerPath;
     }
 
     @Override
@@ -37,6 +40,7 @@ final class ScheduleReader implements SourceReader<Sentence, ScheduledSplit> {
         metrics.gauge("scheduledRecords", () -> split == null ? 0L : due());
         metrics.gauge("emittedRecords", () -> split == null ? 0L : split.emitted);
         metrics.gauge("scheduleStartMs", () -> split == null ? 0L : split.startMs);
+        metrics.gauge("replayedRecords", () -> ledger == null ? 0L : ledger.replayed());
         context.sendSplitRequest();
     }
 
@@ -57,6 +61,9 @@ final class ScheduleReader implements SourceReader<Sentence, ScheduledSplit> {
             output.collect(new Sentence(at, sentences[(int) (k % sentences.length)]));
             split.emitted = k + 1;
             n++;
+        }
+        if (ledger != null && n > 0) {
+            ledger.emitted(split.emitted);
         }
         return split.emitted < due ? InputStatus.MORE_AVAILABLE : InputStatus.NOTHING_AVAILABLE;
     }
@@ -91,6 +98,10 @@ final class ScheduleReader implements SourceReader<Sentence, ScheduledSplit> {
             throw new IllegalStateException("the scheduled source has exactly one split; run it at parallelism 1");
         }
         split = splits.get(0).copy();
+        if (ledgerPath != null) {
+            ledger = new EmissionLedger(ledgerPath);
+            ledger.resume(split.emitted);
+        }
         splitArrived.complete(null);
     }
 
@@ -98,5 +109,9 @@ final class ScheduleReader implements SourceReader<Sentence, ScheduledSplit> {
     public void notifyNoMoreSplits() {}
 
     @Override
-    public void close() {}
+    public void close() throws Exception {
+        if (ledger != null) {
+            ledger.close();
+        }
+    }
 }

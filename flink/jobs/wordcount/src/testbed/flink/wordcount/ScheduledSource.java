@@ -18,10 +18,12 @@ public final class ScheduledSource implements Source<Sentence, ScheduledSplit, L
     private static final long serialVersionUID = 1L;
     private final RateSchedule schedule;
     private final String[] sentences;
+    private final String ledgerPath; // the EmissionLedger's file (null: replays not counted)
 
-    public ScheduledSource(RateSchedule schedule, String[] sentences) {
+    public ScheduledSource(RateSchedule schedule, String[] sentences, String ledgerPath) {
         this.schedule = schedule;
         this.sentences = sentences;
+        this.ledgerPath = ledgerPath;
     }
 
     @Override
@@ -53,6 +55,6 @@ public final class ScheduledSource implements Source<Sentence, ScheduledSplit, L
 
     @Override
     public SourceReader<Sentence, ScheduledSplit> createReader(SourceReaderContext context) {
-        return new ScheduleReader(context, schedule, sentences);
+        return new ScheduleReader(context, schedule, sentences, ledgerPath);
     }
 }

@@ -14,7 +14,8 @@ import org.apache.flink.util.Collector;
  * running count per word (keyed). Arguments: --schedule FILE (seconds rate per line) and optionally
  * --words-per-sentence (8), --vocabulary (10000), --zipf (1.0: word frequencies ~ 1/rank),
  * --sentences (4096 distinct sentences, cycled), --seed (1), --work-us (0: CPU time spent per
- * counted word) and --wait-us (0: time waited per counted word), to set a TaskManager's capacity. The source runs at parallelism 1
+ * counted word) and --wait-us (0: time waited per counted word), to set a TaskManager's capacity, and
+ * --ledger FILE (where the source counts what restarts made it emit again). The source runs at parallelism 1
  * (max parallelism 1, so reactive mode keeps it there); split and count scale with the cluster.
  */
 public final class WordCountJob {
@@ -24,7 +25,7 @@ public final class WordCountJob {
         String[] sentences = sentences(params.getInt("sentences", 4096), params.getInt("words-per-sentence", 8),
                 params.getInt("vocabulary", 10000), params.getDouble("zipf", 1.0), params.getLong("seed", 1));
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
-        env.fromSource(new ScheduledSource(schedule, sentences), WatermarkStrategy.noWatermarks(), "source")
+        env.fromSource(new ScheduledSource(schedule, sentences, params.get("ledger")), WatermarkStrategy.noWatermarks(), "source")
                 .setParallelism(1).setMaxParallelism(1).uid("source")
                 .rebalance()
                 // never chained to the source (Flink chains them across the rebalance while both

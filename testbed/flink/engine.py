@@ -1,0 +1,101 @@
+"""What a job-mode run asks of its engine and its clock, so that the control loop
+(testbed/live/flink_job.py) runs against a real Flink cluster or, in unit tests, against a fake one
+with a fake clock: start at n TaskManagers, read the job, add or remove one TaskManager, which are
+ours, which exited without being asked, stop everything."""
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional, Protocol
+
+from testbed.flink.cluster import FlinkCluster, last_error
+from testbed.flink.metrics import JobReading
+
+JOBMANAGER = "jobmanager"
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds on a monotonic clock."""
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class MonotonicClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class Engine(Protocol):
+    """A reactive-mode Flink job whose parallelism is the number of its TaskManagers."""
+
+    def start(self, n: int) -> None:
+        """The JobManager with the job and n TaskManagers (returns before they have registered)."""
+
+    def read(self) -> JobReading: ...
+
+    def add(self) -> str:
+        """Starts one TaskManager; returns its name (its resource id)."""
+
+    def remove(self, name: str, mode: str) -> None:
+        """Stops a TaskManager (`graceful`: SIGTERM, `kill`: SIGKILL) and forgets it."""
+
+    def taskmanagers(self) -> List[str]:
+        """Ours, started and not removed, oldest first (dead ones included until removed)."""
+
+    def exited(self) -> Dict[str, Optional[int]]:
+        """Processes (`jobmanager` or a TaskManager) that exited without being asked: their exit status."""
+
+    def log_tail(self, name: str) -> str:
+        """The last error line of a process's log (for a reason)."""
+
+    def record(self) -> dict:
+        """What the run's manifest records about the engine."""
+
+    def close(self) -> None:
+        """Stops every process (also after an interrupt)."""
+
+
+class ClusterEngine:
+    """The Engine of a real FlinkCluster (testbed/flink/cluster.py)."""
+
+    def __init__(self, cluster: FlinkCluster):
+        self.cluster = cluster
+
+    def start(self, n: int) -> None:
+        self.cluster.start()
+        for _ in range(n):
+            self.cluster.add_taskmanager()
+
+    def read(self) -> JobReading:
+        return self.cluster.read()
+
+    def add(self) -> str:
+        return self.cluster.add_taskmanager()
+
+    def remove(self, name: str, mode: str) -> None:
+        self.cluster.stop_taskmanager(name, mode)
+
+    def taskmanagers(self) -> List[str]:
+        return list(self.cluster.taskmanagers)
+
+    def exited(self) -> Dict[str, Optional[int]]:
+        procs = dict(self.cluster.taskmanagers)
+        if self.cluster.jobmanager is not None:
+            procs[JOBMANAGER] = self.cluster.jobmanager
+        return {name: p.popen.returncode for name, p in procs.items() if not p.alive()}
+
+    def log_tail(self, name: str) -> str:
+        proc = self.cluster.jobmanager if name == JOBMANAGER else self.cluster.taskmanagers.get(name)
+        return last_error(proc.log) if proc is not None else ""
+
+    def record(self) -> dict:
+        record = self.cluster.record()
+        procs = [p for p in (self.cluster.jobmanager, *self.cluster.taskmanagers.values()) if p is not None]
+        record["memory_mb"] = {p.name: mb for p in procs if (mb := p.rss_mb()) is not None}
+        return record
+
+    def close(self) -> None:
+        self.cluster.close()

@@ -1,0 +1,69 @@
+"""Which TaskManagers a job-mode run has lost, and how long a change of the cluster may take: pure
+functions of what the run read (docs/flink.md#faults). A lost TaskManager is replaced as a
+Kubernetes Deployment replaces its pod; a change that does not finish in time is given up."""
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from typing import Collection, List, Mapping, Optional, Sequence
+
+from testbed.flink.settings import FlinkSettings
+
+# the job's states from which it does not come back by itself (in application mode the
+# JobManager then shuts down)
+TERMINAL_STATES = ("FAILED", "CANCELED", "FINISHED", "SUSPENDED")
+START_MARGIN = 3.0  # a change may take this many times the slowest start the run measured
+
+
+@dataclass(frozen=True)
+class Loss:
+    taskmanager: str
+    why: str
+    kill: bool  # its process still runs (frozen, cut off, stuck): kill it before replacing it
+
+
+def exit_status(status: Optional[int]) -> str:
+    """`killed by SIGKILL` for -9, `exit status 1` for 1 (a Popen return code)."""
+    if status is not None and status < 0:
+        try:
+            return f"killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"killed by signal {-status}"
+    return f"exit status {status}"
+
+
+def find_losses(ours: Sequence[str], exited: Mapping[str, Optional[int]], registered: Optional[Collection[str]],
+                seen_registered: Collection[str]) -> List[Loss]:
+    """Our TaskManagers that are gone: the process exited, or the JobManager dropped a TaskManager it
+    had registered while its process runs (Flink's heartbeat timeout: frozen or cut off). The latter
+    is killed and replaced, as Kubernetes restarts a pod that fails its liveness probe, rather than
+    trusted to come back. `registered` is None when the REST API could not be read (then nothing is
+    concluded from it)."""
+    losses = []
+    for name in ours:
+        if name in exited:
+            losses.append(Loss(name, f"its process exited ({exit_status(exited[name])})", kill=False))
+        elif registered is not None and name in seen_registered and name not in registered:
+            losses.append(Loss(name, "the JobManager dropped it (heartbeat timeout: frozen or cut off) while its "
+                                     "process still ran", kill=True))
+    return losses
+
+
+def unregistered(ours: Sequence[str], registered: Optional[Collection[str]], started_at: Mapping[str, float],
+                 now: float, bound_s: float) -> List[Loss]:
+    """Our TaskManagers that have not registered within bound_s of their start (a start that hangs)."""
+    if registered is None:
+        return []
+    return [Loss(name, f"not registered {now - started_at[name]:.0f} s after its start", kill=True)
+            for name in ours if name not in registered and now - started_at.get(name, now) >= bound_s]
+
+
+def change_bound_s(slowest_start_s: float, s: FlinkSettings) -> float:
+    """How long a change of the cluster (a rescale, a replaced TaskManager) may take before it is
+    given up: START_MARGIN times the slowest start this run measured (TaskManagers launched -> the
+    job running with them: their JVMs' start on the machine as loaded as it is), plus what Flink
+    waits by its configuration (stabilisation, cooldown, a checkpoint before the rescale, the
+    restart delay, and the heartbeat timeout before it declares a TaskManager lost)."""
+    waits = (s.stabilization_s + s.cooldown_s + s.checkpoint_s + (s.rescale_max_delay_s or 0.0)
+             + s.restart_delay_s + s.heartbeat_timeout_s)
+    return START_MARGIN * slowest_start_s + waits

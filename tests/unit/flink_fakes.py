@@ -1,0 +1,143 @@
+"""A fake clock and a fake reactive-mode Flink for the job-mode run's control loop
+(testbed/live/flink_job.py): the fault paths without a real engine.
+
+The fake job in a few rules: a TaskManager registers `register_s` after its start (never, for the
+starts listed in `hangs`); the job runs at the number of registered TaskManagers `restart_s` after
+that number last changed (reactive mode), and while it runs every sentence due is counted at once,
+unless a registered TaskManager is frozen (the job stalls) or from `stall_at` on. Each restart makes
+the source emit `replay` sentences again. A killed TaskManager's process exits at once; a frozen one
+is dropped by the JobManager `heartbeat_s` after it froze."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Set, Tuple
+
+from testbed.flink.engine import JOBMANAGER
+from testbed.flink.metrics import JobReading, SourceReading, SubtaskReading, TaskManagerReading
+from testbed.flink.schedule import RateSchedule
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += max(seconds, 0.01)
+
+
+@dataclass
+class FakeTaskManager:
+    started: float
+    register_s: float
+    status: Optional[int] = None  # the exit status once its process has exited
+    frozen_at: Optional[float] = None
+
+
+class FakeFlink:
+    def __init__(self, clock: FakeClock, schedule: RateSchedule, wps: int = 8, register_s: float = 10.0,
+                 restart_s: float = 2.0, heartbeat_s: float = 5.0, replay: float = 7.0) -> None:
+        self.clock, self.schedule, self.wps = clock, schedule, wps
+        self.register_s, self.restart_s, self.heartbeat_s, self.replay = register_s, restart_s, heartbeat_s, replay
+        self.tms: Dict[str, FakeTaskManager] = {}
+        self.hangs: Set[int] = set()  # numbers of the starts that never register
+        self.kills: List[Tuple[float, str]] = []  # (clock time, TaskManager) to SIGKILL
+        self.freezes: List[Tuple[float, str]] = []  # (clock time, TaskManager) to SIGSTOP
+        self.stall_at = float("inf")  # clock time from which nothing is counted any more
+        self.jobmanager_exit_at = float("inf")
+        self.started = 0
+        self.removed: List[Tuple[str, str]] = []  # (TaskManager, mode)
+        self.closed = False
+        self.job_start: Optional[float] = None
+        self.counted = 0.0  # sentences
+        self.replayed = 0.0
+        self.epoch = 0
+        self.members: Tuple[str, ...] = ()  # the registered TaskManagers, as last read
+        self.epoch_members: Tuple[str, ...] = ()  # those the job last (re)started with
+        self.changed_at = 0.0
+        self.jobmanager_status: Optional[int] = None
+
+    # -- the Engine interface ------------------------------------------------------------------------
+    def start(self, n: int) -> None:
+        for _ in range(n):
+            self.add()
+
+    def add(self) -> str:
+        self.started += 1
+        name = f"tm-{self.started}"
+        hang = self.started in self.hangs
+        self.tms[name] = FakeTaskManager(self.clock.now(), float("inf") if hang else self.register_s)
+        return name
+
+    def remove(self, name: str, mode: str) -> None:
+        self.removed.append((name, mode))
+        del self.tms[name]
+
+    def taskmanagers(self) -> List[str]:
+        return list(self.tms)
+
+    def exited(self) -> Dict[str, Optional[int]]:
+        self._apply_faults()
+        exited = {name: tm.status for name, tm in self.tms.items() if tm.status is not None}
+        if self.jobmanager_status is not None:
+            exited[JOBMANAGER] = self.jobmanager_status
+        return exited
+
+    def log_tail(self, name: str) -> str:
+        return f"{name}: no log (fake)"
+
+    def record(self) -> dict:
+        return {"engine": "fake", "processes": sorted(self.tms)}
+
+    def close(self) -> None:
+        self.closed = True
+        self.tms.clear()
+
+    def read(self) -> JobReading:
+        now = self.clock.now()
+        self._apply_faults()
+        registered = tuple(sorted(self._registered(now)))
+        if registered != self.members:
+            self.members, self.changed_at = registered, now
+        running = bool(registered) and now >= self.changed_at + self.restart_s
+        if running and self.job_start is None:
+            self.job_start, self.epoch, self.epoch_members = now, 1, registered
+        scheduled = float(self.schedule.due_at(now - self.job_start)) if self.job_start is not None else 0.0
+        if running and self.epoch_members != registered:
+            self.epoch += 1
+            self.replayed += self.replay
+            self.epoch_members = registered
+        frozen = any(self.tms[n].frozen_at is not None for n in registered)
+        if running and not frozen and now < self.stall_at:
+            self.counted = scheduled
+        return self._reading(now, registered, running, scheduled)
+
+    # -- the fake job ----------------------------------------------------------------------------------
+    def _apply_faults(self) -> None:
+        now = self.clock.now()
+        for at, name in self.kills:
+            if now >= at and name in self.tms and self.tms[name].status is None:
+                self.tms[name].status = -9
+        for at, name in self.freezes:
+            if now >= at and name in self.tms and self.tms[name].frozen_at is None:
+                self.tms[name].frozen_at = at
+        if now >= self.jobmanager_exit_at:
+            self.jobmanager_status = 1
+
+    def _registered(self, now: float) -> List[str]:
+        return [name for name, tm in self.tms.items()
+                if tm.status is None and now >= tm.started + tm.register_s
+                and (tm.frozen_at is None or now < tm.frozen_at + self.heartbeat_s)]
+
+    def _reading(self, now: float, registered: Tuple[str, ...], running: bool, scheduled: float) -> JobReading:
+        tms = []
+        for i, name in enumerate(n for n in registered if self.tms[n].frozen_at is None):
+            words = self.counted * self.wps if i == 0 else 0.0
+            subtask = SubtaskReading(0, f"a{self.epoch}-{name}", words, words, 500.0, 10.0, 20.0, 10.0 * words)
+            source = SourceReading(scheduled, scheduled, 0.0, 0.0, self.replayed) if i == 0 else None
+            tms.append(TaskManagerReading(name, 0.1, 1.0, 100.0, (subtask,) if running else (), source))
+        source = tms[0].source if tms else None
+        return JobReading(now, "RUNNING" if running else "RESTARTING", len(registered) if running else 0,
+                          registered, tuple(tms), source, {})

@@ -18,3 +18,22 @@ def compose_config(*overrides: str) -> ExperimentConfig:
 @pytest.fixture
 def config() -> Callable[..., ExperimentConfig]:
     return compose_config
+
+
+# The tests that use the machine's services (one RabbitMQ, Redis, Docker engine, Flink at a time: they
+# restart them, hog a core and time real runs) form one xdist group, run one after the other on one
+# worker, while the other workers take the rest (`make test` runs with --dist loadgroup). The live
+# Docker runs come last in the group: by then the other workers have finished, and the runs' service
+# times and drains see only the load the tests themselves make (and CI's hog).
+SERVICE_MARKERS = ("integration", "live")
+
+
+def _live_docker_run(item) -> bool:
+    return item.path.name.startswith("test_live_") and item.get_closest_marker("live") is not None
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if any(item.get_closest_marker(m) for m in SERVICE_MARKERS):
+            item.add_marker(pytest.mark.xdist_group("services"))
+    items[:] = sorted(items, key=_live_docker_run)  # stable: the order within each part is kept

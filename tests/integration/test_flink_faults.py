@@ -99,6 +99,11 @@ def test_a_killed_taskmanager_is_replaced_while_the_other_runs_on(tmp_path, monk
     run_dir, seen = run_with_fault(tmp_path, monkeypatch, STATIC_2, "tm-1", signal.SIGKILL)
     rec = check(run_dir, seen, "tm-1", "killed by SIGKILL", 2)
     assert rec["t_s"] - seen["t_s"] <= 3.0  # found at the next reading or so (a reading takes up to 3 s)
+    # the static deployment never rescales: a replaced TaskManager is no change of its parallelism
+    assert len(pd.read_parquet(run_dir / "rescales.parquet")) == 0
+    actions = pd.read_parquet(run_dir / "actions.parquet")
+    assert not actions.action.isin(["scale_up", "scale_down"]).any(), actions.to_string()
+    assert read_manifest(run_dir).details["flink"]["settings"]["stop_mode"] == "graceful"
 
 
 def test_the_only_taskmanager_killed_is_replaced_and_nothing_is_lost(tmp_path, monkeypatch, flink_installed):  # noqa: F811

@@ -19,6 +19,7 @@ from testbed.model import ScaleDown, ScaleTo, ScaleUp
 from testbed.policies import registry
 from testbed.policies.contract import Policy, time_field, time_fields
 from testbed.policies.daedalus.policy import DaedalusParams
+from testbed.policies.ds2 import Ds2Params
 from testbed.policies.hpa import HpaParams
 from testbed.policies.job_inputs import JOB_OPERATOR
 from testbed.policies.registry import register_policy
@@ -151,13 +152,15 @@ def test_the_built_in_time_fields():
     assert set(time_fields(DaedalusParams)) == {
         "loop_s", "rt_target_s", "grace_s", "keep_s", "warmup_s", "horizon_s", "downtime_out_s", "downtime_in_s",
         "fast_history_s", "fallback_horizon_s", "K", "post_rescale_pause_s"}
+    assert set(time_fields(Ds2Params)) == {"policy_interval_s", "warm_up_s"}
     for name, entry in registry.policies().items():
-        if name not in ("hpa", "daedalus"):
+        if name not in ("hpa", "daedalus", "ds2"):
             assert time_fields(entry.params) == (), name
 
 
 def test_every_built_in_policy_is_found_and_offered_as_an_option():
-    assert set(registry.policies()) >= {"btu", "dabs", "daedalus", "hpa", "presps", "static", "static_n", "threshold"}
+    assert set(registry.policies()) >= {"btu", "dabs", "daedalus", "ds2", "hpa", "presps", "static", "static_n",
+                                        "threshold"}
     for name in registry.policies():
         assert compose_config(f"policy={name}", "reps=1").policy.name == name
 

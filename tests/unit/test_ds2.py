@@ -190,3 +190,40 @@ def test_the_defaults_are_the_authors_configuration():
     p = Ds2Params()
     assert (p.policy_interval_s, p.warm_up_s, p.activation, p.over_provision) == (10.0, 20.0, 1, 0.0)
     p.validate()
+
+
+# -- short simulated runs ------------------------------------------------------------------------------
+
+def test_job_mode_run_takes_the_mean_worker_rate_and_misses_the_key_skew():
+    from testbed.sim.job import JobSimulation
+    from tests.conftest import compose_config
+    from tests.unit.test_job_sim import Flat, RescaleOnce
+
+    cfg = compose_config("evaluation=daedalus", "duration_min=10", "job.latency_samples=600")
+
+    class FromTwelve(Ds2Policy):
+        initial_parallelism = RescaleOnce.initial_parallelism
+
+    sim = JobSimulation(cfg, FromTwelve(Ds2Params()), Flat(1000.0, 600), seed=3)
+    # a busy worker processes mu = 133.3 items/s, so DS2 wants ceil(1000 / 133.3) = ceil(7.5) = 8 and
+    # holds there (one step, then the fixed point); but the key groups do not spread evenly over 8
+    # workers, whose capacity is mu / (largest share) = 666.7/s: the per-instance mean misses skew
+    assert sim.mu == pytest.approx(400 / 3)
+    res = sim.run()
+    assert res.tables["rescales"]["t_s"] == [20.0] and res.tables["rescales"]["to_n"] == [8]
+    assert sim.capacity(8) == pytest.approx(2000 / 3)
+
+
+@pytest.mark.slow
+def test_operator_mode_run_on_the_oee_topology():
+    from testbed.experiment import build_pattern, config_for, plan_runs, policy_for
+    from testbed.sim.simulator import Simulation
+    from tests.conftest import compose_config
+
+    cfg = compose_config("policy=ds2", "pattern=stepwise", "duration_min=10", "reps=1")
+    spec = plan_runs(cfg)[0]
+    run_cfg = config_for(cfg, spec)
+    result = Simulation(run_cfg, policy_for(run_cfg), build_pattern(run_cfg.pattern, cfg.seed), spec.seed,
+                        spec.btu_minutes).run()
+    reasons = [r for r in result.tables["actions"]["reason"] if r.startswith("ds2: target input")]
+    assert reasons, "the load steps must make DS2 rescale some operator"

@@ -93,7 +93,8 @@ class Ds2Policy(Policy):
         self.state = Ds2State()
 
     def due(self, t: float) -> bool:
-        """Whether an evaluation is due at t: an interval since the last, and out of warm-up."""
+        """Whether DS2 acts at t: an interval since the last evaluation, out of warm-up, and (the
+        evaluation then counted) `activation` evaluations since the last rescale."""
         p, st = self.params, self.state
         if t - st.last_evaluation < p.policy_interval_s - 1e-9 or t - st.last_rescale < p.warm_up_s - 1e-9:
             return False

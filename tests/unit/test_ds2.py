@@ -186,6 +186,14 @@ def test_invalid_parameters_name_the_field(field, value):
         dataclasses.replace(Ds2Params(), **{field: value}).validate()
 
 
+def test_the_configuration_names_the_key_of_a_bad_parameter():
+    from testbed.config import ConfigError
+    from tests.conftest import compose_config
+
+    with pytest.raises(ConfigError, match="policies.ds2.warm_up_s: must be >= 0"):
+        compose_config("policy=ds2", "policies.ds2.warm_up_s=-1")
+
+
 def test_the_defaults_are_the_authors_configuration():
     p = Ds2Params()
     assert (p.policy_interval_s, p.warm_up_s, p.activation, p.over_provision) == (10.0, 20.0, 1, 0.0)

@@ -10,7 +10,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from testbed.model import ScaleTo
+from testbed.model import (
+    HostView,
+    InstanceState,
+    InstanceView,
+    OperatorType,
+    OperatorView,
+    ScaleTo,
+    ScaleUp,
+    Snapshot,
+)
 from testbed.policies.flink_autoscaler import (
     FlinkAutoscalerParams,
     FlinkAutoscalerPolicy,
@@ -31,6 +40,9 @@ from testbed.policies.flink_autoscaler_core import (
     thresholds,
 )
 from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
+from testbed.sim.job import JobSimulation
+from tests.conftest import compose_config
+from tests.unit.test_job_sim import Flat
 
 RESTART_S = 300.0  # restart.time's default
 # JobVertexScalerTest's setup: no cap on the factors, no catch-up
@@ -253,3 +265,50 @@ def test_defaults_are_upstreams():
 def test_validation_names_the_field(key, value):
     with pytest.raises(ValueError, match=f"^{key}:"):
         replace(FlinkAutoscalerParams(), **{key: value}).validate()
+
+
+# -- operator mode ------------------------------------------------------------------------------------
+
+def operator_snapshot(t, processed_a, busy_a, queue_a=0):
+    """Source -> A (two instances on one host) -> B, 15 s monitoring intervals."""
+    types = {o: OperatorType(o, 1000.0, 256, 256, 100, stateful=False) for o in ("A", "B")}
+    instances = (InstanceView("a1", "A", "h1", InstanceState.running, 0.0),
+                 InstanceView("a2", "A", "h1", InstanceState.running, 0.0),
+                 InstanceView("b1", "B", "h1", InstanceState.running, 0.0))
+    host = HostView("h1", 4096, 8192, 4096 - 768, 8192 - 768, 0.0, 3600.0, frozenset(types), True, 1.0)
+    ops = {"A": OperatorView(types["A"], 2, queue_a, processed=processed_a),
+           "B": OperatorView(types["B"], 1, 0, processed=processed_a)}
+    return Snapshot(t=t, operators=ops, hosts=(host,), instances=instances, btu_s=3600.0, reasoning_s=15.0,
+                    penalty=0.0, input_rate=0.0, max_hosts=10, host_cpu=4096, host_memory=8192,
+                    edges=(("source", "A"), ("A", "B")),
+                    edge_items={("source", "A"): 300, ("A", "B"): processed_a},
+                    instance_stats={"a1": (processed_a // 2, busy_a), "a2": (processed_a // 2, busy_a),
+                                    "b1": (processed_a, 0.2)})
+
+
+def test_operator_mode_scales_the_operator_that_falls_behind():
+    p = FlinkAutoscalerParams(stabilization_s=0.0, metrics_window_s=30.0)
+    policy = FlinkAutoscalerPolicy(p)
+    assert policy.decide(operator_snapshot(15.0, 150, 1.0, 0)) == []  # 15 s of the 30 s window
+    actions = policy.decide(operator_snapshot(30.0, 150, 1.0, 75))  # each sample covers its 15 s
+    # A: 300 items per 15 s arrive (20/s), it processes 150 (10/s) fully busy: true rate 10/s < the
+    # scale-up threshold 20 / 1.0; the queue 75 gives 75 / 1800 = 0.042/s to catch up; capacity
+    # 0.042 + 20 * 300 / 1800 + 20 / 0.7 = 0.042 + 3.333 + 28.571 = 31.95 -> 32; 32 / 10 * 2 = 6.4 -> 7.
+    # B: 10/s at 20 % busy: true rate 50/s; its target 20/s * (10 / 10) = 20/s: capacity 20/0.7 +
+    # 3.33 = 31.9 -> 32 < 50: 32 / 50 * 1 -> ceil(0.64) = 1, no change
+    ups = [a for a in actions if isinstance(a, ScaleUp)]
+    assert len(ups) == 5 and {a.operator for a in ups} == {"A"}
+    assert "A parallelism 2 -> 7" in ups[0].reason
+
+
+def test_job_mode_on_the_simulator_scales_up_once_the_window_is_full():
+    # the flat load is 0.9 of what 12 workers take: the busiest worker ~0.91 busy, true rate about
+    # 1300 / 0.91 = 1430/s, below the scale-up threshold 1300 / (0.5 + 0.1) = 2167; capacity
+    # 1300 / 0.5 + 1300 * 300 / 1800 = 2817, factor ~1.97: ceil(12 * 1.97) = 24, and the job has 18 at most
+    cfg = compose_config("evaluation=daedalus", "duration_min=10", "job.latency_samples=600")
+    p = FlinkAutoscalerParams(stabilization_s=60.0, metrics_window_s=120.0, interval_s=10.0,
+                              target_utilisation=0.5, utilisation_boundary=0.1)
+    res = JobSimulation(cfg, FlinkAutoscalerPolicy(p), Flat(1300.0, 600), seed=3).run()
+    r = res.tables["rescales"]
+    assert (r["from_n"], r["to_n"]) == ([12], [18])
+    assert r["t_s"] == [180.0]  # 60 s stabilising, then 120 s of metrics (decided every 10 s)

@@ -161,8 +161,8 @@ def test_the_built_in_time_fields():
 
 
 def test_every_built_in_policy_is_found_and_offered_as_an_option():
-    assert set(registry.policies()) >= {"btu", "dabs", "daedalus", "flink_autoscaler", "hpa", "presps", "static", "static_n",
-                                         "threshold"}
+    assert set(registry.policies()) >= {"btu", "dabs", "daedalus", "flink_autoscaler", "hpa", "presps", "static",
+                                         "static_n", "threshold"}
     for name in registry.policies():
         assert compose_config(f"policy={name}", "reps=1").policy.name == name
 

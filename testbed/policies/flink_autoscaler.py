@@ -21,7 +21,7 @@ What the testbed measures in place of Flink's metrics:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -130,7 +130,7 @@ class Sample:
 
 def aggregate(values: Sequence[float], how: str) -> float:
     """The subtasks' busy fractions as one (metrics.busy-time.aggregator); NaN without readings."""
-    finite = [v for v in values if math.isfinite(v)]
+    finite = [float(v) for v in values if math.isfinite(v)]
     if not finite:
         return math.nan
     return max(finite) if how == "MAX" else min(finite) if how == "MIN" else sum(finite) / len(finite)
@@ -244,8 +244,10 @@ class FlinkAutoscalerPolicy(Policy):
     # -- the decision ----------------------------------------------------------------------------
 
     def changes(self, now: float, order: Sequence[str], parallelism: Dict[str, int],
-                keyed: Dict[str, bool]) -> Dict[str, Change]:
-        """The vertices' new parallelisms, once the window is full; applied together or not at all."""
+                keyed: Dict[str, bool], top: Optional[int] = None) -> Dict[str, Change]:
+        """The vertices' new parallelisms, once the window is full; applied together or not at all.
+        `top`: the most the backend gives (job mode's max scale-out), so the scaling remembered, and
+        judged for effectiveness later, is the one carried out."""
         if not self.window_full(now):
             return {}
         rates = {v: window_rates(self.samples[v]) for v in order}
@@ -253,7 +255,8 @@ class FlinkAutoscalerPolicy(Policy):
         restart = self.restart_time()
         proposed = {v: decide(self.settings, evaluated[v], restart, now, self.last.get(v), self.delayed, v)
                     for v in order}
-        chosen = joint(proposed)
+        chosen = {v: within(c, top) for v, c in joint(proposed).items()}
+        chosen = {v: c for v, c in chosen.items() if c.changed}
         if chosen:
             for v, c in chosen.items():
                 e = evaluated[v]
@@ -270,7 +273,8 @@ class FlinkAutoscalerPolicy(Policy):
 
     def decide_job(self, s: JobSnapshot) -> List[Action]:
         self.collect_job(s)
-        c = self.changes(s.t, [JOB_OPERATOR], {JOB_OPERATOR: s.parallelism}, {JOB_OPERATOR: True}).get(JOB_OPERATOR)
+        c = self.changes(s.t, [JOB_OPERATOR], {JOB_OPERATOR: s.parallelism}, {JOB_OPERATOR: True},
+                         top=s.max_scaleout).get(JOB_OPERATOR)
         return [] if c is None else [ScaleTo(JOB_OPERATOR, c.new, reason(JOB_OPERATOR, c))]
 
     def collect_job(self, s: JobSnapshot) -> None:
@@ -304,6 +308,12 @@ class FlinkAutoscalerPolicy(Policy):
         for v, c in chosen.items():
             actions += realise(plan, ScaleTo(v, c.new, reason(v, c)), placement)
         return actions + [ReleaseHost(h, "no instance left on the host") for h in plan.empty_hosts()]
+
+
+def within(c: Change, top: Optional[int]) -> Change:
+    if top is None or c.new <= top:
+        return c
+    return replace(c, new=top, reason=f"{c.reason}; {c.new} capped at the maximum scale-out {top}")
 
 
 def operator_sample(snapshot: Snapshot, v: str, how: str) -> Sample:

@@ -234,6 +234,9 @@ def test_job_mode_waits_for_stabilisation_and_the_window_then_scales_up():
     (action,) = policy.decide_job(job_snapshot(180, 2, 1100.0, 900.0, 0.9))
     assert isinstance(action, ScaleTo) and (action.operator, action.n) == (JOB_OPERATOR, 4)
     assert "parallelism 2 -> 4" in action.reason
+    last = policy.last[JOB_OPERATOR]
+    assert (last.current, last.new) == (2, 4)
+    assert (last.true_rate, last.expected_rate) == pytest.approx((1000.0, 2000.0))  # expected: 1000 / 2 * 4
     assert policy.samples == {}  # the history starts afresh after a rescale
 
 
@@ -311,4 +314,24 @@ def test_job_mode_on_the_simulator_scales_up_once_the_window_is_full():
     res = JobSimulation(cfg, FlinkAutoscalerPolicy(p), Flat(1300.0, 600), seed=3).run()
     r = res.tables["rescales"]
     assert (r["from_n"], r["to_n"]) == ([12], [18])
+    assert any("capped at the maximum scale-out 18" in why for why in res.tables["actions"]["reason"])
     assert r["t_s"] == [180.0]  # 60 s stabilising, then 120 s of metrics (decided every 10 s)
+
+
+def test_tracked_restart_time_is_the_longest_measured_within_the_limit():
+    p = FlinkAutoscalerParams(restart_time_tracking=True, restart_time_tracking_limit_s=200.0)
+    policy = FlinkAutoscalerPolicy(p)
+    assert policy.restart_time() == 300.0  # nothing measured yet: restart.time
+    policy.restarts, policy.restart_s = [180.0], 40.0
+    assert policy.restart_time() == 180.0
+    policy.restarts = [180.0, 250.0]
+    assert policy.restart_time() == 200.0  # capped by the limit
+    assert FlinkAutoscalerPolicy(FlinkAutoscalerParams()).restart_time() == 300.0
+
+
+def test_a_source_backlog_over_the_threshold_widens_the_bounds():
+    p = FlinkAutoscalerParams()  # 300 s of lag at the input rate
+    rates = {"src": Rates(100.0, 0.5, 100.0, {}, 30_001.0)}  # 300.01 s of lag
+    assert evaluate(["src"], rates, {"src": 2}, {"src": False}, p)["src"].backlog
+    rates = {"src": Rates(100.0, 0.5, 100.0, {}, 30_000.0)}  # exactly 300 s: not over it
+    assert not evaluate(["src"], rates, {"src": 2}, {"src": False}, p)["src"].backlog

@@ -335,3 +335,17 @@ def test_a_source_backlog_over_the_threshold_widens_the_bounds():
     assert evaluate(["src"], rates, {"src": 2}, {"src": False}, p)["src"].backlog
     rates = {"src": Rates(100.0, 0.5, 100.0, {}, 30_000.0)}  # exactly 300 s: not over it
     assert not evaluate(["src"], rates, {"src": 2}, {"src": False}, p)["src"].backlog
+
+
+def test_the_configuration_takes_the_settings_and_names_a_bad_one():
+    from testbed.arguments import ConfigError
+    from testbed.config import to_typed, validate
+
+    cfg = to_typed(compose_config("policy=flink_autoscaler", "reps=1", "policies.flink_autoscaler.utilisation_max=0.9",
+                                  "policies.flink_autoscaler.alignment=EVENLY_SPREAD"))
+    validate(cfg)
+    assert (cfg.policies["flink_autoscaler"].utilisation_max, cfg.policies["flink_autoscaler"].alignment) == (
+        0.9, EVENLY_SPREAD)
+    with pytest.raises(ConfigError, match="policies.flink_autoscaler.max_scale_down_factor"):
+        bad = compose_config("policy=flink_autoscaler", "policies.flink_autoscaler.max_scale_down_factor=2")
+        validate(to_typed(bad))

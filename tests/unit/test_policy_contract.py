@@ -20,6 +20,7 @@ from testbed.policies import registry
 from testbed.policies.contract import Policy, time_field, time_fields
 from testbed.policies.daedalus.policy import DaedalusParams
 from testbed.policies.ds2 import Ds2Params
+from testbed.policies.flink_autoscaler import FlinkAutoscalerParams
 from testbed.policies.hpa import HpaParams
 from testbed.policies.job_inputs import JOB_OPERATOR
 from testbed.policies.registry import register_policy
@@ -153,14 +154,17 @@ def test_the_built_in_time_fields():
         "loop_s", "rt_target_s", "grace_s", "keep_s", "warmup_s", "horizon_s", "downtime_out_s", "downtime_in_s",
         "fast_history_s", "fallback_horizon_s", "K", "post_rescale_pause_s"}
     assert set(time_fields(Ds2Params)) == {"policy_interval_s", "warm_up_s"}
+    assert set(time_fields(FlinkAutoscalerParams)) == {
+        "metrics_window_s", "stabilization_s", "catch_up_s", "restart_time_s", "restart_time_tracking_limit_s",
+        "backlog_lag_threshold_s", "scale_down_interval_s", "interval_s"}
     for name, entry in registry.policies().items():
-        if name not in ("hpa", "daedalus", "ds2"):
+        if name not in ("hpa", "daedalus", "ds2", "flink_autoscaler"):
             assert time_fields(entry.params) == (), name
 
 
 def test_every_built_in_policy_is_found_and_offered_as_an_option():
-    assert set(registry.policies()) >= {"btu", "dabs", "daedalus", "ds2", "hpa", "presps", "static", "static_n",
-                                        "threshold"}
+    assert set(registry.policies()) >= {"btu", "dabs", "daedalus", "ds2", "flink_autoscaler", "hpa", "presps",
+                                        "static", "static_n", "threshold"}
     for name in registry.policies():
         assert compose_config(f"policy={name}", "reps=1").policy.name == name
 

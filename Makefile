@@ -91,7 +91,7 @@ TEST_WORKERS ?= auto
 test: $(STAMP)
 	bash infra/services.sh install >/dev/null && bash infra/services.sh start >/dev/null
 	bash infra/docker.sh start >/dev/null
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25  # the slowest, to keep CI inside its limit
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --durations=25  # the slowest, to keep CI inside its limit
 
 # the quick part (about a minute): no services, no simulations of whole runs, no subprocesses, no JVM
 # or browser (markers integration, live, slow; pyproject.toml); `make test` runs everything

@@ -20,12 +20,12 @@ def config() -> Callable[..., ExperimentConfig]:
     return compose_config
 
 
-# The tests that use the machine's services (one RabbitMQ, Redis, Docker engine, Flink at a time: they
-# restart them, hog a core and time real runs) form one xdist group, run one after the other on one
-# worker, while the other workers take the rest (`make test` runs with --dist loadgroup). The live
-# Docker runs come last in the group: by then the other workers have finished, and the runs' service
-# times and drains see only the load the tests themselves make (and CI's hog).
-SERVICE_MARKERS = ("integration", "live")
+# The tests that use the machine's services (tests/integration: one RabbitMQ, Redis, Docker engine and
+# Flink at a time; they restart them, hog a core and time real runs) are one unit of work for pytest-xdist:
+# they run one after the other on one worker while the other workers take the rest (`make test -n ...`).
+# Their live Docker runs come last: by then the other workers have finished, and the runs' service times
+# and drains see only the load the tests themselves make (and CI's hog).
+SERVICE_TESTS = "tests/integration/"
 
 
 def _live_docker_run(item) -> bool:
@@ -33,7 +33,16 @@ def _live_docker_run(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    for item in items:
-        if any(item.get_closest_marker(m) for m in SERVICE_MARKERS):
-            item.add_marker(pytest.mark.xdist_group("services"))
     items[:] = sorted(items, key=_live_docker_run)  # stable: the order within each part is kept
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ServicesApart(LoadScopeScheduling):
+        """Every service test in one scope (one worker, collection order); every other test its own."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return "services" if nodeid.startswith(SERVICE_TESTS) else nodeid
+
+    return ServicesApart(config, log)

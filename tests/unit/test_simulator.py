@@ -154,4 +154,4 @@ def test_interrupted_run_is_marked_incomplete(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         execute(cfg, spec)
     manifest = read_manifest(spec.run_dir)
-    assert manifest.status == "incomplete" and "KeyboardInterrupt" in manifest.error
+    assert manifest.status == "incomplete" and manifest.error == "interrupted (SIGINT)"  # says it was interrupted

@@ -20,12 +20,12 @@ def config() -> Callable[..., ExperimentConfig]:
     return compose_config
 
 
-# The tests that use the machine's services (tests/integration) are two units of work for pytest-xdist,
-# each run one after the other on one worker while the other workers take the rest (`make test -n ...`):
-# those of the broker, Redis and Docker (they restart them, hog a core and time real runs), and those of
-# Flink (their own JVMs on free ports, no other service). The live Docker runs come last in theirs.
+# The tests that use the machine's services (tests/integration: one RabbitMQ, Redis, Docker engine and
+# Flink at a time; they restart them, hog a core and time real runs) are one unit of work for pytest-xdist:
+# they run one after the other on one worker while the other workers take the rest (`make test -n ...`).
+# Their live Docker runs come last: by then the other workers have finished, and the runs' service times
+# and drains see only the load the tests themselves make (and CI's hog).
 SERVICE_TESTS = "tests/integration/"
-FLINK_TESTS = "tests/integration/test_flink_"
 
 
 def _live_docker_run(item) -> bool:
@@ -40,12 +40,9 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class ServicesApart(LoadScopeScheduling):
-        """The Flink tests in one scope, the other service tests in another (one worker each, in collection
-        order); every other test its own."""
+        """Every service test in one scope (one worker, collection order); every other test its own."""
 
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.startswith(FLINK_TESTS):
-                return "flink"
             return "services" if nodeid.startswith(SERVICE_TESTS) else nodeid
 
     return ServicesApart(config, log)

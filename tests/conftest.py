@@ -20,12 +20,14 @@ def config() -> Callable[..., ExperimentConfig]:
     return compose_config
 
 
-# The tests that use the machine's services (tests/integration: one RabbitMQ, Redis, Docker engine and
-# Flink at a time; they restart them, hog a core and time real runs) are one unit of work for pytest-xdist:
-# they run one after the other on one worker while the other workers take the rest (`make test -n ...`).
-# Their live Docker runs come last: by then the other workers have finished, and the runs' service times
-# and drains see only the load the tests themselves make (and CI's hog).
+# The tests that use the machine's services run in two lanes for pytest-xdist (`make test -n ...`), each
+# one unit of work in collection order on one worker, while the other workers take the rest:
+# * "services": one RabbitMQ, Redis and Docker engine (its tests restart them, hog a core and time live
+#   runs). Its live Docker runs come last: by then the other workers have finished, and the runs'
+#   service times and drains see only the load the tests themselves make (and CI's hog).
+# * "flink": the Flink tests, which use no broker, Redis or Docker; one Flink cluster at a time.
 SERVICE_TESTS = "tests/integration/"
+FLINK_TESTS = "tests/integration/test_flink_"
 
 
 def _live_docker_run(item) -> bool:
@@ -36,13 +38,21 @@ def pytest_collection_modifyitems(config, items) -> None:
     items[:] = sorted(items, key=_live_docker_run)  # stable: the order within each part is kept
 
 
+def lane(nodeid: str) -> str:
+    """The unit of work a test belongs to: a service lane, or itself."""
+    if nodeid.startswith(FLINK_TESTS):
+        return "flink"
+    return "services" if nodeid.startswith(SERVICE_TESTS) else nodeid
+
+
+@pytest.hookimpl(optionalhook=True)  # known only when pytest-xdist is loaded (not under -p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class ServicesApart(LoadScopeScheduling):
-        """Every service test in one scope (one worker, collection order); every other test its own."""
+        """Each service lane one scope (one worker, collection order); every other test its own."""
 
         def _split_scope(self, nodeid: str) -> str:
-            return "services" if nodeid.startswith(SERVICE_TESTS) else nodeid
+            return lane(nodeid)
 
     return ServicesApart(config, log)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -85,6 +86,7 @@ class FlinkCluster:
         conf_dir = self.work_dir / "conf"
         conf_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / "run").mkdir(exist_ok=True)
+        (self.work_dir / "tmp").mkdir(exist_ok=True)
         for name in _LOG_FILES:
             (conf_dir / name).write_bytes((home / "conf" / name).read_bytes())
         defaults = yaml.safe_load((home / "conf" / "config.yaml").read_text()) or {}
@@ -153,6 +155,7 @@ class FlinkCluster:
         self.jobmanager = None
         if procs:
             processes.stop_all(procs, timeout_s=self.settings.stop_timeout_s)
+        shutil.rmtree(self.work_dir / "tmp", ignore_errors=True)  # scratch only: logs and checkpoints stay
 
     def record(self) -> dict:
         """What a run records about its engine: the Flink version, every setting (the stop mode and

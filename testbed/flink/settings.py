@@ -128,11 +128,15 @@ def _non_negative(key: str, value: float) -> None:
 
 def flink_config(s: FlinkSettings, work_dir: Path, java_opts: str) -> Dict[str, str]:
     """The cluster's config.yaml (flat keys); per-process ports are passed as -D options."""
+    tmp = str((work_dir / "tmp").resolve())
     conf = {
+        # every process's scratch files (the RPC system's jar, the blob and shuffle directories) in
+        # the cluster's own folder, not /tmp: a killed process leaves its own behind (24 MB or more)
+        "io.tmp.dirs": tmp,
         # application mode copies the job jar here and keeps a copy of the same name that exists
         # already: the default (/opt/flink/artifacts) would run a stale jar after a rebuild
         "user.artifacts.base-dir": str((work_dir / "artifacts").resolve()),
-        "env.java.opts.all": java_opts,
+        "env.java.opts.all": f"{java_opts} -Djava.io.tmpdir={tmp}".strip(),
         "jobmanager.rpc.address": "localhost",
         "jobmanager.bind-host": "localhost",
         "taskmanager.host": "localhost",

@@ -129,10 +129,14 @@ def test_wordcount_rescales_1_2_1_and_counts_every_record_once(flink_installed, 
     assert final.counted() == s.words_per_sentence * total  # not more: replays are not counted twice
     assert final.source.scheduled == total
     assert not wait_gone(pids_before + pids, 5.0), "Flink processes left after the cluster closed"
+    # the metric is read, but it is no exact count: an attempt that a restart ended processed records
+    # after its last reading, and those before the restored checkpoint are not replayed (on a loaded
+    # machine the readings are sparser and it falls short of the count)
     processed = rec.processed()
-    assert processed >= final.counted()
-    print(f"\n{total} sentences, {final.counted():.0f} words counted, {processed:.0f} processed (at least "
-          f"{processed - final.counted():.0f} replayed after restarts); parallelism {rec.parallelisms()}; {wall:.0f} s")
+    assert processed > 0
+    print(f"\n{total} sentences, {final.counted():.0f} words counted, {processed:.0f} processed as read "
+          f"({final.source.replayed:.0f} sentences replayed by the source); "
+          f"parallelism {rec.parallelisms()}; {wall:.0f} s")
 
 
 def controller(tmp_path: Path, *extra: str) -> subprocess.Popen:

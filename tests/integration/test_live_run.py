@@ -6,10 +6,16 @@ One live run (module fixture) is checked for: instances added after the load ste
 and at its BTU end released or prolonged, every emitted item accounted for (processed, still queued
 or dead-lettered, per operator), and no container left behind. The same scenario simulated goes
 through the same PySpark report as the live run.
+
+The live run also has the simulator's behaviour switched on in the live operators
+(docs/architecture.md#emission, #latency-sampling): O2 and O6 pass every 50th / 100th input
+(`emission.live=ratio`) and every instance samples each item with probability 1/10
+(`runtime.sampling=probabilistic`); the manifest records both.
 """
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import List
 
@@ -37,6 +43,9 @@ SCENARIO = [
     "infrastructure.host_memory_mb=4500", "infrastructure.lease_delay_s=[2,4]",
 ]
 LIVE = ["backend=docker", "+backend.live.work_ms={O1: 400}", "backend.live.stop_timeout_s=20"]
+# live only: the sinks' inputs thinned by a fixed ratio and latency samples drawn at random
+SWITCHES = ["topology.operators.O2.emission.live=ratio", "topology.operators.O6.emission.live=ratio",
+            "runtime.sampling=probabilistic"]
 
 
 def config(*overrides: str):
@@ -57,7 +66,7 @@ def run_containers(prefix: str) -> List[str]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, rabbitmq_url, redis_url, docker_url, operator_images) -> Path:
     out = tmp_path_factory.mktemp("live")
-    [live_dir] = run_experiment(config(*SCENARIO, *LIVE, "policy=btu", f"out={out}"))
+    [live_dir] = run_experiment(config(*SCENARIO, *LIVE, *SWITCHES, "policy=btu", f"out={out}"))
     run_experiment(config(*SCENARIO, "policy=btu", f"out={out}"))  # the same scenario, simulated
     return live_dir
 
@@ -135,3 +144,21 @@ def test_live_and_simulated_runs_go_through_the_same_report(runs):
     assert set(metrics.config) >= {"btu-2", "btu-2-live"}
     if listed is not None:
         assert set(listed.backend) >= {"sim", "docker"}
+
+
+def test_the_filters_pass_a_fixed_ratio_and_samples_are_drawn(runs):
+    manifest = read_manifest(runs)
+    assert manifest.details["emission"]["O2"] == {"mode": "ratio", "ratio": "50:1"}
+    assert manifest.details["emission"]["O6"] == {"mode": "ratio", "ratio": "100:1"}
+    assert manifest.details["latency_sampling"] == {"rule": "probabilistic", "every": 10,
+                                                     "measurement": "milliseconds"}
+    processed = table(runs, "processed").groupby("operator")["items"].sum()
+    edges = table(runs, "edges").groupby(["source", "target"])["items"].sum()
+    for op, n in (("O2", 50), ("O6", 100)):
+        assert processed[op] >= 2 * n
+        assert abs(int(edges[(op, "O8")]) - int(processed[op]) // n) <= 1, (op, processed[op], edges[(op, "O8")])
+    samples = table(runs, "samples").groupby("operator").size()
+    # each completion is sampled with probability 1/10 (a generator seeded by the run's random prefix):
+    # binomial, so within 4 standard deviations (a fixed relative band fails in a few % of runs)
+    n = int(processed["O6"])
+    assert abs(samples["O6"] - n / 10) <= 4 * math.sqrt(n * 0.1 * 0.9) + 1, (samples["O6"], n)

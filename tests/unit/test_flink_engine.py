@@ -118,7 +118,9 @@ def test_cluster_config_sets_reactive_mode_and_the_timings(tmp_path: Path):
     assert (conf["heartbeat.interval"], conf["heartbeat.timeout"]) == ("1000", "4000")
     assert conf["restart-strategy.fixed-delay.delay"] == "500 ms"
     assert conf["execution.buffer-timeout.interval"] == "100 ms"
-    assert conf["env.java.opts.all"] == "-Dx=1"
+    # scratch files in the cluster's folder: a killed process cannot clean up after itself in /tmp
+    assert conf["io.tmp.dirs"] == str(tmp_path / "tmp")
+    assert conf["env.java.opts.all"] == f"-Dx=1 -Djava.io.tmpdir={tmp_path / 'tmp'}"
     assert "jobmanager.adaptive-scheduler.rescale-trigger.max-delay" not in flink_config(FlinkSettings(), tmp_path, "")
 
 

@@ -20,14 +20,16 @@ def config() -> Callable[..., ExperimentConfig]:
     return compose_config
 
 
-# The tests that use the machine's services run in two lanes for pytest-xdist (`make test -n ...`), each
-# one unit of work in collection order on one worker, while the other workers take the rest:
-# * "services": one RabbitMQ, Redis and Docker engine (its tests restart them, hog a core and time live
-#   runs). Its live Docker runs come last: by then the other workers have finished, and the runs'
-#   service times and drains see only the load the tests themselves make (and CI's hog).
-# * "flink": the Flink tests, which use no broker, Redis or Docker; one Flink cluster at a time.
+# The integration tests run in two lanes for pytest-xdist (`make test -n ...`), each one unit of work in
+# collection order on one worker, while the other workers take the rest:
+# * "services": the machine's one RabbitMQ, Redis and Docker engine (its tests restart them, hog a core
+#   and time live runs). Its live Docker runs come last: by then the other workers have finished, and
+#   the runs' service times and drains see only the load the tests themselves make (and CI's hog).
+# * "engines": what needs neither the machine's broker nor its Redis: Flink (one cluster at a time),
+#   Spark, the compose stack (its own broker and Redis on free ports) and the Kafka-protocol provider.
 SERVICE_TESTS = "tests/integration/"
-FLINK_TESTS = "tests/integration/test_flink_"
+ENGINE_TESTS = tuple(f"tests/integration/{name}" for name in (
+    "test_flink_", "test_sweep_spark.py", "test_compose.py", "test_provider_kafka.py"))
 
 
 def _live_docker_run(item) -> bool:
@@ -40,8 +42,8 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 def lane(nodeid: str) -> str:
     """The unit of work a test belongs to: a service lane, or itself."""
-    if nodeid.startswith(FLINK_TESTS):
-        return "flink"
+    if nodeid.startswith(ENGINE_TESTS):
+        return "engines"
     return "services" if nodeid.startswith(SERVICE_TESTS) else nodeid
 
 

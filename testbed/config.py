@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
@@ -292,9 +292,18 @@ def register() -> None:
     placements()
     workload_kinds()
     store = ConfigStore.instance()
+    if _stored(store, known):  # storing builds every schema node again: a third of a config load
+        return
     store.store(name="schema", node=ExperimentConfig)
     for name in known:
         store.store(group="policy", name=name, node=PolicySelection(name=name))
+
+
+def _stored(store: ConfigStore, policies: Iterable[str]) -> bool:
+    """The schema and exactly these policies' options are in Hydra's store already."""
+    group = store.repo.get("policy")
+    return ("schema.yaml" in store.repo and isinstance(group, dict)
+            and set(group) == {f"{name}.yaml" for name in policies})
 
 
 def unknown_keys(node: Any, path: str = "") -> List[str]:

@@ -7,6 +7,7 @@
 # touched. What it does (installing, starting, stopping) goes to stderr, one line per step, and
 # nothing when there is nothing to do; the engine's version and status go to stdout.
 set -euo pipefail
+. "$(dirname "$0")/detach.sh"
 LOG=${DOCKERD_LOG:-/tmp/testbed-dockerd.log}
 PIDFILE=${DOCKERD_PIDFILE:-/tmp/testbed-dockerd.pid}
 STOP_WAIT_S=${DOCKERD_STOP_WAIT_S:-60}
@@ -25,6 +26,12 @@ own_pid() {
     if is_dockerd "$pid"; then echo "$pid"; return; fi
     rm -f "$PIDFILE"   # stale: that engine has gone
   fi
+  logging_pid
+}
+
+# The dockerd whose output goes to our log. Empty if there is none.
+logging_pid() {
+  local pid
   for pid in $(pgrep -x dockerd || true); do
     if [ "$(readlink "/proc/$pid/fd/1" 2>/dev/null)" = "$LOG" ]; then echo "$pid"; return; fi
   done
@@ -41,10 +48,10 @@ case "${1:-start}" in
     "$0" install
     if ! running; then
       say "starting dockerd…"
-      nohup dockerd >"$LOG" 2>&1 &
-      echo $! >"$PIDFILE"
+      detached nohup dockerd >"$LOG" 2>&1 &
       for _ in $(seq 1 60); do running && break; sleep 1; done
       running || { say "dockerd did not start; see $LOG"; exit 1; }
+      logging_pid >"$PIDFILE"   # not $!: that is the shell that started it
     fi
     echo "docker engine ready: $(docker version --format '{{.Server.Version}}')" ;;
   stop)

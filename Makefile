@@ -149,7 +149,7 @@ else
 endif
 
 # stops what the project started (pid files, see infra/services.sh and infra/docker.sh): RabbitMQ
-# with its epmd, Redis and dockerd; services that ran already are left running
+# with the epmd its install or start brought up, Redis and dockerd; services that ran already are left running
 infra-down:
 ifeq ($(INFRA),compose)
 	bash infra/compose.sh down

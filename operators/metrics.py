@@ -98,13 +98,20 @@ class CpuTime:
         self._seen: Dict[int, float] = {}  # slot -> its clock at the previous take
         self._done = 0.0  # seconds of threads that have ended, not yet taken
         self._children_seen = children()
+        self.available = True  # False where a thread's CPU clock cannot be read: no CPU time is reported
 
     def register(self, slot: int, clock: Optional[int] = None) -> None:
         """Called by a worker thread when it starts (``clock``: its CPU clock, default the caller's)."""
-        clock = thread_cpu_clock() if clock is None else clock
+        try:
+            clock = thread_cpu_clock() if clock is None else clock
+            start = self.read_clock(clock)
+        except (AttributeError, OSError) as exc:  # a platform without per-thread CPU clocks
+            log.warning("no CPU clock for worker slot %d (%r): CPU time not reported", slot, exc)
+            self.available = False
+            return
         with self._lock:
             self._clocks[slot] = clock
-            self._seen[slot] = self.read_clock(clock)
+            self._seen[slot] = start
 
     def unregister(self, slot: int) -> None:
         """Called by a worker thread before it ends: its clock is gone afterwards."""
@@ -293,7 +300,9 @@ class Metrics:
                     sample["latency_ms"] = latency
                 pipe.xadd(stream, sample)
             count = {**base, "kind": "count", "t_ms": self.now_ms(), "processed": buf.processed,
-                     "dead": buf.dead, "emitted": buf.emitted, "busy_ms": busy_ms, "cpu_ms": cpu_ms}
+                     "dead": buf.dead, "emitted": buf.emitted, "busy_ms": busy_ms}
+            if self.cpu.available:
+                count["cpu_ms"] = cpu_ms
             if container_ms is not None:
                 count["container_cpu_ms"] = container_ms
             if buf.timed_out:  # only where an item timeout dropped something (older readers ignore it)

@@ -121,27 +121,32 @@ def test_cpu_time_sums_the_slots_clocks_and_the_children_exactly_at_each_take():
 
 
 def test_cpu_time_leaves_out_the_wait_that_busy_wall_time_counts():
+    """Two slots, each 50 ms of work by its own measure: one computing, one waiting (as for a CPU or a
+    reply). Only the computing one's 50 ms count, however crowded the machine running the test is."""
     cpu = CpuTime()
-    done = threading.Event()
+    worked, done = threading.Barrier(3), threading.Event()
 
     def worker(slot: int, spin: bool) -> None:
         cpu.register(slot)
-        end = time.monotonic() + 0.08
-        while time.monotonic() < end:
-            if not spin:
-                time.sleep(0.01)  # waiting, as for a CPU or a reply: wall time, no CPU
+        start = time.thread_time()
+        if spin:
+            while time.thread_time() - start < 0.05:
+                pass
+        else:
+            time.sleep(0.05)
+        worked.wait()
         done.wait()
         cpu.unregister(slot)
 
     threads = [threading.Thread(target=worker, args=(0, True)), threading.Thread(target=worker, args=(1, False))]
     for t in threads:
         t.start()
-    time.sleep(0.1)
+    worked.wait()
     used = cpu.take()
     done.set()
     for t in threads:
         t.join()
-    assert 0.02 < used < 0.1  # the spinning slot's 80 ms (give or take the scheduler), not the sleeper's
+    assert 0.05 <= used < 0.065
 
 
 def test_the_containers_cgroup_counter_v2_then_v1(tmp_path):
@@ -173,3 +178,15 @@ def test_count_entries_carry_cpu_ms_beside_busy_ms():
     redis = Pipe()
     m.flush(redis)
     assert redis.entries[0]["cpu_ms"] == 0 and redis.entries[0]["container_cpu_ms"] == 750
+
+
+def test_without_a_thread_cpu_clock_no_cpu_time_is_reported():
+    def unreadable(_clock: int) -> float:
+        raise OSError("no such clock")
+
+    m = Metrics("p", "O3", "i", clock=lambda: 5.0)
+    m.cpu = CpuTime(read_clock=unreadable, children=lambda: 0.0)
+    m.cpu.register(0, clock=1)  # the worker goes on, its CPU time unknown rather than 0
+    redis = Pipe()
+    m.flush(redis)
+    assert "cpu_ms" not in redis.entries[0] and m.cpu.take() == 0.0

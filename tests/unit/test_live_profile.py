@@ -290,3 +290,14 @@ def test_the_headers_command_puts_the_simulator_beside_the_live_runs(tmp_path):
     runs_folder.check_settings(out / "stepwise", digest, cfg.mix)
     with pytest.raises(ConfigError, match="mix=true"):
         runs_folder.check_settings(out / "stepwise", digest, False)
+
+
+def test_a_configuration_with_its_own_parameters_is_picked_from_its_evaluation():
+    cfg = {"duration_min": 21.7, "seed": 3, "topology": {"tick_ms": 2400.0},
+           "evaluation": {"configurations": [{"name": "dabs-util", "policy": "dabs", "params": {"sizing": "util"}}]}}
+    m = Manifest(run_id="presps_spikes/dabs-util-live/1", experiment="presps_live", pattern="presps_spikes",
+                 config="dabs-util-live", policy="dabs", btu_minutes=60, rep=1, seed=9, seeds={}, backend="docker",
+                 resolved_config=cfg, code_revision="test", versions={}, billing="rebill")
+    assert lp.twin_command(m, Path("runs")) == (
+        "pattern=presps_spikes evaluation=presps_live evaluation.only=[dabs-util] backend=sim duration_min=21.7 "
+        "topology.tick_ms=2400.0 seed=3 out=runs")

@@ -124,6 +124,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_provider.py
 	$(BIN)/python benchmarks/bench_runner.py
 	$(BIN)/python benchmarks/bench_ocr.py
+	$(BIN)/python benchmarks/bench_cpu_time.py
 	$(BIN)/python benchmarks/bench_live.py
 
 # Container images: the provider and one image per operator type (testbed-o1 ... testbed-o9), then a

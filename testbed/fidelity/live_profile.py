@@ -558,8 +558,9 @@ def _service_lines(m: Measured) -> List[str]:
     if m.clock == CPU:
         head = ["service time from CPU time (instance_cpu.cpu_ms: the worker threads' CPU clocks and the processes "
                 "they ran, / items, over every interval with work: it holds no wait for a CPU, which "
-                f"backend.shared_cores adds in the simulator); {CV_TEXT}; busy wall time per item beside it (over "
-                f"the intervals within the {m.cores:g} shared cores):"]
+                "backend.shared_cores adds in the simulator, nor the operator's waits for Redis, which busy wall "
+                f"time keeps); {CV_TEXT}; busy wall time per item beside it (over the intervals within the "
+                f"{m.cores:g} shared cores):"]
     else:
         head = [f"WARNING: service time from busy wall time, not CPU time: {', '.join(m.without_cpu)} recorded no "
                 "CPU time (run before instance_cpu existed, or an instance did not report it). Busy wall time "

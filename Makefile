@@ -124,6 +124,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_provider.py
 	$(BIN)/python benchmarks/bench_runner.py
 	$(BIN)/python benchmarks/bench_ocr.py
+	$(BIN)/python benchmarks/bench_cpu_time.py
 	$(BIN)/python benchmarks/bench_live.py
 
 # Container images: the provider and one image per operator type (testbed-o1 ... testbed-o9), then a
@@ -149,7 +150,7 @@ else
 endif
 
 # stops what the project started (pid files, see infra/services.sh and infra/docker.sh): RabbitMQ
-# with its epmd, Redis and dockerd; services that ran already are left running
+# with the epmd its install or start brought up, Redis and dockerd; services that ran already are left running
 infra-down:
 ifeq ($(INFRA),compose)
 	bash infra/compose.sh down

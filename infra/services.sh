@@ -7,9 +7,9 @@
 #   bash infra/services.sh stop      stop what `start` started (RabbitMQ with the epmd it brought up, Redis)
 #   bash infra/services.sh status    one line per service; exit 1 if one is down
 #
-# `start` records what it starts in pid files (SERVICES_RUN_DIR, default /tmp: testbed-rabbitmq.pid,
-# testbed-epmd.pid, testbed-redis.pid); `stop` stops only those: a broker, an epmd or a Redis that
-# ran already (a system service, another project's) is left alone. What the script does (installing,
+# `install` and `start` record what they start in pid files (SERVICES_RUN_DIR, default /tmp:
+# testbed-rabbitmq.pid, testbed-epmd.pid, testbed-redis.pid); `stop` stops only those: a broker, an
+# epmd or a Redis that ran already (a system service, another project's) is left alone. What the script does (installing,
 # starting, stopping) goes to stderr, one line per step and nothing when there is nothing to do; the
 # services' status goes to stdout.
 #
@@ -38,6 +38,19 @@ have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 
 rabbit_ctl() { as_root rabbitmqctl "$@"; }
 
+# epmd, the Erlang port mapper: every RabbitMQ command brings one up if none runs (the CLI tools are
+# Erlang nodes, so even `install`'s status probe does), and so does the server. Whether one ran is
+# noted before this script's first such command; one running afterwards is then ours (pid file), and
+# `stop` stops it.
+EPMD_BEFORE=1
+note_epmd() { pgrep -x epmd >/dev/null || EPMD_BEFORE=0; }
+record_epmd() {
+  [ "$EPMD_BEFORE" = 0 ] || return 0
+  alive_as "$(pid_in "$EPMD_PIDFILE")" epmd && return 0
+  local pid; pid=$(pgrep -nx epmd) || return 0
+  echo "$pid" >"$EPMD_PIDFILE"
+}
+
 rabbit_up() { as_root rabbitmq-diagnostics -q ping >/dev/null 2>&1; }   # node running (app may be stopped)
 rabbit_app_up() { as_root rabbitmq-diagnostics -q check_running >/dev/null 2>&1; }
 redis_up() { redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; }
@@ -63,10 +76,11 @@ install() {
 # testbed/live/job.py); both ship with Debian's rabbitmq-server. --offline writes enabled_plugins
 # and takes effect at the next start; on a running node they are enabled now.
 PLUGINS="rabbitmq_management rabbitmq_consistent_hash_exchange"
+PLUGINS_FILE=${RABBITMQ_ENABLED_PLUGINS_FILE:-/etc/rabbitmq/enabled_plugins}
 enable_plugins() {
   local p
   for p in $PLUGINS; do
-    grep -qs "$p" /etc/rabbitmq/enabled_plugins && continue
+    grep -qs "$p" "$PLUGINS_FILE" && continue
     say "enabling the RabbitMQ plugin $p…"
     if rabbit_up; then as_root rabbitmq-plugins -q enable "$p" >/dev/null
     else as_root rabbitmq-plugins -q enable --offline "$p" >/dev/null; fi
@@ -77,8 +91,6 @@ start_rabbit() {
   local deadline=$((SECONDS + WAIT_S))
   if ! rabbit_up; then
     say "starting RabbitMQ…"
-    local had_epmd=0
-    pgrep -x epmd >/dev/null && had_epmd=1
     as_root rabbitmq-server -detached
     until rabbit_up; do
       if [ $SECONDS -ge $deadline ]; then echo "services.sh: rabbitmq did not start in ${WAIT_S}s" >&2; return 1; fi
@@ -86,8 +98,6 @@ start_rabbit() {
     done
     rabbit_ctl -q await_startup --timeout "$WAIT_S" >/dev/null   # the node boots its app
     rabbit_pid >"$RABBIT_PIDFILE"
-    # the node brought up the Erlang port mapper: stopped with it by `stop`
-    if [ $had_epmd = 0 ]; then pgrep -nx epmd >"$EPMD_PIDFILE" || rm -f "$EPMD_PIDFILE"; fi
   fi
   # a node whose app was stopped (rabbitmqctl stop_app) stays up without the broker: start it
   if ! rabbit_app_up; then
@@ -120,8 +130,11 @@ start() {
   status
 }
 
-# pid helpers: a process is ours while the pid in its file is alive under the expected name
-alive_as() { [ -n "${1:-}" ] && [ "$(cat "/proc/$1/comm" 2>/dev/null)" = "$2" ]; }
+# pid helpers: a process is ours while the pid in its file is alive under the expected name (an
+# exited one whose parent has not collected it yet, a zombie, is not)
+alive_as() {
+  [ -n "${1:-}" ] && [ "$(cat "/proc/$1/comm" 2>/dev/null)" = "$2" ] && ! grep -qs '^State:[[:space:]]*Z' "/proc/$1/status"
+}
 pid_in() { [ -f "$1" ] && tr -dc 0-9 <"$1" || true; }
 rabbit_pid() { rabbit_ctl -q eval 'os:getpid().' 2>/dev/null | tr -dc 0-9; }
 redis_pid() { redis-cli -p "$REDIS_PORT" info server 2>/dev/null | sed -n 's/^process_id:\([0-9]*\).*/\1/p'; }
@@ -188,8 +201,9 @@ status() {
 }
 
 case "${1:-}" in
-  install) install ;;
-  start) start ;;
+  # an epmd that came up meanwhile is recorded however the step ends
+  install) note_epmd; trap record_epmd EXIT; install ;;
+  start) note_epmd; trap record_epmd EXIT; start ;;
   stop) stop ;;
   status) status ;;
   *) echo "usage: bash infra/services.sh install|start|stop|status" >&2; exit 2 ;;

@@ -19,8 +19,11 @@ Redis keys of a run (``<prefix>`` = the run's broker prefix), written by the run
   when their input finishes) and ``busy_ms`` (wall time the instance's worker slots were occupied:
   decoding, duplicate check, ``WORK_MS``, the operator call and handing the emissions to the
   publisher, whose confirms come asynchronously while the slot takes the next item; summed over
-  the ``PARALLEL`` slots, so utilisation = ``busy_ms`` / (interval x ``PARALLEL``)). Entries of
-  older writers lack ``emitted`` and ``busy_ms`` (read as 0);
+  the ``PARALLEL`` slots, so utilisation = ``busy_ms`` / (interval x ``PARALLEL``)), ``cpu_ms``
+  (CPU time of the worker threads and the processes they ran over the same work: busy time without
+  the wait for a CPU) and ``container_cpu_ms`` (the container's whole cgroup CPU, overhead threads
+  included; absent where no cgroup counter is readable). Entries of older writers lack ``emitted``
+  and ``busy_ms`` (read as 0) and the CPU fields (read as unknown);
 * per-edge counts: an operator publishes each emission once, to its own fanout exchange (Kafka: its
   own topic, read by one consumer group per downstream operator), so every downstream operator's
   edge receives exactly the operator's ``emitted`` items: the count of edge ``A -> B`` is ``A``'s

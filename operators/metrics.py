@@ -1,5 +1,5 @@
-"""Duration samples, processed/dead/emitted counters and busy time of one instance, written to
-Redis in batches.
+"""Duration samples, processed/dead/emitted counters, busy time and CPU time of one instance,
+written to Redis in batches.
 
 Keys and fields are those of ``operators/api.py``. Nothing is written per message: the runner
 records into memory and a flusher thread writes everything every ``METRICS_FLUSH_S`` and on exit
@@ -9,11 +9,13 @@ the next flush.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from operators.api import dead_hash, emitted_hash, metrics_stream, processed_hash
 
@@ -69,6 +71,112 @@ class BusyTime:
             return busy
 
 
+def thread_cpu_clock() -> int:
+    """The CPU clock of the calling thread, readable from any thread of the process."""
+    return time.pthread_getcpuclockid(threading.get_ident())
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of the child processes reaped so far (an operator's tesseract runs)."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+class CpuTime:
+    """CPU seconds the worker slots used: their threads' own CPU clocks plus the child processes
+    they ran, read exactly at each ``take`` (a long item counts in each flush by its share).
+    Unlike busy wall time it leaves out the wait for a CPU, so a crowded machine does not lengthen
+    the service time it measures. Work the runner's other threads do for an item (the publisher's
+    I/O, the completer's Redis writes) counts in neither."""
+
+    def __init__(self, read_clock: Callable[[int], float] = time.clock_gettime,
+                 children: Callable[[], float] = children_cpu_s):
+        self.read_clock = read_clock
+        self.children = children
+        self._lock = threading.Lock()
+        self._clocks: Dict[int, int] = {}  # slot -> CPU clock id of its thread
+        self._seen: Dict[int, float] = {}  # slot -> its clock at the previous take
+        self._done = 0.0  # seconds of threads that have ended, not yet taken
+        self._children_seen = children()
+        self.available = True  # False where a thread's CPU clock cannot be read: no CPU time is reported
+
+    def register(self, slot: int, clock: Optional[int] = None) -> None:
+        """Called by a worker thread when it starts (``clock``: its CPU clock, default the caller's)."""
+        try:
+            clock = thread_cpu_clock() if clock is None else clock
+            start = self.read_clock(clock)
+        except (AttributeError, OSError) as exc:  # a platform without per-thread CPU clocks
+            log.warning("no CPU clock for worker slot %d (%r): CPU time not reported", slot, exc)
+            self.available = False
+            return
+        with self._lock:
+            self._clocks[slot] = clock
+            self._seen[slot] = start
+
+    def unregister(self, slot: int) -> None:
+        """Called by a worker thread before it ends: its clock is gone afterwards."""
+        with self._lock:
+            clock = self._clocks.pop(slot, None)
+            if clock is not None:
+                self._done += self.read_clock(clock) - self._seen.pop(slot)
+
+    def take(self) -> float:
+        """CPU seconds (summed over slots and children) since the previous ``take``."""
+        with self._lock:
+            cpu, self._done = self._done, 0.0
+            for slot, clock in self._clocks.items():
+                now = self.read_clock(clock)
+                cpu += now - self._seen[slot]
+                self._seen[slot] = now
+            children = self.children()
+            cpu += children - self._children_seen
+            self._children_seen = children
+            return max(0.0, cpu)
+
+
+# the container's own cgroup CPU counter: v2 (private cgroup namespace), then v1's cpuacct
+CGROUP_CPU_FILES = (("/sys/fs/cgroup/cpu.stat", 1e-6), ("/sys/fs/cgroup/cpuacct/cpuacct.usage", 1e-9),
+                    ("/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage", 1e-9))
+
+
+def cgroup_cpu_s(files: Sequence[tuple] = CGROUP_CPU_FILES) -> Optional[float]:
+    """CPU seconds the whole container used so far (every thread and process in it), None where no
+    cgroup counter is readable (outside a container, another layout)."""
+    for path, unit in files:
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            continue
+        if path.endswith("cpu.stat"):
+            usage = next((line.split()[1] for line in text.splitlines() if line.startswith("usage_usec ")), None)
+        else:
+            usage = text.strip()
+        if usage is not None and usage.isdigit():
+            return int(usage) * unit
+    return None
+
+
+class ContainerCpu:
+    """The container's CPU seconds between takes (None: no counter readable): what the machine spent
+    on the instance, overhead threads and idle polling included, for the run's share of the machine."""
+
+    def __init__(self, read: Callable[[], Optional[float]] = cgroup_cpu_s):
+        self.read = read
+        self._seen = read()
+
+    def take(self) -> Optional[float]:
+        now = self.read()
+        if now is None or self._seen is None:
+            self._seen = now
+            return None
+        delta, self._seen = max(0.0, now - self._seen), now
+        return delta
+
+
+def _plus(total: Optional[float], seconds: float) -> float:
+    return (total or 0.0) + seconds
+
+
 @dataclass
 class _Buffer:
     samples: List[tuple] = field(default_factory=list)  # (t_ms, duration_ms, latency_ms or None)
@@ -77,6 +185,8 @@ class _Buffer:
     emitted: int = 0
     timed_out: int = 0  # inputs dropped unprocessed: older than ITEM_TIMEOUT_S when taken
     busy_s: float = 0.0
+    cpu_s: float = 0.0
+    container_cpu_s: Optional[float] = None  # None: the container's counter is not readable
     # cumulative counts whose transaction with the finished ids failed (Redis away): the next flush
     unwritten_processed: int = 0
     unwritten_emitted: int = 0
@@ -112,6 +222,8 @@ class Metrics:
         self.totals = _Buffer()  # cumulative, for logs and tests (samples and busy time not kept)
         self.busy = BusyTime()  # the runner's worker slots report here
         self.busy_total_s = 0.0  # cumulative busy seconds written so far
+        self.cpu = CpuTime()  # the worker threads register here
+        self.container = ContainerCpu()
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -172,6 +284,12 @@ class Metrics:
             buf, self._buf = self._buf, _Buffer()
         buf.busy_s += self.busy.take()
         busy_ms = round(buf.busy_s * 1000)  # whole ms; the rest goes with the next entry
+        buf.cpu_s += self.cpu.take()
+        cpu_ms = round(buf.cpu_s * 1000)
+        container = self.container.take()
+        if container is not None:
+            buf.container_cpu_s = _plus(buf.container_cpu_s, container)
+        container_ms = None if buf.container_cpu_s is None else round(buf.container_cpu_s * 1000)
         stream = metrics_stream(self.prefix)
         base = {"operator": self.operator, "instance": self.instance}
         try:
@@ -183,6 +301,10 @@ class Metrics:
                 pipe.xadd(stream, sample)
             count = {**base, "kind": "count", "t_ms": self.now_ms(), "processed": buf.processed,
                      "dead": buf.dead, "emitted": buf.emitted, "busy_ms": busy_ms}
+            if self.cpu.available:
+                count["cpu_ms"] = cpu_ms
+            if container_ms is not None:
+                count["container_cpu_ms"] = container_ms
             if buf.timed_out:  # only where an item timeout dropped something (older readers ignore it)
                 count["timeout"] = buf.timed_out
             pipe.xadd(stream, count)
@@ -197,6 +319,10 @@ class Metrics:
         with self._lock:
             self._buf.busy_s += buf.busy_s - busy_ms / 1000.0
             self.busy_total_s += busy_ms / 1000.0
+            self._buf.cpu_s += buf.cpu_s - cpu_ms / 1000.0
+            if container_ms is not None and buf.container_cpu_s is not None:
+                rest = buf.container_cpu_s - container_ms / 1000.0
+                self._buf.container_cpu_s = _plus(self._buf.container_cpu_s, rest)
         return True
 
     def _keep(self, buf: _Buffer) -> None:
@@ -208,5 +334,8 @@ class Metrics:
             self._buf.emitted += buf.emitted
             self._buf.timed_out += buf.timed_out
             self._buf.busy_s += buf.busy_s
+            self._buf.cpu_s += buf.cpu_s
+            if buf.container_cpu_s is not None:
+                self._buf.container_cpu_s = _plus(self._buf.container_cpu_s, buf.container_cpu_s)
             self._buf.unwritten_processed += buf.unwritten_processed
             self._buf.unwritten_emitted += buf.unwritten_emitted

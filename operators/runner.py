@@ -24,7 +24,8 @@ switch-off always completes before a switch-on is taken up.
 
 Busy time: a worker slot is busy from taking a batch of deliveries until it waits for the next one
 (decoding, duplicate check, ``WORK_MS``, the operator, handing emissions to the publisher; not the
-asynchronous confirms).
+asynchronous confirms). CPU time: the worker threads' own CPU clocks and the processes they ran
+(tesseract), without the wait for a CPU that busy time includes (``operators/metrics.py``).
 
 Item timeout (``ITEM_TIMEOUT_S`` > 0): an input whose origin (``origin_ms``, the source's emission
 of what it derives from) is older than that when a worker takes it is dropped: acknowledged without
@@ -299,15 +300,19 @@ class Runner:
         return batch
 
     def _worker(self, slot: int) -> None:
-        while True:
-            batch = self._next_batch()
-            if batch is None:
-                return
-            self.metrics.busy.start(slot)
-            try:
-                self._handle(batch, slot)
-            finally:
-                self.metrics.busy.stop(slot)
+        self.metrics.cpu.register(slot)
+        try:
+            while True:
+                batch = self._next_batch()
+                if batch is None:
+                    return
+                self.metrics.busy.start(slot)
+                try:
+                    self._handle(batch, slot)
+                finally:
+                    self.metrics.busy.stop(slot)
+        finally:
+            self.metrics.cpu.unregister(slot)
 
     def _handle(self, batch: List[Delivery], slot: int) -> None:
         decoded = []

@@ -30,6 +30,7 @@ from testbed.arguments import flatten
 from testbed.eventlog import RUN_SUFFIXES, EventLog, split_run_config
 from testbed.fidelity_spec import CELL_KINDS
 from testbed.policies.base import INITIAL_DEPLOYMENT
+from testbed.runs_folder import NOT_SETTINGS
 
 LIVE = RUN_SUFFIXES["docker"]  # "-live"
 # the policy's scale-ups and scale-downs after the initial deployment (the report's scale_ups count
@@ -249,14 +250,17 @@ def profiles(runs: Iterable[RunInfo], configs: Iterable[Tuple[str, str]]) -> Lis
     return list(dict.fromkeys(found))
 
 
-# resolved-config keys expected to differ between a simulated and a live run of one configuration
-_SIDE_KEYS = ("backend.", "out", "reps", "seed")
+# resolved-config keys expected to differ between a simulated and a live run of one configuration: the
+# backend, seeds, and what says which runs go where rather than how they run (mix=true, which puts the
+# simulated twin beside live runs of another profile, among them)
+_SIDE_KEYS = ("backend.", "seed", *NOT_SETTINGS)
 
 
 def config_differences(runs: Iterable[RunInfo], gaps: LiveGap) -> Dict[Tuple[str, str], List[str]]:
     """Per pair (pattern, X): the resolved-config keys on which X's first run and X-live's first run
-    differ, apart from the backend, the output folder, repetitions and seeds (e.g. a live run at
-    another load_scale: its effective topology.tick_ms differs)."""
+    differ, apart from the backend, seeds and the keys that only say which runs go where (output
+    folder, repetitions, workers, mix) (e.g. a live run at another load_scale: its effective
+    topology.tick_ms differs)."""
     first: Dict[Tuple[str, str], Dict[str, object]] = {}
     for r in runs:
         first.setdefault((r.pattern, r.config), flatten(r.manifest.resolved_config))

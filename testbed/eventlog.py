@@ -97,6 +97,14 @@ TABLES: Dict[str, pa.Schema] = {
         _field("t_s", _F64), _field("operator", _STR), _field("instance", _STR), _field("processed", _I64),
         _field("utilisation", _F64),
     ]),
+    # live runs only (optional: older runs lack it): the instance_stats rows' busy wall time and CPU time
+    # in ms, summed over the instance's worker slots; cpu_ms = the worker threads' CPU clocks and the
+    # processes they ran (no wait for a CPU), container_cpu_ms = the container's cgroup CPU (overhead
+    # threads included); null where the instance did not report it
+    "instance_cpu": pa.schema([
+        _field("t_s", _F64), _field("operator", _STR), _field("instance", _STR), _field("busy_ms", _F64),
+        _field("cpu_ms", _F64, nullable=True), _field("container_cpu_ms", _F64, nullable=True),
+    ]),
     # items dropped during the interval, with the reason (purge: a restart emptied the queues)
     "dropped": pa.schema([
         _field("t_s", _F64), _field("operator", _STR), _field("reason", _STR), _field("items", _I64),

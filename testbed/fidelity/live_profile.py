@@ -2,19 +2,23 @@
 runs of a runs folder (configurations named `<configuration>-live`, testbed/live/) give the
 simulator's unknowns values measured from their event log, not assumed:
 
-* **service time** per operator (`topology.operators.<op>.service.mean_ms`): the busy time the
-  runners report (`instance_stats`: utilisation x interval x parallel slots) over the items
-  processed, summed over the instances and the intervals whose busy slots stay within the shared
-  cores (beyond, a slot counts its wait for the CPU as busy, and `backend.shared_cores` adds that
-  slowdown again); `service.cv` from consecutive intervals' means: a mean of n items varies with
+* **service time** per operator (`topology.operators.<op>.service.mean_ms`): the CPU time the
+  runners report (`instance_cpu.cpu_ms`: their worker threads' CPU clocks and the processes they
+  ran) over the items processed, summed over the instances and every interval with work: CPU time
+  holds no wait for a CPU, so it does not depend on what else the machine ran, and
+  `backend.shared_cores` adds the slowdown of a crowded machine in the simulator. Runs without CPU
+  time (recorded before it existed) fall back to busy wall time (`instance_stats`: utilisation x
+  interval x parallel slots) over the intervals whose busy slots stay within the shared cores
+  (beyond, a slot counts its wait for the CPU as busy), with a warning in the header;
+  `service.cv` from consecutive intervals' means: a mean of n items varies with
   sd sigma / sqrt(n), so (s_i - s_j)^2 / (1/n_i + 1/n_j) estimates sigma^2, its median over 0.4549
-  (a chi-square(1)'s median) unmoved by the few pairs across a load step. Slowdowns within an
-  interval still count: an upper estimate. Not from `samples`: their durations hold the hop and,
-  under `seconds_truncated`, up to a second of truncation, far more than most operators' work;
+  (a chi-square(1)'s median) unmoved by the few pairs across a load step. Not from `samples`: their
+  durations hold the hop and, under `seconds_truncated`, up to a second of truncation, far more than
+  most operators' work;
 * **emission** of the incident filters (O2, O6: `emission.items_per_incident`): items into the
   operator / items out of it (`edges`); the other operators' output ratios in the header;
 * **hop latency** (`backend.hop_latency_ms`): sampled durations (upstream send -> end of processing)
-  in intervals where the operator's queue was empty at both ends, less its measured service time,
+  in intervals where the operator's queue was empty at both ends, less its busy wall time per item,
   at the operators fed by operators only (a source's tick arrives at once and queues behind itself);
   the median, or under `seconds_truncated` (the send time cut to whole seconds adds U(0, 1 s)) the
   mean less 500 ms;
@@ -43,7 +47,7 @@ import pandas as pd
 
 from testbed.arguments import ConfigError
 from testbed.config import validate_cores
-from testbed.eventlog import EventLog, EventLogError, Manifest, read_manifest
+from testbed.eventlog import EventLog, EventLogError, Manifest, billing_mode, read_manifest, split_run_config
 from testbed.fidelity.measured_runs import complete_runs, spread
 from testbed.fidelity.profile_file import target_argument
 
@@ -58,6 +62,8 @@ CHI2_1_MEDIAN = 0.4549  # median of a chi-square with one degree of freedom
 TRUNCATION_MEAN_MS = 500.0  # mean of U(0, 1 s): what seconds_truncated adds to a duration
 RUNTIME_KEYS = ("measurement", "sampling", "sample_every", "initial_instances")
 TABLES = ("instance_stats", "edges", "samples", "queues", "hosts", "leases", "placements")
+CPU_TABLE = "instance_cpu"  # live runs recorded before CPU time lack it
+CPU, BUSY = "cpu_ms", "busy_ms"  # the two clocks a service time can be read from
 USAGE = "usage: testbed live-profile RUNS_DIR name=NAME [out=FILE.yaml] [cores=N] [force=true]"
 
 
@@ -75,6 +81,7 @@ class RunInfo:
     hosts: int  # hosts it leased
     measurement: str
     profile: str = ""  # the profile the live run was configured with
+    twin: str = ""  # the overrides that simulate the same configuration beside it (twin_command)
 
 
 @dataclass
@@ -90,7 +97,10 @@ class Service:
     pairs: int = 0  # consecutive interval pairs behind cv
     all_mean_ms: float = math.nan  # over every interval with work, contended ones included
     all_intervals: int = 0
-    uncontended: bool = True  # mean and cv from the intervals within the shared cores only
+    uncontended: bool = True  # the wall-time mean from the intervals within the shared cores only
+    wall_mean_ms: float = math.nan  # busy wall time per item (the mean_ms of the busy clock)
+    wall_intervals: int = 0  # intervals behind wall_mean_ms
+    clock: str = BUSY  # what mean_ms and cv are read from: CPU or BUSY
 
 
 @dataclass
@@ -132,6 +142,12 @@ class Measured:
     cores: float = 0.0
     cores_source: str = ""
     configured: Dict[str, Any] = field(default_factory=dict)  # the live runs' infrastructure settings
+    without_cpu: List[str] = field(default_factory=list)  # runs without CPU time: service from busy wall time
+    machine_load: Dict[str, Any] = field(default_factory=dict)  # per run: the manifest's machine_load
+
+    @property
+    def clock(self) -> str:
+        return BUSY if self.without_cpu else CPU
 
     @property
     def hop_ms(self) -> np.ndarray:
@@ -172,20 +188,27 @@ def _parallel(m: Manifest) -> int:
     return int(_cfg(m, "backend", "live", "parallel", default=1) or 1)
 
 
-def service_per_interval(stats: pd.DataFrame, step_s: float, parallel: int, run: str = "") -> pd.DataFrame:
-    """Per operator and interval with work: items and busy ms over all instances."""
+def service_per_interval(stats: pd.DataFrame, step_s: float, parallel: int, run: str = "",
+                         cpu: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+    """Per operator and interval with work: items, busy ms and CPU ms (`instance_cpu`; NaN where an
+    instance did not report it, or the run has no such table) over all instances."""
     busy = stats.groupby("t_s").utilisation.sum() * parallel
     s = stats[stats.processed > 0].copy()
     s["run"] = run
     s["busy_cores"] = s.t_s.map(busy)
     s["busy_ms"] = s.utilisation * step_s * 1000.0 * parallel
     s["capped"] = s.utilisation >= 1.0
+    if cpu is None:
+        s["cpu_ms"] = math.nan
+    else:
+        s = s.merge(cpu[["t_s", "instance", "cpu_ms"]], on=["t_s", "instance"], how="left")
+    s["cpu_known"] = s.cpu_ms.notna()
     return s.groupby(["run", "operator", "t_s"], as_index=False).agg(
-        items=("processed", "sum"), busy_ms=("busy_ms", "sum"), capped=("capped", "any"),
-        busy_cores=("busy_cores", "first"))
+        items=("processed", "sum"), busy_ms=("busy_ms", "sum"), cpu_ms=("cpu_ms", "sum"),
+        cpu_known=("cpu_known", "all"), capped=("capped", "any"), busy_cores=("busy_cores", "first"))
 
 
-def successive_z2(rows: pd.DataFrame, step_s: float) -> np.ndarray:
+def successive_z2(rows: pd.DataFrame, step_s: float, clock: str = BUSY) -> np.ndarray:
     """Per pair of consecutive intervals with work: (s_i - s_j)^2 / (1/n_i + 1/n_j), whose expectation
     is the per-item variance when both means come from the same distribution. Differencing neighbours
     cancels the load's slow changes (the steps of a pattern) that the spread around one mean keeps."""
@@ -193,33 +216,41 @@ def successive_z2(rows: pd.DataFrame, step_s: float) -> np.ndarray:
     for _, g in rows.groupby("run"):
         g = g.sort_values("t_s")
         n = g["items"].to_numpy(dtype=float)
-        s = g.busy_ms.to_numpy(dtype=float) / n
+        s = g[clock].to_numpy(dtype=float) / n
         near = np.diff(g.t_s.to_numpy(dtype=float)) <= 1.5 * step_s
         out.append(((s[1:] - s[:-1]) ** 2 / (1 / n[1:] + 1 / n[:-1]))[near])
     return np.concatenate(out) if out else np.array([])
 
 
-def _service(op: str, rows: pd.DataFrame, step_s: float, cores: float) -> Service:
-    """Mean and cv over the uncontended intervals (busy slots of all instances within the shared cores:
-    the simulator's CPU sharing slows nothing there and adds its own slowdown beyond), or over all
-    intervals where fewer than MIN_INTERVALS are uncontended."""
+def _per_item(rows: pd.DataFrame, clock: str) -> float:
+    n = rows["items"].to_numpy(dtype=float)
+    return float(rows[clock].sum() / n.sum()) if n.size >= MIN_INTERVALS and n.sum() > 0 else math.nan
+
+
+def _service(op: str, rows: pd.DataFrame, step_s: float, cores: float, clock: str = BUSY) -> Service:
+    """Mean and cv of the clock's time per item. CPU time: over every interval with work (it holds no
+    wait for a CPU). Busy wall time: over the uncontended intervals (busy slots of all instances
+    within the shared cores: the simulator's CPU sharing slows nothing there and adds its own
+    slowdown beyond), or over all intervals where fewer than MIN_INTERVALS are uncontended."""
     every = rows
     all_mean = float(every.busy_ms.sum() / every["items"].sum()) if len(every) else math.nan
     calm = rows[rows.busy_cores <= cores]
     uncontended = len(calm) >= MIN_INTERVALS
-    rows = calm if uncontended else rows
+    wall_rows = calm if uncontended else rows
+    wall = _per_item(wall_rows, BUSY)
+    rows = every if clock == CPU else wall_rows
     n = rows["items"].to_numpy(dtype=float)
-    busy = rows.busy_ms.to_numpy(dtype=float)
-    per = busy / n if n.size else np.array([])
-    mean = float(busy.sum() / n.sum()) if n.size >= MIN_INTERVALS and n.sum() > 0 else math.nan
+    work = rows[clock].to_numpy(dtype=float)
+    per = work / n if n.size else np.array([])
+    mean = _per_item(rows, clock)
     cv = spread_cv = math.nan
-    z2 = successive_z2(rows, step_s)
+    z2 = successive_z2(rows, step_s, clock)
     if z2.size >= MIN_CV_INTERVALS and mean > 0:
         # the median of a chi-square(1) is 0.4549 x its mean: robust to the few pairs across a load step
         cv = math.sqrt(float(np.median(z2)) / CHI2_1_MEDIAN) / mean
         spread_cv = math.sqrt(float(np.mean(n * (per - mean) ** 2))) / mean
     return Service(op, mean, cv, int(n.size), int(n.sum()), int(rows.capped.sum()), per, spread_cv, int(z2.size),
-                   all_mean, len(every), uncontended)
+                   all_mean, len(every), uncontended, wall, len(wall_rows), clock)
 
 
 def _emissions(edges: pd.DataFrame, processed: pd.Series, operators: Dict[str, Any]) -> Dict[str, Emission]:
@@ -295,7 +326,29 @@ def _busy_cores(stats: pd.DataFrame, parallel: int) -> np.ndarray:
     return (stats.groupby("t_s").utilisation.sum() * parallel).to_numpy(dtype=float)
 
 
-def _run_info(m: Manifest, log: EventLog) -> RunInfo:
+def twin_command(m: Manifest, out: Path) -> str:
+    """The overrides that simulate a live run's configuration on its pattern, duration and effective
+    tick into its runs folder: a configuration made by `policy=` alone (no parameters of its own) by
+    that policy, another by its evaluation's `evaluation.only`."""
+    base = split_run_config(m.config)[0]
+    confs = _cfg(m, "evaluation", "configurations", default=[]) or [{}]
+    conf = confs[0] if isinstance(confs[0], dict) else {}
+    own = billing_mode(m) == "own"
+    plain = not any(conf.get(k) for k in ("params", "placement", "placement_params", "runtime"))
+    if plain and base == (f"{m.policy}-{m.btu_minutes}" if own else m.policy):
+        pick = f"policy={m.policy}" + (f" billing.btu_minutes={m.btu_minutes}" if own else "")
+    else:
+        pick = f"evaluation={m.experiment} evaluation.only=[{base}]"
+    keys = [f"pattern={m.pattern}", pick, "backend=sim"]
+    for key, path in (("duration_min", ("duration_min",)), ("topology.tick_ms", ("topology", "tick_ms")),
+                      ("seed", ("seed",))):
+        value = _cfg(m, *path)
+        if value is not None:
+            keys.append(f"{key}={value}")  # in full: the effective tick must match to the bit
+    return " ".join(keys + [f"out={out}"])
+
+
+def _run_info(m: Manifest, log: EventLog, out: Path = Path("runs")) -> RunInfo:
     stats = log.read("instance_stats")
     leases = log.read("leases")
     duration = float(_cfg(m, "duration_min", default=0) or 0) * 60.0
@@ -305,14 +358,17 @@ def _run_info(m: Manifest, log: EventLog) -> RunInfo:
     return RunInfo(f"{m.pattern}/{m.config}/{m.rep}", m.pattern, duration, scale,
                    int(stats.instance.nunique()), int(len(leases)),
                    str(_cfg(m, "runtime", "measurement", default="milliseconds")),
-                   str(_cfg(m, "profile", default="") or ""))
+                   str(_cfg(m, "profile", default="") or ""), twin_command(m, out))
 
 
 def _read(log: EventLog, run: str) -> Dict[str, pd.DataFrame]:
     missing = [t for t in TABLES if not log.has(t)]
     if missing:
         raise ProfileError(f"{run}: no {', '.join(missing)} table")
-    return {t: log.read(t) for t in TABLES}
+    tables = {t: log.read(t) for t in TABLES}
+    if log.has(CPU_TABLE):
+        tables[CPU_TABLE] = log.read(CPU_TABLE)
+    return tables
 
 
 def _engine_cores(m: Manifest) -> Optional[float]:
@@ -330,17 +386,21 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
     root = Path(root)
     runs, manifests, measurement, step = _live_manifests(root)
     infos, per_service, edges, starts, reports, leases_, busy = [], [], [], [], [], [], []
-    tables_by_run, latencies, processed = [], [], []
+    tables_by_run, latencies, processed, without_cpu, loads = [], [], [], [], {}
     for d, m in zip(runs, manifests, strict=True):
         log = EventLog(d)
         name = f"{m.pattern}/{m.config}/{m.rep}"
         try:
             tables = _read(log, name)
-            infos.append(_run_info(m, log))
+            infos.append(_run_info(m, log, d.parent.parent.parent))
         except (EventLogError, KeyError) as exc:
             raise ProfileError(f"{name}: a table cannot be read: {exc}") from exc
         par = _parallel(m)
-        per_service.append(service_per_interval(tables["instance_stats"], step, par, name))
+        rows = service_per_interval(tables["instance_stats"], step, par, name, tables.get(CPU_TABLE))
+        if not rows.cpu_known.all():
+            without_cpu.append(name)
+        per_service.append(rows)
+        loads[name] = (m.details if isinstance(m.details, dict) else {}).get("machine_load") or {}
         edges.append(tables["edges"])
         processed.append(tables["instance_stats"].groupby("operator").processed.sum())
         starts.append(_starts(m))
@@ -353,9 +413,10 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
     cores, source = _machine_cores(m0, cores)
     operators: Dict[str, Any] = _cfg(m0, "topology", "operators", default={}) or {}
     rows = pd.concat(per_service, ignore_index=True)
-    service = {op: _service(op, rows[rows.operator == op], step, cores)
+    clock = BUSY if without_cpu else CPU  # one clock for every run: the values are pooled
+    service = {op: _service(op, rows[rows.operator == op], step, cores, clock)
                for op in sorted(set(rows.operator) | set(operators))}
-    means = {op: s.mean_ms for op, s in service.items()}
+    means = {op: s.wall_mean_ms for op, s in service.items()}  # a duration is wall time: less the wall service
     hops: Dict[str, List[np.ndarray]] = {}
     for tables in tables_by_run:
         for op, v in quiet_hops(tables["samples"], tables["queues"], means).items():
@@ -369,7 +430,8 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
                     container_start_s=np.concatenate(starts), start_latency_s=np.concatenate(latencies),
                     request_to_report_s=np.concatenate(reports),
                     lease_delay_s=np.concatenate(leases_), monitoring_s=step, busy_cores=np.concatenate(busy),
-                    copied=copied, cores=float(cores), cores_source=source, configured=configured)
+                    copied=copied, cores=float(cores), cores_source=source, configured=configured,
+                    without_cpu=without_cpu, machine_load=loads)
 
 
 def _live_manifests(root: Path) -> Tuple[List[Path], List[Any], str, float]:
@@ -444,9 +506,34 @@ def profile_values(m: Measured) -> Dict[str, Any]:
 
 def header(m: Measured, name: str) -> List[str]:
     """The profile's comment: where every value came from, how many observations, their spread."""
-    return [*_runs_lines(m), *_service_lines(m), *_output_lines(m), *_hop_lines(m), *_start_lines(m),
-            "the simulator beside the live runs:",
-            f"  testbed experiment pattern=<theirs> profile={name} out=<their runs folder>"]
+    return [*_runs_lines(m), *_load_lines(m), *_service_lines(m), *_output_lines(m), *_hop_lines(m),
+            *_start_lines(m), *twin_lines(m, name)]
+
+
+def twin_lines(m: Measured, name: str) -> List[str]:
+    """How to simulate the live runs' configurations beside them with this profile, as commands that run
+    as written. mix=true: the simulated runs use this profile, the live ones theirs, so their settings
+    differ and the runs folder refuses them otherwise."""
+    commands = list(dict.fromkeys(r.twin for r in m.runs if r.twin))
+    return (["the simulator beside the live runs (mix=true: this profile's settings differ from the live runs', "
+             "which the runs folder refuses otherwise; the report's \"Simulator vs live\" section compares them):"]
+            + [f"  testbed experiment {c} profile={name} mix=true" for c in commands])
+
+
+def _load_lines(m: Measured) -> List[str]:
+    """The machine's load from other processes during each run (the manifest's machine_load)."""
+    lines = ["machine load from other processes (manifest machine_load: cores busy outside the run's containers, "
+             "the testbed process and its services):"]
+    for run, load in m.machine_load.items():
+        other = load.get("other_cores")
+        if isinstance(other, dict):
+            lines.append(f"  {run}: mean {other.get('mean')}, p95 {other.get('p95')}, max {other.get('max')} of "
+                         f"{load.get('cpus')} cores; the run's containers mean "
+                         f"{(load.get('containers_cores') or {}).get('mean')}"
+                         + ("" if load.get("local_engines", True) else " (a remote engine: not the hosts' machine)"))
+        else:
+            lines.append(f"  {run}: not recorded ({load.get('unreadable') or 'a run from before it was recorded'})")
+    return lines
 
 
 def _runs_lines(m: Measured) -> List[str]:
@@ -463,25 +550,42 @@ def _runs_lines(m: Measured) -> List[str]:
                     + ", ".join(f"{k}={v}" for k, v in m.copied.items())]
 
 
+CV_TEXT = ("cv from consecutive intervals' means, median (s_i - s_j)^2 / (1/n_i + 1/n_j) / 0.4549; spread cv "
+           "around the one mean beside it")
+
+
 def _service_lines(m: Measured) -> List[str]:
-    lines = [f"service (instance_stats: busy = utilisation x {m.monitoring_s:g} s x parallel, / items, over the "
-             f"intervals whose busy slots of all instances stay within the {m.cores:g} shared cores: beyond, a "
-             "slot counts its wait for the CPU as busy, which backend.shared_cores adds again); cv from "
-             "consecutive intervals' means, median (s_i - s_j)^2 / (1/n_i + 1/n_j) / 0.4549 (slowdowns by the "
-             "shared CPU count as item variability: an upper estimate); spread cv around the one mean beside it:"]
-    for op, s in m.service.items():
-        if not math.isfinite(s.mean_ms):
-            lines.append(f"  {op}: not measured ({s.intervals} interval(s) with work, fewer than {MIN_INTERVALS})")
-            continue
-        cv = (f"cv {s.cv:.3f} ({s.pairs} pairs; spread cv {s.spread_cv:.3f})" if math.isfinite(s.cv)
-              else f"cv not measured ({s.pairs} consecutive pairs, fewer than {MIN_CV_INTERVALS})")
-        which = (f"{s.intervals} of {s.all_intervals} intervals within the shared cores" if s.uncontended else
-                 f"all {s.intervals} intervals: fewer than {MIN_INTERVALS} within the shared cores")
-        lines.append(f"  {op}: mean {s.mean_ms:.2f} ms over {s.items} items ({which}; all intervals "
-                     f"{s.all_mean_ms:.2f} ms), {cv}; per-interval means "
-                     f"{spread(s.per_interval_ms, decimals=2)} ms; {s.capped} interval(s) with an instance at "
-                     "utilisation 1")
-    return lines
+    if m.clock == CPU:
+        head = ["service time from CPU time (instance_cpu.cpu_ms: the worker threads' CPU clocks and the processes "
+                "they ran, / items, over every interval with work: it holds no wait for a CPU, which "
+                "backend.shared_cores adds in the simulator, nor the operator's waits for Redis, which busy wall "
+                f"time keeps); {CV_TEXT}; busy wall time per item beside it (over the intervals within the "
+                f"{m.cores:g} shared cores):"]
+    else:
+        head = [f"WARNING: service time from busy wall time, not CPU time: {', '.join(m.without_cpu)} recorded no "
+                "CPU time (run before instance_cpu existed, or an instance did not report it). Busy wall time "
+                "includes the wait for a CPU, so it grows with what else the machine ran.",
+                f"service (instance_stats: busy = utilisation x {m.monitoring_s:g} s x parallel, / items, over the "
+                f"intervals whose busy slots of all instances stay within the {m.cores:g} shared cores: beyond, a "
+                "slot counts its wait for the CPU as busy, which backend.shared_cores adds again); "
+                f"{CV_TEXT} (slowdowns by the shared CPU count as item variability: an upper estimate):"]
+    return head + [_service_line(op, s) for op, s in m.service.items()]
+
+
+def _service_line(op: str, s: Service) -> str:
+    if not math.isfinite(s.mean_ms):
+        return f"  {op}: not measured ({s.intervals} interval(s) with work, fewer than {MIN_INTERVALS})"
+    cv = (f"cv {s.cv:.3f} ({s.pairs} pairs; spread cv {s.spread_cv:.3f})" if math.isfinite(s.cv)
+          else f"cv not measured ({s.pairs} consecutive pairs, fewer than {MIN_CV_INTERVALS})")
+    calm = (f"{s.wall_intervals} of {s.all_intervals} intervals within the shared cores" if s.uncontended
+            else f"all {s.wall_intervals} intervals: fewer than {MIN_INTERVALS} within the shared cores")
+    if s.clock == CPU:
+        which = (f"all {s.intervals} intervals; busy wall time {s.wall_mean_ms:.2f} ms over {calm}, "
+                 f"{s.all_mean_ms:.2f} ms over all")
+    else:
+        which = f"{calm}; all intervals {s.all_mean_ms:.2f} ms"
+    return (f"  {op}: mean {s.mean_ms:.2f} ms over {s.items} items ({which}), {cv}; per-interval means "
+            f"{spread(s.per_interval_ms, decimals=2)} ms; {s.capped} interval(s) with an instance at utilisation 1")
 
 
 def _output_lines(m: Measured) -> List[str]:

@@ -10,7 +10,9 @@ Each ``read()`` continues after the last stream id it saw, in XREAD calls of at 
 entries until the stream is drained, so a monitoring interval costs one round trip per ``count``
 entries. A malformed entry (missing field, unknown kind, a value that is not a finite number) is
 counted and skipped: one bad writer must not stop the monitor. ``count`` entries without
-``emitted`` / ``busy_ms`` (written before those fields existed) count them as 0.
+``emitted`` / ``busy_ms`` (written before those fields existed) count them as 0; an instance whose
+entries lack ``cpu_ms`` / ``container_cpu_ms`` (an older image; no cgroup counter in the container)
+has those as None, not 0: unknown, not idle.
 """
 from __future__ import annotations
 
@@ -44,6 +46,14 @@ class InstanceActivity:
     emitted: int = 0  # emissions confirmed by the broker
     busy_ms: int = 0  # summed over the instance's worker slots (see ``utilisation``)
     timeout: int = 0  # inputs dropped unprocessed by the item timeout
+    cpu_ms: Optional[int] = None  # CPU time of the worker slots' work (None: not reported)
+    container_cpu_ms: Optional[int] = None  # the container's whole CPU (None: not reported)
+
+    def add(self, counts: Mapping[str, Optional[int]]) -> None:
+        """Add one ``count`` entry; an optional field stays None until an entry reports it."""
+        for key, n in counts.items():
+            if n is not None:
+                setattr(self, key, (getattr(self, key) or 0) + n)
 
 
 @dataclass(frozen=True)
@@ -90,13 +100,17 @@ def _count(fields: Mapping[str, str], key: str) -> Optional[int]:
 
 COUNT_FIELDS = ("processed", "dead")
 LATER_COUNT_FIELDS = ("emitted", "busy_ms", "timeout")  # absent in entries of older writers: 0
+CPU_FIELDS = ("cpu_ms", "container_cpu_ms")  # absent in older writers' entries or where unreadable: None
 
 
-def _counts(fields: Mapping[str, str]) -> Optional[Dict[str, int]]:
+def _counts(fields: Mapping[str, str]) -> Optional[Dict[str, Optional[int]]]:
     """A ``count`` entry's counters, None if one is malformed."""
-    out: Dict[str, int] = {}
-    for key in COUNT_FIELDS + LATER_COUNT_FIELDS:
-        value = 0 if key in LATER_COUNT_FIELDS and key not in fields else _count(fields, key)
+    out: Dict[str, Optional[int]] = {}
+    for key in COUNT_FIELDS + LATER_COUNT_FIELDS + CPU_FIELDS:
+        if key not in fields and key not in COUNT_FIELDS:
+            out[key] = None if key in CPU_FIELDS else 0
+            continue
+        value = _count(fields, key)
         if value is None:
             return None
         out[key] = value
@@ -141,15 +155,13 @@ def parse_entries(entries: Iterable[Tuple[Any, Mapping[Any, Any]]], run_start_s:
             if counts is None:
                 bad += 1
                 continue
-            _add(processed, operator, counts["processed"])
-            _add(dead, operator, counts["dead"])
-            _add(emitted, operator, counts["emitted"])
+            _add(processed, operator, counts["processed"] or 0)
+            _add(dead, operator, counts["dead"] or 0)
+            _add(emitted, operator, counts["emitted"] or 0)
             if counts["timeout"]:
                 _add(timed_out, operator, counts["timeout"])
             if instances is not None:
-                activity = instances.setdefault(instance, InstanceActivity(operator))
-                for key, n in counts.items():
-                    setattr(activity, key, getattr(activity, key) + n)
+                instances.setdefault(instance, InstanceActivity(operator)).add(counts)
         else:
             bad += 1
     return bad

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from operators.wiring import Wiring
 from testbed.config import ExperimentConfig, LiveConfig, TransportName
 from testbed.live.job_routing import Outage, redis_loss
-from testbed.live.metrics_reader import MetricsReader, Sample, edge_counts, utilisation
+from testbed.live.metrics_reader import InstanceActivity, MetricsReader, Sample, edge_counts, utilisation
 from testbed.live.rabbit_management import ManagementClient, PassiveDepthReader, RunDepths
 from testbed.messages import one_line
 from testbed.model import HostView, InstanceView, Snapshot
@@ -61,6 +61,24 @@ def depth_source(live: LiveConfig, exact: bool = False) -> DepthSource:
     return ManagementClient(live.management_url, live.amqp_url)
 
 
+CPU_COLUMNS = ("t_s", "operator", "instance", "busy_ms", "cpu_ms", "container_cpu_ms")  # table instance_cpu
+
+
+def new_cpu_table() -> Dict[str, list]:
+    return {c: [] for c in CPU_COLUMNS}
+
+
+@dataclass(frozen=True)
+class InstanceCpu:
+    """One instance's busy wall time and CPU time of an interval (a row of `instance_cpu`)."""
+
+    instance: str
+    operator: str
+    busy_ms: int
+    cpu_ms: Optional[int]  # None: the instance did not report it
+    container_cpu_ms: Optional[int]
+
+
 @dataclass(frozen=True)
 class MonitorReading:
     """One monitoring interval ending at t (seconds since the run's start)."""
@@ -77,6 +95,8 @@ class MonitorReading:
     depths_s: float  # what reading the depths cost (wall time)
     metrics_s: float  # what reading the metrics cost (wall time)
     observation: Observation  # the interval as both backends describe it (event-log rows, snapshot)
+    cpu: Tuple[InstanceCpu, ...] = ()  # per observed instance: busy wall and CPU time (live only)
+    container_cpu_ms: Optional[int] = None  # all the run's containers, unobserved ones too (None: none reported)
 
     @property
     def elapsed_s(self) -> float:
@@ -148,21 +168,34 @@ class LiveMonitor:
         interval = t - (self.last.t if self.last else 0.0)
         processed = {o: batch.processed.get(o, 0) for o in ops}
         dead = {o: batch.dead.get(o, 0) for o in ops}
+        observed = self._observed(batch.instances, inactive)
         observation = self._observation(t, interval, sent, batch, depths.depths, processed, dead, means,
-                                        purged or {}, inactive)
+                                        purged or {}, observed)
         reading = MonitorReading(
             t=t, depths=dict(depths.depths), dead_letters=dict(depths.dead_letters), missing_queues=depths.missing,
             samples=batch.samples, processed=processed, dead=dead, means=means, malformed=batch.malformed,
             depths_s=between - began, metrics_s=self.clock() - between, observation=observation,
+            cpu=tuple(InstanceCpu(i, a.operator, a.busy_ms, a.cpu_ms, a.container_cpu_ms) for i, a in observed),
+            container_cpu_ms=_sum_known(a.container_cpu_ms for a in batch.instances.values()),
         )
         self.observer.observe(observation)
         self.last = reading
         return reading
 
+    def _observed(self, activity: Mapping[str, InstanceActivity],
+                  inactive: Collection[str]) -> List[Tuple[str, InstanceActivity]]:
+        """The instances an interval observes, in operator order: those of the topology, a switched-off
+        pool member only if it processed something."""
+        return [(i, a) for i, a in sorted(activity.items(), key=lambda kv: (self._rank(kv[1].operator), kv[0]))
+                if a.operator in self.operators and (i not in inactive or a.processed > 0)]
+
+    def _rank(self, operator: str) -> int:
+        return self.operators.index(operator) if operator in self.operators else len(self.operators)
+
     def _observation(self, t: float, interval: float, sent: Mapping[str, int], batch: Any, depths: Mapping[str, int],
                      processed: Mapping[str, int], dead: Mapping[str, int],
                      means: Mapping[str, Optional[float]], purged: Mapping[str, int],
-                     inactive: Collection[str] = ()) -> Observation:
+                     observed: Sequence[Tuple[str, InstanceActivity]] = ()) -> Observation:
         """Per edge: a source's items are the provider's; an operator publishes each emission once to a
         fanout that feeds every downstream queue, so each of its edges carries its emitted count."""
         edges = {(s.name, d): sent.get(s.name, 0) for s in self.topology.sources for d in s.downstream}
@@ -178,8 +211,7 @@ class LiveMonitor:
         instances = tuple(
             InstanceObservation(i, a.operator, a.processed,
                                 min(1.0, utilisation(a.busy_ms, interval, self.parallel) or 0.0))
-            for i, a in sorted(batch.instances.items(), key=lambda kv: (self.operators.index(kv[1].operator), kv[0]))
-            if a.operator in operators and (i not in inactive or a.processed > 0))
+            for i, a in observed)
         return Observation(t=t, interval_s=interval if interval > 0 else self.observer.monitoring_s,
                            input_items=sum(sent.values()), operators=operators, edges=edges, instances=instances)
 
@@ -226,7 +258,24 @@ def record_reading(tables: Tables, reading: MonitorReading, operators: Sequence[
     at most one instance per migration in progress)."""
     leased, ready = hosts_row(hosts)
     append_observation(tables, reading.observation, instance_counts(operators, instances), leased, ready)
+    record_cpu(tables, reading)
     record_samples(tables, reading.samples, sinks)
+
+
+def _sum_known(values: Iterable[Optional[int]]) -> Optional[int]:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def record_cpu(tables: Tables, reading: MonitorReading) -> None:
+    """Append the reading's busy and CPU times to `instance_cpu`, where the tables have one (live runs)."""
+    table = tables.get("instance_cpu")
+    if table is None:
+        return
+    for row in reading.cpu:
+        for column, value in zip(CPU_COLUMNS, (reading.t, row.operator, row.instance, row.busy_ms, row.cpu_ms,
+                                               row.container_cpu_ms), strict=True):
+            table[column].append(value)
 
 
 def record_samples(tables: Tables, samples: Sequence[Sample], sinks: Sequence[str] = ()) -> None:

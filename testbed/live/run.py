@@ -34,10 +34,12 @@ from operators.wiring import Wiring, kafka_topics, wiring_for
 from testbed.actions import actions_table
 from testbed.config import ExperimentConfig, LiveConfig, TransportName
 from testbed.live.executor import LiveExecutor
+from testbed.live.machine_load import MachineLoad
 from testbed.live.monitor import (
     LiveMonitor,
     RedisStateWatch,
     depth_source,
+    new_cpu_table,
     record_reading,
     record_samples,
     redis_client,
@@ -231,6 +233,7 @@ class LiveRun:
         self.monitor_failures: List[str] = []
         self.network: Optional[LiveNetwork] = None  # the emulated network (backend.emulation.enabled)
         self.redis_watch: Optional[RedisStateWatch] = None
+        self.machine_load = MachineLoad()  # the CPU other processes took beside the run
 
     def now(self) -> float:
         """Seconds since the run started; 0 during the initial deployment (as in the simulator)."""
@@ -286,6 +289,8 @@ class LiveRun:
         self._monitor = monitor
         pool.service_bound_s = monitor.slowest_s  # drain deadlines follow the service times seen
         tables = new_monitor_tables(samples=True)
+        tables["instance_cpu"] = new_cpu_table()
+        self.machine_load.start(self.now())
         if self.network is not None:
             monitor.depth_source = self.network.depths(monitor.depth_source)
             tables["host_traffic"] = new_traffic_table()
@@ -327,10 +332,15 @@ class LiveRun:
             "crashes": [dataclasses.asdict(c) for c in pool.crashed()],
             "images": pool.image_digests(), "monitor_failures": self.monitor_failures,
             "engines": pool.engine_details(),
+            "machine_load": {**self.machine_load.summary(), "local_engines": self._local_engines()},
         }
         if self.network is not None:
             details["network"] = self.network.details()
         return details
+
+    def _local_engines(self) -> bool:
+        """Whether every engine runs on this machine: only then are the run's containers among its CPUs."""
+        return all(e.url.startswith("unix://") for e in self.cfg.backend.live.engines)
 
     def _teardown(self, pool) -> None:
         """Whatever happened: the provider stopped, the run's containers removed, its broker names deleted."""
@@ -510,6 +520,7 @@ class LiveRun:
     def _record(self, monitor, tables, views, t: float) -> None:
         hosts, instances = views
         record_reading(tables, monitor.last, monitor.operators, hosts, instances, monitor.topology.sinks)
+        self.machine_load.interval(t, monitor.last.container_cpu_ms)
         if self.network is not None:  # the delays drawn and the items lost to unavailability
             self._guard(t, self.network.record, tables, t)
 

@@ -123,3 +123,17 @@ def test_every_item_is_accounted_for_and_losses_follow_the_availability(run_dir)
     # the per-interval drops carry the same losses, with their reason
     dropped = pd.read_parquet(run_dir / "dropped.parquet")
     assert int(dropped.loc[dropped.reason == "unavailable", "items"].sum()) == lost
+
+
+def test_instances_report_cpu_time_beside_busy_time_and_the_run_the_machines_load(run_dir):
+    """CPU time of the work (worker threads and their processes) within its busy wall time, for the
+    instances of instance_stats; the manifest keeps the CPU other processes took beside the run."""
+    cpu = pd.read_parquet(run_dir / "instance_cpu.parquet")
+    stats = pd.read_parquet(run_dir / "instance_stats.parquet")
+    assert cpu[["t_s", "instance"]].values.tolist() == stats[["t_s", "instance"]].values.tolist()
+    assert cpu.cpu_ms.notna().all() and cpu.container_cpu_ms.notna().all()
+    per_op = cpu.groupby("operator")[["busy_ms", "cpu_ms", "container_cpu_ms"]].sum()
+    assert (per_op.cpu_ms > 0).all() and (per_op.cpu_ms <= 1.1 * per_op.busy_ms + 50 * len(stats.t_s.unique())).all()
+    assert (per_op.container_cpu_ms >= per_op.cpu_ms * 0.9).all()  # the container: the work and its overhead
+    load = json.loads((run_dir / "manifest.json").read_text())["details"]["machine_load"]
+    assert load["intervals"] > 0 and load["local_engines"] and load["other_cores"]["mean"] >= 0

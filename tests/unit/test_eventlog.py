@@ -44,6 +44,8 @@ ROWS: Dict[str, Dict[str, Any]] = {
     "edges": {"t_s": [15.0, 15.0], "source": ["S2", "O1"], "target": ["O1", "O3"], "items": [31, 30]},
     "instance_stats": {"t_s": [15.0], "operator": ["O1"], "instance": ["O1-1"], "processed": [30],
                        "utilisation": [0.95]},
+    "instance_cpu": {"t_s": [15.0, 15.0], "operator": ["O1", "O3"], "instance": ["O1-1", "O3-1"],
+                     "busy_ms": [14250.0, 90.0], "cpu_ms": [6100.0, None], "container_cpu_ms": [6400.0, None]},
     "dropped": {"t_s": [60.0], "operator": ["O3"], "reason": ["purge"], "items": [12]},
     "latency": {"t_s": [20.5], "operator": ["O9"], "latency_ms": [4210.0]},
     "forecasts": {"t_s": [60.0, 120.0], "controller": ["job", "job"], "model": ["linear", "arima"],

@@ -160,3 +160,14 @@ def test_profiles_and_setting_differences() -> None:
                                  gaps) == {}  # type: ignore[arg-type]
     [section] = lg.sections(gaps, ["paper_calibrated"], diffs)
     assert any(isinstance(b, str) and "`topology.tick_ms`" in b for b in section.blocks)
+
+
+
+def test_mix_and_the_other_keys_of_where_runs_go_are_no_setting_difference() -> None:
+    """A simulated twin put beside the live runs with mix=true (its profile differs) differs from them
+    in mix, out and workers: none of these is how a run runs."""
+    live = {"profile": "paper_calibrated", "backend": {"name": "docker"}, "mix": False, "out": "runs", "workers": 0}
+    sim = {**live, "profile": "live_measured", "backend": {"name": "sim"}, "mix": True, "out": "/elsewhere",
+           "workers": 2}
+    diffs = lg.config_differences([_run("btu-10", sim), _run("btu-10-live", live)], lg.live_gap(_per_run()))  # type: ignore[list-item]
+    assert diffs == {("stepwise", "btu-10"): ["profile"]}

@@ -272,3 +272,37 @@ def test_samples_finished_while_draining_are_read_to_the_end_and_recorded(wiring
     record_samples(tables, drained, sinks=("O8",))
     assert tables["samples"]["t_s"] == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert tables["latency"] == {"t_s": [1.0, 3.0], "operator": ["O8", "O8"], "latency_ms": [100.0, 300.0]}
+
+
+def test_busy_and_cpu_time_reach_the_instance_cpu_table(wiring, tmp_path):
+    """The instances' busy wall and CPU time go to `instance_cpu` beside `instance_stats`, for the same
+    instances; the run's containers' CPU (unobserved ones too) comes with the reading."""
+    from testbed.live.metrics_reader import InstanceActivity, MetricsBatch
+    from testbed.live.monitor import LiveMonitor, new_cpu_table
+
+    class Depths:
+        def run_depths(self, _wiring):
+            return type("D", (), {"depths": {o: 0 for o in OPS}, "dead_letters": {}, "missing": ()})()
+
+    class Reader:
+        def read(self):
+            inst = {"o1-a": InstanceActivity("O1", processed=30, busy_ms=12000, cpu_ms=6000, container_cpu_ms=6500),
+                    "o1-b": InstanceActivity("O1", busy_ms=0, cpu_ms=0, container_cpu_ms=40),  # switched off
+                    "o3-a": InstanceActivity("O3", processed=30, busy_ms=90)}  # an older image: no CPU fields
+            return MetricsBatch((), {"O1": 30, "O3": 30}, {}, 3, 0, "3-0", {}, inst)
+
+    cfg = compose_config()
+    monitor = LiveMonitor(Topology.from_config(cfg.topology), wiring, Depths(), Reader(),
+                          SnapshotSettings.from_config(cfg, 600.0), history=4)
+    reading = monitor.observe(15.0, {}, None, {"o1-b"})
+    assert reading.container_cpu_ms == 6540
+    tables = new_monitor_tables(samples=True)
+    tables["instance_cpu"] = new_cpu_table()
+    hosts, inst = _views()
+    record_reading(tables, reading, OPS, hosts, inst)
+    log = EventLog(tmp_path)
+    log.write("instance_cpu", tables["instance_cpu"])
+    cpu = log.read("instance_cpu")
+    assert cpu.instance.tolist() == tables["instance_stats"]["instance"] == ["o1-a", "o3-a"]
+    assert cpu.busy_ms.tolist() == [12000.0, 90.0] and cpu.cpu_ms.iloc[0] == 6000.0
+    assert math.isnan(cpu.cpu_ms.iloc[1]) and math.isnan(cpu.container_cpu_ms.iloc[1])  # unknown, not 0

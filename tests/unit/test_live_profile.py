@@ -12,10 +12,12 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from testbed.arguments import ConfigError
 from testbed.cli import main as cli_main
 from testbed.eventlog import EventLog, Manifest, run_dir_for, write_manifest
 from testbed.fidelity import live_profile as lp
 from testbed.fidelity.profile_file import PROFILE_DIR
+from tests.conftest import compose_config
 
 STEP = 15.0
 T = [STEP * k for k in range(1, 21)]  # 20 monitoring intervals
@@ -80,12 +82,22 @@ def _tables(measurement: str) -> Dict[str, Dict[str, List[Any]]]:
     }
 
 
+def _cpu_table(stats: Dict[str, List[Any]], cpu_share: float) -> Dict[str, List[Any]]:
+    """instance_cpu beside instance_stats: CPU time = cpu_share x busy wall time (the rest: waiting)."""
+    busy = [u * STEP * 1000.0 for u in stats["utilisation"]]
+    return {"t_s": stats["t_s"], "operator": stats["operator"], "instance": stats["instance"], "busy_ms": busy,
+            "cpu_ms": [b * cpu_share for b in busy], "container_cpu_ms": [b * cpu_share + 5.0 for b in busy]}
+
+
 def _live_run(root: Path, config: str = "btu-10-live", measurement: str = "milliseconds",
-              status: str = "complete", details: Dict[str, Any] | None = None, profile: str = "") -> Path:
-    run_dir = run_dir_for(root, "stepwise", config, 1)
+              status: str = "complete", details: Dict[str, Any] | None = None, profile: str = "",
+              cpu_share: float | None = None, rep: int = 1) -> Path:
+    run_dir = run_dir_for(root, "stepwise", config, rep)
     log = EventLog(run_dir)
     for name, cols in _tables(measurement).items():
         log.write(name, cols)
+    if cpu_share is not None:
+        log.write("instance_cpu", _cpu_table(_tables(measurement)["instance_stats"], cpu_share))
     if details is None:
         details = {"instances": [{"requested_at": 0.0, "container_start_s": 1.0, "start_latency_s": 1.0},
                                  {"requested_at": 100.0, "container_start_s": 3.0, "start_latency_s": 43.0},
@@ -97,8 +109,8 @@ def _live_run(root: Path, config: str = "btu-10-live", measurement: str = "milli
            "infrastructure": {"container_start_s": [6.05, 12.1], "lease_delay_s": [23.9, 47.7], "pull_mb_per_s": 5.0},
            "topology": {"operators": OPERATORS}}
     write_manifest(run_dir, Manifest(
-        run_id=f"stepwise/{config}/1", experiment="btu", pattern="stepwise", config=config, policy="btu",
-        btu_minutes=10, rep=1, seed=1, seeds={}, backend="docker", resolved_config=cfg, code_revision="test",
+        run_id=f"stepwise/{config}/{rep}", experiment="btu", pattern="stepwise", config=config, policy="btu",
+        btu_minutes=10, rep=rep, seed=1, seeds={}, backend="docker", resolved_config=cfg, code_revision="test",
         versions={}, status=status, details=details))
     return run_dir
 
@@ -224,3 +236,68 @@ def test_the_profile_extends_the_live_runs_own_profile(tmp_path):
     run_dir_two.rename(tmp_path / "mixed" / "stepwise" / "btu-10-live" / "2")
     assert cli_main(["live-profile", str(tmp_path / "mixed"), "name=y", f"out={tmp_path / 'y.yaml'}"]) == 0
     assert "defaults" not in yaml.safe_load((tmp_path / "y.yaml").read_text())  # the runs disagree: none
+
+
+def test_service_times_come_from_cpu_time_over_every_interval(tmp_path):
+    """CPU time holds no wait for a CPU: every interval counts, contended ones too, and the busy wall
+    time (what the waiting lengthens) is shown beside it."""
+    _live_run(tmp_path, cpu_share=0.5)
+    m = lp.measure(tmp_path, cores=0.5)  # every interval beyond the shared cores
+    o1 = m.service["O1"]
+    assert m.clock == lp.CPU and o1.clock == lp.CPU and o1.intervals == 20
+    assert o1.mean_ms == pytest.approx(20.0) and o1.wall_mean_ms == pytest.approx(40.0)
+    assert o1.cv == pytest.approx(math.sqrt(50 / lp.CHI2_1_MEDIAN) / 20.0)  # neighbours 1 ms apart per 100 items
+    assert m.hop_latency_ms == pytest.approx(HOP_MS)  # a duration is wall time: less the wall service
+    assert lp.profile_values(m)["topology.operators.O1.service.mean_ms"] == 20
+    text = "\n".join(lp.header(m, "x"))
+    assert "service time from CPU time" in text and "busy wall time 40.00 ms" in text and "WARNING" not in text
+
+
+def test_runs_without_cpu_time_fall_back_to_busy_wall_time_with_a_warning(tmp_path):
+    _live_run(tmp_path, cpu_share=0.5)
+    _live_run(tmp_path, rep=2)  # recorded before CPU time was: the pooled values use one clock
+    m = lp.measure(tmp_path, cores=4)
+    assert m.clock == lp.BUSY and m.without_cpu == ["stepwise/btu-10-live/2"]
+    assert m.service["O1"].mean_ms == pytest.approx(40.0)
+    text = "\n".join(lp.header(m, "x"))
+    assert "WARNING: service time from busy wall time, not CPU time: stepwise/btu-10-live/2" in text
+
+
+def test_the_machine_load_of_each_run_is_in_the_header(tmp_path):
+    load = {"cpus": 2, "other_cores": {"mean": 0.4, "p95": 1.1, "max": 1.3}, "containers_cores": {"mean": 0.9}}
+    _live_run(tmp_path, details={"machine_load": load})
+    _live_run(tmp_path, rep=2)
+    text = "\n".join(lp.header(lp.measure(tmp_path, cores=2), "x"))
+    assert "stepwise/btu-10-live/1: mean 0.4, p95 1.1, max 1.3 of 2 cores" in text
+    assert "stepwise/btu-10-live/2: not recorded" in text
+
+
+def test_the_headers_command_puts_the_simulator_beside_the_live_runs(tmp_path):
+    """The hint runs as written: it composes, and the runs folder takes it only with mix=true (the
+    twin's profile differs from the live runs')."""
+    from testbed import runs_folder
+
+    out = tmp_path / "runs"
+    _live_run(out, profile="paper_calibrated")
+    lines = lp.header(lp.measure(out, cores=2), "live_measured")
+    command = lines[-1].strip()
+    assert command == (f"testbed experiment pattern=stepwise policy=btu billing.btu_minutes=10 backend=sim "
+                       f"duration_min=5.0 out={out} profile=live_measured mix=true")
+    overrides = command.split()[2:]
+    cfg = compose_config(*overrides)
+    assert cfg.mix and cfg.policy.name == "btu" and cfg.out == str(out)
+    digest = runs_folder.settings_digest(cfg)
+    runs_folder.check_settings(out / "stepwise", digest, cfg.mix)
+    with pytest.raises(ConfigError, match="mix=true"):
+        runs_folder.check_settings(out / "stepwise", digest, False)
+
+
+def test_a_configuration_with_its_own_parameters_is_picked_from_its_evaluation():
+    cfg = {"duration_min": 21.7, "seed": 3, "topology": {"tick_ms": 2400.0},
+           "evaluation": {"configurations": [{"name": "dabs-util", "policy": "dabs", "params": {"sizing": "util"}}]}}
+    m = Manifest(run_id="presps_spikes/dabs-util-live/1", experiment="presps_live", pattern="presps_spikes",
+                 config="dabs-util-live", policy="dabs", btu_minutes=60, rep=1, seed=9, seeds={}, backend="docker",
+                 resolved_config=cfg, code_revision="test", versions={}, billing="rebill")
+    assert lp.twin_command(m, Path("runs")) == (
+        "pattern=presps_spikes evaluation=presps_live evaluation.only=[dabs-util] backend=sim duration_min=21.7 "
+        "topology.tick_ms=2400.0 seed=3 out=runs")

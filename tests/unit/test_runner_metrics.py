@@ -1,9 +1,12 @@
-"""Duration samples of the runner: both measurements, every n-th item sampled."""
+"""Duration samples of the runner: both measurements, every n-th item sampled; busy and CPU time."""
 from __future__ import annotations
+
+import threading
+import time
 
 import pytest
 
-from operators.metrics import BusyTime, Metrics, duration_ms
+from operators.metrics import BusyTime, ContainerCpu, CpuTime, Metrics, cgroup_cpu_s, duration_ms
 
 
 def test_milliseconds_is_completion_minus_the_upstream_send_time():
@@ -101,3 +104,89 @@ def test_count_entries_carry_emitted_and_busy_ms_since_the_previous_one():
     m.flush(redis)
     assert redis.entries[0]["busy_ms"] == 199 and redis.entries[0]["emitted"] == 0
     assert (m.totals.processed, m.totals.emitted) == (3, 9) and m.busy_total_s == pytest.approx(0.7)
+
+
+def test_cpu_time_sums_the_slots_clocks_and_the_children_exactly_at_each_take():
+    clocks = {7: 1.0, 8: 5.0}
+    children = Clock(2.0)
+    cpu = CpuTime(read_clock=clocks.__getitem__, children=children)
+    cpu.register(0, clock=7)
+    cpu.register(1, clock=8)
+    clocks[7], clocks[8], children.t = 1.25, 5.5, 2.5  # a tesseract run of 0.5 s reaped
+    assert cpu.take() == pytest.approx(0.25 + 0.5 + 0.5)
+    clocks[7] = 1.5
+    cpu.unregister(0)  # the worker ends: what it used since the last take still counts once
+    clocks[8] = 5.75
+    assert cpu.take() == pytest.approx(0.25 + 0.25) and cpu.take() == 0.0
+
+
+def test_cpu_time_leaves_out_the_wait_that_busy_wall_time_counts():
+    """Two slots, each 50 ms of work by its own measure: one computing, one waiting (as for a CPU or a
+    reply). Only the computing one's 50 ms count, however crowded the machine running the test is."""
+    cpu = CpuTime()
+    worked, done = threading.Barrier(3), threading.Event()
+
+    def worker(slot: int, spin: bool) -> None:
+        cpu.register(slot)
+        start = time.thread_time()
+        if spin:
+            while time.thread_time() - start < 0.05:
+                pass
+        else:
+            time.sleep(0.05)
+        worked.wait()
+        done.wait()
+        cpu.unregister(slot)
+
+    threads = [threading.Thread(target=worker, args=(0, True)), threading.Thread(target=worker, args=(1, False))]
+    for t in threads:
+        t.start()
+    worked.wait()
+    used = cpu.take()
+    done.set()
+    for t in threads:
+        t.join()
+    assert 0.05 <= used < 0.065
+
+
+def test_the_containers_cgroup_counter_v2_then_v1(tmp_path):
+    v2, v1 = tmp_path / "cpu.stat", tmp_path / "cpuacct.usage"
+    v2.write_text("usage_usec 2500000\nuser_usec 2000000\n")
+    v1.write_text("3000000000\n")
+    assert cgroup_cpu_s([(str(v2), 1e-6), (str(v1), 1e-9)]) == pytest.approx(2.5)
+    assert cgroup_cpu_s([(str(tmp_path / "none"), 1e-6), (str(v1), 1e-9)]) == pytest.approx(3.0)
+    assert cgroup_cpu_s([(str(tmp_path / "none"), 1e-6)]) is None
+    reads = iter([1.0, 1.4, None])
+    container = ContainerCpu(read=lambda: next(reads))
+    assert container.take() == pytest.approx(0.4) and container.take() is None
+
+
+def test_count_entries_carry_cpu_ms_beside_busy_ms():
+    m = Metrics("p", "O1", "i", clock=lambda: 5.0)
+    clocks, children = {3: 0.0}, Clock(0.0)
+    m.cpu = CpuTime(read_clock=clocks.__getitem__, children=children)
+    m.cpu.register(0, clock=3)
+    m.container = ContainerCpu(read=lambda: None)  # outside a container: no field
+    clocks[3], children.t = 0.0104, 0.2  # the thread's decoding and the OCR process's 200 ms
+    assert m.flush(Pipe(fail=True)) is False
+    redis = Pipe()
+    m.flush(redis)
+    [count] = redis.entries
+    assert count["cpu_ms"] == 210 and "container_cpu_ms" not in count
+    readings = iter([10.0, 10.75])
+    m.container = ContainerCpu(read=lambda: next(readings))
+    redis = Pipe()
+    m.flush(redis)
+    assert redis.entries[0]["cpu_ms"] == 0 and redis.entries[0]["container_cpu_ms"] == 750
+
+
+def test_without_a_thread_cpu_clock_no_cpu_time_is_reported():
+    def unreadable(_clock: int) -> float:
+        raise OSError("no such clock")
+
+    m = Metrics("p", "O3", "i", clock=lambda: 5.0)
+    m.cpu = CpuTime(read_clock=unreadable, children=lambda: 0.0)
+    m.cpu.register(0, clock=1)  # the worker goes on, its CPU time unknown rather than 0
+    redis = Pipe()
+    m.flush(redis)
+    assert "cpu_ms" not in redis.entries[0] and m.cpu.take() == 0.0

@@ -17,6 +17,7 @@
 # through sudo. Endpoints: AMQP 127.0.0.1:5672 (guest/guest), management http://127.0.0.1:15672,
 # Redis 127.0.0.1:6379.
 set -euo pipefail
+. "$(dirname "$0")/detach.sh"
 
 WAIT_S=${SERVICES_WAIT_S:-120}
 REDIS_PORT=${REDIS_PORT:-6379}
@@ -29,7 +30,10 @@ REDIS_LOG=$REDIS_DIR/redis-testbed.log
 
 say() { echo "services.sh: $*" >&2; }
 
-as_root() {
+# Every command runs detached from the file descriptors this script inherited: the broker, Redis and
+# the epmd a RabbitMQ command brings up live on, and would hold a caller's lock or pipe open.
+as_root() { detached _as_root "$@"; }
+_as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo -n "$@"; else
     echo "services.sh: '$*' needs root (or sudo)" >&2; return 1; fi
 }

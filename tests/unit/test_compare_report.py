@@ -72,6 +72,7 @@ def test_the_compare_evaluation_runs_every_approach(tmp_path):
 
     cfg = compose_config("evaluation=compare", "reps=1", "duration_min=10", f"out={tmp_path}")
     names = [c.name for c in cfg.evaluation.configurations]
-    assert {"threshold", "btu-60", "btu-60-odp", "presps", "daedalus", "hpa-80"} <= set(names)
+    assert {"threshold", "btu-60", "btu-60-odp", "presps", "daedalus", "hpa-80", "ds2",
+            "flink_autoscaler"} <= set(names)
     done = run_experiment(cfg)
     assert len(done) == len(names)

@@ -18,16 +18,17 @@ def format_results(res: pd.DataFrame) -> str:
     """The main table: per workload and configuration, mean (sd) of the headline metrics."""
     lines = []
     heads = ("mean_workers", "latency_ms", "latency_p95_ms", "rescales", "keeps_up")
+    width = max([12, *(len(str(c)) for c in res.config)])  # the longest name keeps the columns aligned
     for pattern in res.pattern.unique():
         lines.append(f"{pattern}")
-        lines.append(f"  {'config':12s} " + " ".join(f"{h:>22s}" for h in heads))
+        lines.append(f"  {'config':{width}s} " + " ".join(f"{h:>22s}" for h in heads))
         for c in dict.fromkeys(res[res.pattern == pattern].config):
             cells = []
             for h in heads:
                 sel = res[(res.pattern == pattern) & (res.config == c) & (res.metric == h) & (res.against == "")]
                 m, s = (float(sel["mean"].iloc[0]), float(sel["sd"].iloc[0])) if len(sel) else (math.nan, math.nan)
                 cells.append(f"{_fmt(m, 1)} ({_fmt(s, 1)})".rjust(22))
-            lines.append(f"  {c:12s} " + " ".join(cells))
+            lines.append(f"  {c:{width}s} " + " ".join(cells))
     return "\n".join(lines)
 
 

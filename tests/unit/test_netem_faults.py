@@ -35,7 +35,7 @@ class BrokerAway:
         self.held: List[OutMessage] = []
         self.lock = threading.Lock()
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self, timeout_s: Optional[float] = 30.0, cancel: Optional[threading.Event] = None) -> None:
         pass
 
     def publish_batch(self, messages) -> None:
@@ -344,3 +344,33 @@ def test_an_input_delivered_again_while_its_emissions_wait_is_settled_with_them_
         wait_until(lambda: len(source.settled) == 3)
     finally:
         factory.close()
+
+
+def test_an_instance_placed_while_the_broker_is_away_joins_the_view_once_its_queues_are_declared(monkeypatch):
+    """The watchdog's replacement during a broker outage: placing it neither waits for the broker
+    nor fails the run; it is no receiver until its queues exist (the broker would drop a copy sent
+    to a queue that does not), and a later sync declares them."""
+    from operators.transports import BrokerUnreachable
+
+    broker_up, declared = [False], []
+
+    def declare(url, wiring, edges, timeout_s=30.0, cancel=None):
+        assert timeout_s == 0.0  # one attempt: the control loop goes on meanwhile
+        if not broker_up[0]:
+            raise BrokerUnreachable("RabbitMQ at amqp://unused not reachable within 0 s")
+        declared.append(sorted(e.queue for e in edges))
+
+    monkeypatch.setattr("testbed.live.netem.declare_queues", declare)
+    now = [5.0]
+    network = LiveNetwork(EmulationConfig(enabled=True), WIRING, "amqp://unused", FlakyRedis(), seed=1)
+    network.clock = lambda: now[0]
+    network.register("a2", "A", "vm1")
+    network.sync(views("a2"))
+    assert network.members == {} and network.undeclared == {"a2": "A"} and network.broker_failed_at == 5.0
+    now[0] = 9.0
+    network.sync(views("a2"))  # still away: tried again
+    assert network.members == {} and network.broker_failed_at == 9.0
+    broker_up[0] = True
+    network.sync(views("a2"))
+    assert network.members == {"A": (("a2", "vm1"),)} and network.undeclared == {}
+    assert declared == [["p.S.A@a2"]] and network.details()["declared_late"] == ["a2"]

@@ -38,6 +38,10 @@ after the drawn inter-host delays. An input it takes is lost with probability 1 
 acknowledged unprocessed and counted (hash ``<prefix>:unavailable``, with its finished id in one Lua
 script as for the item timeout; the ``<prefix>:netem`` stream per interval).
 
+Start: the instance waits for a broker that is away (a replacement started during a broker
+restart) without a deadline, as a running one reconnects, until it is stopped; a stop then ends it
+with status 0, holding nothing.
+
 Malformed inputs and ``PoisonItem``s are dead-lettered (RabbitMQ: the queue's dead-letter queue;
 Kafka: the edge's ``.dead`` topic) and counted. On SIGTERM (or SIGINT) the instance cancels its
 consumers, finishes and acknowledges what it holds, flushes its metrics and exits 0.

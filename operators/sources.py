@@ -96,7 +96,7 @@ class RabbitSource:
         self._thread.start()
         try:
             wait_ready(self._ready, timeout_s, cancel, lambda: f"RabbitMQ at {_safe(self.url)}: not consuming")
-        except Exception:
+        except TransportError:
             self._stopping.set()
             raise
 

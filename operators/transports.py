@@ -443,6 +443,7 @@ class RabbitPublisher:
 # once started, but its start-up calls need a finite time
 KAFKA_START_S = 60.0
 
+
 def create_topics(bootstrap: str, topics: Sequence[str], partitions: int = 1, timeout_s: float = 30.0) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import KafkaError, TopicAlreadyExistsError

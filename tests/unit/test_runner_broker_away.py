@@ -67,3 +67,34 @@ def test_a_runner_stopped_while_it_waits_for_the_broker_ends_with_status_0(waiti
     runner.request_stop()  # SIGTERM
     thread.join(20)
     assert status == [0] and runner.held() == 0
+
+
+def test_the_runner_process_waits_for_an_absent_broker_and_a_sigterm_ends_it_with_status_0(tmp_path):
+    """`python -m operators.runner` as the container starts it: it declares its queues before its
+    SIGTERM handler is installed, and the stop then ends it at once with status 0."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OPERATOR": "A", "RUN_PREFIX": "p", "TOPOLOGY": json.dumps(TOPOLOGY), "AMQP_URL": AWAY,
+           "REDIS_URL": "redis://127.0.0.1:1/0", "INSTANCE_ID": "a-1", "OPERATOR_IMPL": "passthrough"}
+    log = tmp_path / "runner.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "operators.runner"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60  # the interpreter's start on a loaded machine
+            while "not reachable" not in log.read_text(errors="replace"):
+                assert proc.poll() is None, log.read_text(errors="replace")
+                assert time.monotonic() < deadline, log.read_text(errors="replace")
+                time.sleep(0.1)
+            time.sleep(1.0)
+            assert proc.poll() is None  # still trying
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0, log.read_text(errors="replace")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from operators.api import seen_key
+from operators.transports import StartCancelled
 from operators.wiring import Edge, Wiring, instance_queue
 
 log = logging.getLogger(__name__)
@@ -322,15 +323,19 @@ class EmulatedSender:
         return self.inner.stats
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
+    def start(self, timeout_s: Optional[float] = 30.0, cancel: Optional[threading.Event] = None) -> None:
+        """Read the view, then start the publisher: within ``timeout_s``, or (None) until both are
+        there or ``cancel`` is set (the runtime ends a run whose Redis lost the view)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self._refresh():
-            if time.monotonic() >= deadline:
+            if cancel is not None and cancel.is_set():
+                raise StartCancelled(f"stopped while waiting for the network view at {view_key(self.wiring.prefix)}")
+            if deadline is not None and time.monotonic() >= deadline:
                 raise NetemError(f"no network view at {view_key(self.wiring.prefix)} within {timeout_s:.0f} s "
                                  "(the live runtime writes it when it places an instance)")
             time.sleep(0.2)
         self.inner.on_confirm = self._confirmed
-        self.inner.start(timeout_s)
+        self.inner.start(timeout_s, cancel)
         for target, label in ((self._timer_loop, "netem-timer"), (self._refresh_loop, "netem-view")):
             t = threading.Thread(target=target, name=label, daemon=True)
             t.start()

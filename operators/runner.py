@@ -39,6 +39,10 @@ after the drawn inter-host delays. An input it takes is lost with probability 1 
 acknowledged unprocessed and counted (hash ``<prefix>:unavailable``, with its finished id in one Lua
 script as for the item timeout; the ``<prefix>:netem`` stream per interval).
 
+Start: the instance waits for a broker that is away (a replacement started during a broker
+restart) without a deadline, as a running one reconnects, until it is stopped; a stop then ends it
+with status 0, holding nothing.
+
 Malformed inputs and ``PoisonItem``s are dead-lettered (RabbitMQ: the queue's dead-letter queue;
 Kafka: the edge's ``.dead`` topic) and counted. On SIGTERM (or SIGINT) the instance cancels its
 consumers, finishes and acknowledges what it holds, flushes its metrics and exits 0.
@@ -92,7 +96,14 @@ from operators.metrics import Metrics
 from operators.netem import COUNT_ONCE_LUA, EmulatedSender, unavailable_hash
 from operators.runner_config import ConfigError, RunnerConfig, config_from_env
 from operators.sources import Delivery, KafkaSource, Outcome, RabbitSource, dead_letter_topic
-from operators.transports import KafkaPublisher, OutMessage, RabbitPublisher, declare_queues, declare_wiring
+from operators.transports import (
+    KafkaPublisher,
+    OutMessage,
+    RabbitPublisher,
+    StartCancelled,
+    declare_queues,
+    declare_wiring,
+)
 from operators.wiring import instance_edges
 
 log = logging.getLogger("operators.runner")
@@ -184,27 +195,37 @@ class Runner:
     def request_stop(self) -> None:
         self._stop.set()
 
-    def start(self, timeout_s: float = 60.0) -> None:
-        self.publisher.on_confirm = self._on_confirm
-        self.publisher.start(timeout_s)
+    def start(self, timeout_s: Optional[float] = 60.0) -> None:
+        """Connect the publisher, then the source: each within ``timeout_s``, or (None) until it
+        connects or the instance is asked to stop (``StartCancelled``), as a running instance
+        reconnects for as long as the broker is away. The threads run first, so that ``drain``
+        can end a start that was stopped."""
         for i in range(self.config.parallel):
             self._spawn(functools.partial(self._worker, i), f"worker-{i}")
         self._spawn(self._completer, "completer")
         self._flusher = self._spawn(self._flush_loop, "metrics")
+        self.publisher.on_confirm = self._on_confirm
+        self.publisher.start(timeout_s, self._stop)
         if self.config.activation_poll_s and not self._claim_active_at_start():
             self._paused.set()
             self.source.pause()  # before start: the source joins/consumes nothing
-        self.source.start(self._accept, timeout_s)
+        self.source.start(self._accept, timeout_s, self._stop)
         if self.config.activation_poll_s:
             self._watcher = self._spawn(self._watch_activation, "activation")
         log.info("%s %s (prefetch %d, parallel %d, %s)", "inactive on" if self._paused.is_set() else "consuming",
                  ", ".join(e.queue for e in self.source.edges), self.config.prefetch, self.config.parallel,
                  self.config.transport)
 
-    def run(self, timeout_s: float = 60.0) -> int:
-        """Start, run until ``request_stop`` (SIGTERM), drain, close. Exit status 0, or 1 when
-        the source failed for good (the container is restarted; held inputs come again)."""
-        self.start(timeout_s)
+    def run(self, timeout_s: Optional[float] = 60.0) -> int:
+        """Start, run until ``request_stop`` (SIGTERM), drain, close. Exit status 0 (also when stopped
+        while it waited for the broker: it holds nothing), or 1 when the source failed for good (the
+        container is restarted; held inputs come again)."""
+        try:
+            self.start(timeout_s)
+        except StartCancelled as exc:
+            log.info("%s", exc)
+            self.drain()
+            return 0
         failure = None
         while not self._stop.wait(1.0):
             failure = self.source.failure()
@@ -665,7 +686,9 @@ def load_factory(spec: str) -> Callable[[str, OperatorContext], Operator]:
 
 
 def build_runner(config: RunnerConfig, operator: Operator, redis: Any, clock: Callable[[], float] = time.time,
-                 timeout_s: float = 60.0) -> Runner:
+                 timeout_s: Optional[float] = 60.0) -> Runner:
+    """The runner of ``config``, its queues declared (RabbitMQ) within ``timeout_s`` (None: until
+    the broker answers; a SIGTERM meanwhile ends the process, which holds nothing yet)."""
     wiring = config.wiring()
     edges = wiring.inputs(config.operator)
     if config.emulation_host:  # the emulated network: own queues, the sender picks the receivers
@@ -712,14 +735,16 @@ def main() -> int:
     ctx = OperatorContext(operator=config.operator, instance=config.instance, prefix=config.prefix, redis=client,
                           params=dict(config.params))
     operator = factory(config.impl, ctx)
-    runner = build_runner(config, operator, client)
+    # no deadline for the broker: an instance started while it is away (a replacement during a
+    # restart) waits for it as a running one reconnects, until it is stopped
+    runner = build_runner(config, operator, client, timeout_s=None)
     def stop(*_: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         runner.request_stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    return runner.run()
+    return runner.run(timeout_s=None)
 
 
 if __name__ == "__main__":

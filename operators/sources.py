@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from operators.transports import TransportError, _safe, create_topics
+from operators.transports import KAFKA_START_S, TransportError, _safe, create_topics, wait_ready
 from operators.wiring import Edge
 
 log = logging.getLogger(__name__)
@@ -87,13 +87,18 @@ class RabbitSource:
 
     # -- runner side -------------------------------------------------------------------------
 
-    def start(self, on_delivery: DeliveryCallback, timeout_s: float = 30.0) -> None:
+    def start(self, on_delivery: DeliveryCallback, timeout_s: Optional[float] = 30.0,
+              cancel: Optional[threading.Event] = None) -> None:
+        """Connect (reconnecting as after a lost connection) until it consumes: within ``timeout_s``,
+        or (None) until then or until ``cancel`` is set."""
         self._on_delivery = on_delivery
         self._thread = threading.Thread(target=self._io_thread, name="rabbit-source", daemon=True)
         self._thread.start()
-        if not self._ready.wait(timeout_s):
+        try:
+            wait_ready(self._ready, timeout_s, cancel, lambda: f"RabbitMQ at {_safe(self.url)}: not consuming")
+        except TransportError:
             self._stopping.set()
-            raise TransportError(f"RabbitMQ at {_safe(self.url)}: not consuming within {timeout_s:.0f} s")
+            raise
 
     def failure(self) -> Optional[str]:
         """Never fatal: a lost connection is re-established."""
@@ -339,7 +344,9 @@ class KafkaSource:
         self._threads: List[threading.Thread] = []
         self._errors: List[str] = []
 
-    def start(self, on_delivery: DeliveryCallback, timeout_s: float = 60.0) -> None:
+    def start(self, on_delivery: DeliveryCallback, timeout_s: Optional[float] = 60.0,
+              cancel: Optional[threading.Event] = None) -> None:
+        timeout_s = KAFKA_START_S if timeout_s is None else timeout_s
         self._on_delivery = on_delivery
         if self.create:
             create_topics(self.bootstrap, sorted({e.topic for e in self.edges}), timeout_s=timeout_s)

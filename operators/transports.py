@@ -33,6 +33,35 @@ class TransportError(RuntimeError):
     """The broker cannot be reached or refuses the setup; the message says which and where."""
 
 
+class BrokerUnreachable(TransportError):
+    """The broker did not answer within the time given (it may be restarting: trying again may help)."""
+
+
+class StartCancelled(TransportError):
+    """A start given up because its caller was asked to stop while it waited for the broker."""
+
+
+WAIT_NOTE_S = 10.0  # while a start waits for the broker without a deadline, it says so this often
+
+
+def wait_ready(ready: threading.Event, timeout_s: Optional[float], cancel: Optional[threading.Event],
+               what: Callable[[], str]) -> None:
+    """Wait for ``ready``: at most ``timeout_s``, or without a deadline (None) until ``cancel`` is set,
+    as long as a running connection would reconnect. Raises BrokerUnreachable at the deadline and
+    StartCancelled once ``cancel`` is set; ``what`` says what is awaited (for the messages)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    note = time.monotonic() + WAIT_NOTE_S
+    while not ready.wait(0.2):
+        now = time.monotonic()
+        if cancel is not None and cancel.is_set():
+            raise StartCancelled(f"stopped while waiting: {what()}")
+        if deadline is not None and now >= deadline:
+            raise BrokerUnreachable(f"{what()} within {timeout_s:.0f} s")
+        if now >= note:
+            note = now + WAIT_NOTE_S
+            log.warning("still waiting: %s", what())
+
+
 @dataclass(frozen=True)
 class OutMessage:
     producer: str  # the source (or operator) publishing: selects exchange / topic
@@ -69,7 +98,8 @@ ConfirmCallback = Callable[[Sequence[OutMessage]], None]
 class Transport(Protocol):
     stats: TransportStats
 
-    def start(self, timeout_s: float = 30.0) -> None: ...
+    def start(self, timeout_s: Optional[float] = 30.0, cancel: Optional[threading.Event] = None) -> None:
+        """Connect: within ``timeout_s``, or (None) until it connects or ``cancel`` is set."""
 
     def publish_batch(self, messages: Sequence[OutMessage]) -> None: ...
 
@@ -87,7 +117,7 @@ class MemoryTransport:
         self.stats = TransportStats()
         self.on_confirm = on_confirm
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self, timeout_s: Optional[float] = 30.0, cancel: Optional[threading.Event] = None) -> None:
         pass
 
     def publish_batch(self, messages: Sequence[OutMessage]) -> None:
@@ -109,21 +139,26 @@ class MemoryTransport:
 # ---- RabbitMQ --------------------------------------------------------------------------------
 
 def declare_wiring(url: str, wiring: Wiring, producers: Optional[Iterable[str]] = None,
-                   timeout_s: float = 30.0) -> None:
-    """Declare the wiring through a short-lived blocking connection, retrying until ``timeout_s``."""
-    _on_channel(url, wiring, lambda channel: wiring_mod.declare(channel, wiring, producers), timeout_s)
+                   timeout_s: Optional[float] = 30.0, cancel: Optional[threading.Event] = None) -> None:
+    """Declare the wiring through a short-lived blocking connection, retrying until ``timeout_s``
+    (None: until it succeeds or ``cancel`` is set; 0: one attempt)."""
+    _on_channel(url, wiring, lambda channel: wiring_mod.declare(channel, wiring, producers), timeout_s, cancel)
 
 
-def declare_queues(url: str, wiring: Wiring, edges: Sequence[wiring_mod.Edge], timeout_s: float = 30.0) -> None:
+def declare_queues(url: str, wiring: Wiring, edges: Sequence[wiring_mod.Edge], timeout_s: Optional[float] = 30.0,
+                   cancel: Optional[threading.Event] = None) -> None:
     """Declare per-instance queues (``wiring.instance_edges``) as ``declare_wiring`` declares a wiring."""
-    _on_channel(url, wiring, lambda channel: wiring_mod.declare_instance_queues(channel, wiring, edges), timeout_s)
+    _on_channel(url, wiring, lambda channel: wiring_mod.declare_instance_queues(channel, wiring, edges), timeout_s,
+                cancel)
 
 
-def _on_channel(url: str, wiring: Wiring, action: Callable[[Any], None], timeout_s: float) -> None:
+def _on_channel(url: str, wiring: Wiring, action: Callable[[Any], None], timeout_s: Optional[float],
+                cancel: Optional[threading.Event] = None) -> None:
     import pika
     import pika.exceptions
 
-    deadline = time.monotonic() + timeout_s
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    note = time.monotonic()  # the first failure is said at once, then every WAIT_NOTE_S
     while True:
         try:
             conn = pika.BlockingConnection(pika.URLParameters(url))
@@ -136,10 +171,17 @@ def _on_channel(url: str, wiring: Wiring, action: Callable[[Any], None], timeout
         except pika.exceptions.ChannelClosedByBroker as exc:  # e.g. PRECONDITION_FAILED: not retryable
             raise TransportError(f"RabbitMQ at {_safe(url)} refused the wiring of {wiring.prefix!r}: {exc}") from exc
         except pika.exceptions.AMQPError as exc:
-            if time.monotonic() >= deadline:
-                raise TransportError(
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise BrokerUnreachable(
                     f"RabbitMQ at {_safe(url)} not reachable within {timeout_s:.0f} s: {exc!r}") from exc
-            time.sleep(0.5)
+            if now >= note:
+                note = now + WAIT_NOTE_S
+                log.warning("RabbitMQ at %s not reachable (%r); trying again", _safe(url), exc)
+            if cancel is not None and cancel.wait(0.5):
+                raise StartCancelled(f"stopped while waiting for RabbitMQ at {_safe(url)}") from exc
+            if cancel is None:
+                time.sleep(0.5)
 
 
 def _safe(url: str) -> str:
@@ -181,15 +223,19 @@ class RabbitPublisher:
 
     # -- caller side -------------------------------------------------------------------------
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self, timeout_s: Optional[float] = 30.0, cancel: Optional[threading.Event] = None) -> None:
+        """Connect (reconnecting as after a lost connection) until a confirm-mode channel is open:
+        within ``timeout_s``, or (None) until then or until ``cancel`` is set."""
         if self.declare:
-            declare_wiring(self.url, self.wiring, self.producers, timeout_s)
+            declare_wiring(self.url, self.wiring, self.producers, timeout_s, cancel)
         self._thread = threading.Thread(target=self._io_thread, name="rabbit-publisher", daemon=True)
         self._thread.start()
-        if not self._ready.wait(timeout_s):
+        try:
+            wait_ready(self._ready, timeout_s, cancel, lambda: f"RabbitMQ at {_safe(self.url)}: no confirm-mode "
+                       f"channel ({self.stats.last_error or 'no error reported'})")
+        except TransportError:
             self._stopping.set()
-            raise TransportError(f"RabbitMQ at {_safe(self.url)}: no confirm-mode channel within {timeout_s:.0f} s"
-                                 f" ({self.stats.last_error or 'no error reported'})")
+            raise
 
     def publish_batch(self, messages: Sequence[OutMessage]) -> None:
         if not messages:
@@ -393,6 +439,11 @@ class RabbitPublisher:
 
 # ---- Kafka -----------------------------------------------------------------------------------
 
+# the bound of a Kafka start asked to wait without one: the client retries and reconnects by itself
+# once started, but its start-up calls need a finite time
+KAFKA_START_S = 60.0
+
+
 def create_topics(bootstrap: str, topics: Sequence[str], partitions: int = 1, timeout_s: float = 30.0) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import KafkaError, TopicAlreadyExistsError
@@ -443,9 +494,11 @@ class KafkaPublisher:
         self._producer: Any = None
         self._lock = threading.Lock()
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self, timeout_s: Optional[float] = 30.0, cancel: Optional[threading.Event] = None) -> None:
         from kafka import KafkaProducer
         from kafka.errors import KafkaError
+
+        timeout_s = KAFKA_START_S if timeout_s is None else timeout_s
 
         if self.create:
             create_topics(self.bootstrap, list(self._topics.values()) + list(self.extra_topics), self.partitions,

@@ -34,7 +34,9 @@ job, scaled down to one machine, driven by the same controllers as the job simul
   at most `backend.live.job.max_recoveries` times. A lost RabbitMQ connection (a broker restart takes
   the job's transient queues and their items with it) and a Redis that restarted, lost the run's keys
   or stayed away for `REDIS_OUTAGE_S` end the run with `LiveJobError`: one line naming the service and
-  the time. A worker that exits during a restart ends it too. Every wait has a bound (start and stop
+  the time. A worker that exits during a restart's stop or start is replaced within that restart,
+  under the same budget (`RestartExits`); one that exits once the job runs again is left to the
+  watchdog; the final checkpoint's wait ends the run naming it. Every wait has a bound (start and stop
   timeouts, `STALL_S` without a measurement, `BROKER_WAIT_S`, `CLEANUP_WAIT_S`).
 
 Whatever ends the run, `finally` removes its containers, queues and Redis keys (waiting, bounded,
@@ -54,7 +56,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -153,6 +155,44 @@ class _LastReading:
     t: float
     processed: Dict[str, int] = field(default_factory=dict)
     usage: Dict[int, Tuple[str, int]] = field(default_factory=dict)  # worker -> (its container, CPU time)
+
+
+class RestartExits:
+    """Workers that exit during a restart's stop or start (killed, crashed): within the recovery
+    budget each is replaced within that restart (one meant to go with a scale-in just goes) and
+    recorded as a recovery; past it the run ends naming the first. `spent`: exits the restart
+    itself replaces (a recovery's)."""
+
+    def __init__(self, run: "LiveJobRun", spent: int, restart: str):
+        self.run, self.spent, self.restart = run, spent, restart
+        self.exits: List[Tuple[int, dict]] = []  # (worker index, what the recovery records)
+
+    def accept(self, exited: List[Tuple[int, WorkerContainer, int]], during: str) -> None:
+        run, t = self.run, self.run.now()
+        used = len(run.recoveries) + self.spent + len(self.exits)
+        if used + len(exited) > run.settings.max_recoveries:
+            raise LiveJobError(f"{run._exit_message(*exited[0])} during {during} of {self.restart} at t={t:.0f} s, "
+                               f"with {used} worker(s) replaced already "
+                               f"(backend.live.job.max_recoveries = {run.settings.max_recoveries})")
+        for w, wc, code in exited:
+            message = run._exit_message(w, wc, code)
+            print(f"live job {run.run_id}: {message} during {during} of {self.restart} at t={t:.0f} s: "
+                  f"the restart replaces it", file=sys.stderr, flush=True)
+            self.exits.append((w, {"t_s": t, "worker": worker_name(w), "container": wc.container.name,
+                                   "exit_code": code, "during": f"{during} of {self.restart}", "message": message}))
+        run._remove_workers([e[0] for e in exited], run.now())
+
+    def record(self, t_s: float, target: int, info: dict) -> None:
+        """Once the restart is done: an action and a recovery per exit, with the restart's figures."""
+        for w, e in self.exits:
+            replaced = w < target
+            self.run.records.append(ActionRecord(
+                t_s, "replace", JOB_OPERATOR, e["worker"], None, None,
+                f"{e['message']} during {e['during']} at t={e['t_s']:.0f} s: "
+                + ("replaced within the restart" if replaced else "not replaced, the rescale removes it")))
+            self.run.recoveries.append({**{k: v for k, v in e.items() if k != "message"}, "downtime_s":
+                                        info["downtime_s"], "replayed": info["replayed"], "moved": info["moved"],
+                                        "duplicates_dropped": info["duplicates_dropped"]})
 
 
 class LiveJobRun:
@@ -594,20 +634,31 @@ class LiveJobRun:
         for wc in gone:  # in the background: a removal on a loaded engine takes seconds
             threading.Thread(target=remove, args=(wc,), daemon=True).start()
 
-    def _wait_phase(self, indices, phase: str, timeout_s: float, what: str) -> None:
-        names = [worker_name(w) for w in indices]
+    def _wait_phase(self, indices, phase: str, timeout_s: float, what: str,
+                    on_exit: Optional[Callable[[List[Tuple[int, WorkerContainer, int]], str], None]] = None
+                    ) -> List[int]:
+        """Until the workers report `phase`. One that exits meanwhile ends the run naming it, or with
+        `on_exit` is handed to it and no longer waited for; returns those (their indices)."""
+        wanted: List[int] = list(indices)
+        left: List[int] = []
+        names = [worker_name(w) for w in wanted]
         deadline = time.monotonic() + timeout_s
         while True:
             raw = self.redis.hmget(self._key("phase"), names) if names else []
             got = [(r or b"").decode() for r in raw]
             if all(g == phase for g in got):
-                return
+                return left
             self._check_faults()
-            wanted = set(indices)
-            exited = [e for e in self._exited() if e[0] in wanted]
+            exited = [e for e in self._exited() if e[0] in set(wanted)]
             if exited:
                 self._diagnose_worker_exit()
-                raise LiveJobError(f"{self._exit_message(*exited[0])} during {what} at t={self.now():.0f} s")
+                if on_exit is None:
+                    raise LiveJobError(f"{self._exit_message(*exited[0])} during {what} at t={self.now():.0f} s")
+                on_exit(exited, what)
+                left += [e[0] for e in exited]
+                wanted = [w for w in wanted if w not in left]
+                names = [worker_name(w) for w in wanted]
+                continue
             if time.monotonic() > deadline:
                 lost = self._redis_lost()  # a restarted Redis forgot the phases: that is the reason
                 if lost:
@@ -826,6 +877,7 @@ class LiveJobRun:
         start under the same names; the others stop at their checkpoints as in a rescale."""
         old = self.n
         replace = sorted(set(replace))
+        exits = RestartExits(self, len(replace), f"the restart {old} -> {target}")
         t_start = self.now()
         if not router.pause(self.settings.stop_timeout_s):
             self._check_faults()
@@ -835,8 +887,11 @@ class LiveJobRun:
         self._remove_workers(replace, self.now())
         stop_epoch = self.epoch
         self.redis.set(self._key("control"), f"stop:{stop_epoch}")
-        self._wait_phase([w for w in range(old) if w not in replace], f"stopped:{stop_epoch}",
-                         self.settings.stop_timeout_s, "the stop-the-world")
+        # a worker that exits while the world stops holds nothing more than a stopped one: the broker
+        # requeued what it held, its uncommitted state is dropped anyway; it is replaced as in a recovery
+        died = self._wait_phase([w for w in range(old) if w not in replace], f"stopped:{stop_epoch}",
+                                self.settings.stop_timeout_s, "the stop-the-world", exits.accept)
+        replace = sorted(set(replace) | set(died))
         # processing since the workers' last checkpoints is rolled back: it is replayed after the restart
         rolled_back = self._processed_total() - self._committed_total()
         replayed, self._rolled_back = rolled_back - self._rolled_back, rolled_back
@@ -849,10 +904,12 @@ class LiveJobRun:
                 drop |= parse_ids(raw)
         moved, dropped = self._move(old, drop)
         self._remove_workers(range(target, old), self.now())
-        starting = sorted(set(range(old, target)) | set(replace))
-        self._start_workers(starting, self.now())
-        if starting:
-            self._wait_phase(starting, "idle:", self.settings.start_timeout_s, "the restart's start")
+        starting = sorted(set(range(old, target)) | {w for w in replace if w < target})
+        pending = starting
+        while pending:  # a new worker that exits before it is idle holds nothing: another one starts
+            self._start_workers(pending, self.now())
+            pending = self._wait_phase(pending, "idle:", self.settings.start_timeout_s, "the restart's start",
+                                       exits.accept)
         with self._lock:
             self.n = target
         for w in starting:
@@ -862,7 +919,9 @@ class LiveJobRun:
             time.sleep(rest)
         self.epoch += 1
         self.redis.set(self._key("control"), f"run:{self.epoch}")
-        self._wait_phase(range(target), f"running:{self.epoch}", self.settings.start_timeout_s, "the restart")
+        # one that exits now may have processed already: the control loop's watchdog recovers it as any other
+        self._wait_phase(range(target), f"running:{self.epoch}", self.settings.start_timeout_s, "the restart",
+                         lambda _exited, _what: None)
         up = self.now()
         with self._lock:
             self.down = False
@@ -870,7 +929,9 @@ class LiveJobRun:
         for w in starting:
             self.ready_from[w] = up
         router.resume(moved, inflight_limit(self.settings.inflight_s, self.settings.worker_rate, target))
-        return {"downtime_s": up - t_start, "replayed": int(replayed), "moved": moved, "duplicates_dropped": dropped}
+        info = {"downtime_s": up - t_start, "replayed": int(replayed), "moved": moved, "duplicates_dropped": dropped}
+        exits.record(now, target, info)
+        return info
 
     def _committed_total(self) -> int:
         return sum(int(v) for v in self.redis.hvals(self._key("committed")))

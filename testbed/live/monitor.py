@@ -341,5 +341,22 @@ class RedisStateWatch:
         self.outage.ok()
         return redis_loss(t, self.run_id, now_id, present, OPERATOR_STATE)
 
+    def confirm(self, t: float, clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep) -> Optional[str]:
+        """As `check`, for a verdict that cannot wait for the next check (the run's end, a failed
+        read): a Redis that does not answer is asked again until it does or has been away for the
+        outage limit, so that a restart under way is told from an outage, never taken for a state
+        that holds."""
+        if self.run_id is None:
+            return None
+        end = clock() + self.outage.limit_s
+        while True:
+            reason = self.check(t)
+            if reason is not None or self.outage.since is None:
+                return reason
+            if clock() >= end:
+                return self.check(max(t, self.outage.since + self.outage.limit_s + 1.0))
+            sleep(0.5)
+
     def _server_id(self) -> str:
         return str(self.client.info("server").get("run_id", ""))

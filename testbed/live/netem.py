@@ -19,8 +19,10 @@ is back, seconds later) and nothing can be moved, so the window runs again from 
 that found the broker away (`rehome_due`).
 
 Faults (docs/papers/odp.md#faults-during-an-emulated-network-run): a view write that fails is left
-to the next `sync`; a restarted Redis ends the run (testbed/live/monitor.py, `RedisStateWatch`),
-since the senders' counts and the runners' finished ids went with it.
+to the next `sync`, and so are the queues of an instance placed while the broker is away (the
+instance joins the view once they are declared); a restarted Redis ends the run
+(testbed/live/monitor.py, `RedisStateWatch`), since the senders' counts and the runners' finished
+ids went with it.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ from operators.netem import (
     unavailable_hash,
     view_key,
 )
-from operators.transports import declare_queues
+from operators.transports import BrokerUnreachable, declare_queues
 from operators.wiring import Wiring, instance_edges
 from testbed.emulation import EmulationConfig, NetworkModel
 from testbed.model import InstanceState, InstanceView
@@ -125,22 +127,29 @@ class LiveNetwork:
         self.rehomed: Dict[str, int] = {}  # per operator: items moved from gone instances' queues
         self.broker_failed_at: Optional[float] = None  # the last rehome that found the broker away
         self.view_failures = 0  # view writes that failed (Redis away); the next sync writes it
+        self.undeclared: Dict[str, str] = {}  # instance -> operator: its queues not declared yet (broker away)
+        self.waited: List[str] = []  # instances whose queues had to wait for the broker
 
     # -- instances and the view ------------------------------------------------------------
     def pool(self, pool: Any) -> _NetemPool:
         return _NetemPool(pool, self)
 
     def register(self, instance: str, operator: str, host: str) -> None:
-        """Declare the instance's queues and put its host in the view (not yet among the members)."""
-        declare_queues(self.amqp_url, self.wiring, instance_edges(self.wiring, operator, instance))
+        """Put the instance's host in the view and declare its queues; with the broker away the
+        declaration is left to the next `sync` (the instance's container waits for the broker too),
+        and the instance is no member of the view until its queues are there: a copy sent to a queue
+        that does not exist would be dropped by the broker."""
         self.instances[instance] = operator
         self.hosts[instance] = host
+        self.undeclared[instance] = operator
+        self._declare_pending()
         self._write()
 
     def sync(self, instances: Sequence[InstanceView]) -> None:
-        """The serving instances as of now (the executor's views): rewritten when they changed; the
-        items left in the queues of instances that are gone handed on."""
-        self.members = serving_members(instances)
+        """The serving instances as of now (the executor's views), those whose queues are declared:
+        rewritten when they changed; the items left in the queues of instances that are gone handed on."""
+        self._declare_pending()
+        self.members = serving_members([i for i in instances if i.id not in self.undeclared])
         self._write()
         present, now = {i.id for i in instances}, self.clock()
         for instance in self.instances:
@@ -153,6 +162,21 @@ class LiveNetwork:
             except Exception as exc:  # noqa: BLE001 - the broker is away: the next sync tries again
                 self.broker_failed_at = self.clock()
                 log.warning("could not hand on the items of instances that went: %r", exc)
+
+    def _declare_pending(self) -> None:
+        """Declare the queues of registered instances that have none yet: one attempt each, in order,
+        until the first that finds the broker away (a refused setup is a fault of the run: raised)."""
+        for instance, operator in list(self.undeclared.items()):
+            try:
+                declare_queues(self.amqp_url, self.wiring, instance_edges(self.wiring, operator, instance), 0.0)
+            except BrokerUnreachable as exc:
+                self.broker_failed_at = self.clock()
+                if instance not in self.waited:
+                    self.waited.append(instance)
+                    log.warning("queues of %s not declared, the broker is away (the next sync tries again): %s",
+                                instance, exc)
+                return
+            del self.undeclared[instance]
 
     def rehome(self, gone: Sequence[str]) -> Dict[str, int]:
         """Move what the queues of ``gone`` instances hold to their operator's serving instances,
@@ -215,7 +239,8 @@ class LiveNetwork:
         """The manifest's summary: items handed on from instances that went (per operator), the
         instances that went, and what faults cost the reports and the view writes."""
         return {"rehomed": dict(sorted(self.rehomed.items())), "gone": sorted(self._gone),
-                "malformed_reports": self.malformed, "view_write_failures": self.view_failures}
+                "malformed_reports": self.malformed, "view_write_failures": self.view_failures,
+                "declared_late": list(self.waited)}
 
     def sender(self, inner: Any) -> EmulatedSender:
         """The data provider's transport: it sends from `provider_host`."""

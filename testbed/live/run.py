@@ -254,7 +254,7 @@ class LiveRun:
             self._control_loop(pool, executor, monitor, provider, tables)
             return self._finish(pool, executor, monitor, provider, tables)
         except RedisError as exc:  # a read that failed: a lost state explains it best
-            reason = self._redis_fault() or f"Redis unreachable at t={self.now():.0f} s: {exc}"
+            reason = self._redis_verdict() or f"Redis unreachable at t={self.now():.0f} s: {exc}"
             raise LiveRunError(one_line(reason)) from exc
         finally:
             self._teardown(pool)
@@ -305,12 +305,16 @@ class LiveRun:
                        self._inactive(executor, end)) is not None:
             self._record(monitor, tables, executor.views(end), end)
         accounting, undrained = self._drain_and_account(pool, monitor, provider, executor.purged_total)
-        self._check_redis()  # a restart during the drain leaves totals that are not the run's
-        drained = self._guard(end, monitor.read_remaining_samples)  # items finished while draining
-        if drained:
-            record_samples(tables, drained, self.topology.sinks)
-        if self.network is not None:  # what the senders reported while draining
-            self._guard(end, self.network.record, tables, end)
+        # what finished while draining: its samples and the senders' reports (a failed read ends the run,
+        # the tables would lack them)
+        record_samples(tables, monitor.read_remaining_samples(), self.topology.sinks)
+        if self.network is not None:
+            self.network.record(tables, end)
+        # after the last read of Redis: a restart during the drain or the reads leaves totals that are not
+        # the run's, and a Redis that does not answer now is waited for to tell
+        reason = self._redis_verdict()
+        if reason:
+            raise LiveRunError(reason)
         tables["load"] = provider.load_table()
         tables["actions"] = actions_table(executor.records, self.policy.name)
         tables["placements"] = placements_table(executor.records, self.policy.placement)
@@ -485,6 +489,10 @@ class LiveRun:
 
     def _redis_fault(self) -> Optional[str]:
         return self.redis_watch.check(self.now()) if self.redis_watch is not None else None
+
+    def _redis_verdict(self) -> Optional[str]:
+        """As `_redis_fault`, but a Redis that does not answer is waited for (RedisStateWatch.confirm)."""
+        return self.redis_watch.confirm(self.now()) if self.redis_watch is not None else None
 
     def _check_redis(self) -> None:
         """End the run when Redis lost its state or stayed away (RedisStateWatch): one line, with the time."""

@@ -1,23 +1,30 @@
 """Faults during an emulated-network live run (docs/papers/odp.md#faults-during-an-emulated-network-run):
 the setting of tests/integration/test_live_odp.py (OEE topology, ODP placement on 4 hosts, every
 instance with its own queues, senders delaying hops between hosts, every host at A = 0.9 and every
-link between hosts at 0.95), with the
-faults injected from a thread while the run goes on. The thread waits on the run's own progress
-(items processed, read from Redis; the replacement container running), never on fixed sleeps, so
-a loaded machine only makes the run slower.
+link between hosts at 0.95), with the faults injected from a thread while the run goes on. The
+thread waits on the run's own progress (items processed, read from Redis; the replacement container
+running; the drain's first stop signal, from Docker's events), never on fixed sleeps other than the
+outage's own length, so a loaded machine only makes the run slower.
 
-* **An operator container stopped (SIGSTOP) until its queues hold items, then killed with SIGKILL, then
-  a broker restart** (one run): the watchdog
-  replaces O6 on its host (an action with its reason; exit code 137), the items left in the killed
-  instance's queues go to the replacement (`details.network.rehomed`), the senders and the provider
-  hold what they send while RabbitMQ is away and publish it when it is back; the run completes and
-  every item is accounted for: per operator inflow = processed + unavailable + queued + dead, or more
-  on the right (a duplicate of a redelivery can remain; never fewer: nothing lost).
-* **A Redis restart** (a second run): the runners' finished ids and counts, the senders' reports and
-  the view are gone; the run ends at once, incomplete, with one line naming Redis and the time.
+* **An operator container killed (SIGKILL) during a broker outage** (one run): O6 is stopped
+  (SIGSTOP) until its queues hold items, RabbitMQ is stopped, O6 is killed, and the broker stays
+  away for `BROKER_OUTAGE_S` after O6's replacement runs, longer than the 30 s the runtime used to
+  wait for the replacement's queues before failing the run. The watchdog replaces O6 on its host at
+  once (an action with its reason; exit code 137); its queues are declared and it joins the view
+  when the broker is back, and it waits for the broker meanwhile; the items left in the killed
+  instance's queues go to it (`details.network.rehomed`); the senders and the provider hold what they
+  send while RabbitMQ is away. The run completes and every item is accounted for: per operator
+  inflow = processed + unavailable + queued + dead, or more on the right (a duplicate of a
+  redelivery can remain; never fewer: nothing lost).
+* **A Redis restart during the final drain** (a second run): the runners' finished ids and counts
+  and the senders' reports are gone while the instances finish; the run ends incomplete, with one
+  line naming Redis and the time, never `complete` with totals that are not its own. A Redis restart
+  mid-run ends a live run by the same watch (testbed/live/monitor.py, `RedisStateWatch`): in job
+  mode live in tests/integration/test_live_job_faults.py, in operator mode in
+  tests/unit/test_netem_faults.py (with a Redis away for longer than the outage limit).
 
 In both, no container, queue or Redis key of the run is left, and the services are restored in a
-`finally`."""
+`finally`. A starting runner against a broker that comes back: tests/integration/test_runner_broker_away.py."""
 from __future__ import annotations
 
 import json
@@ -38,7 +45,7 @@ from testbed.eventlog import read_manifest
 from testbed.experiment import run_experiment
 from testbed.live.run import LiveRunError
 
-from .service_faults import restart_broker, restart_redis, restore_broker, restore_redis
+from .service_faults import rabbitmqctl, restart_redis, restore_broker, restore_redis
 from .test_live_run import config
 
 pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]
@@ -50,7 +57,11 @@ VICTIM = "O6"  # the busiest operator fed from another host: the provider's dela
 ITEMS_BEFORE_FAULT = 20  # processed by the victim before each fault (about 3 s of its input)
 ITEM_DEADLINE_S = 120.0  # for those items, once its container runs (a loaded machine is slower)
 START_DEADLINE_S = 300.0  # for the initial deployment (as LiveRun.DEPLOY_TIMEOUT_S)
-OUTAGE_S = 3.0  # how long RabbitMQ is stopped
+# RabbitMQ stays stopped this long after the replacement runs: past the 30 s the runtime used to give
+# the replacement's queues before it failed the run
+BROKER_OUTAGE_S = 35.0
+FAULTY_RUN_MIN = 1.75  # the outage (from about 10 s in) and the victim's 20 items after it fit inside
+DRAIN_RUN_MIN = 0.5  # the Redis run: its drain is what counts
 
 
 def settings(out: Path, duration_min: float) -> list:
@@ -105,6 +116,7 @@ class Faults(threading.Thread):
         self.prefix = ""
         self.log: dict = {}
         self.injected_at: Optional[float] = None
+        self.started_wall = time.time()  # Docker's events are read from here on
         self.error: Optional[BaseException] = None
 
     def processed(self) -> int:
@@ -129,7 +141,7 @@ class Faults(threading.Thread):
                 self.error = self.error or exc
 
 
-def kill_then_restart_the_broker(faults: Faults) -> None:
+def kill_during_a_broker_outage(faults: Faults) -> None:
     [victim] = containers(VICTIM)
     faults.log["killed"] = victim.attrs["Labels"]["testbed.instance"]
     # stopped first, so that its queues hold items when it dies however fast the machine is; SIGSTOP and
@@ -138,17 +150,32 @@ def kill_then_restart_the_broker(faults: Faults) -> None:
     wait_until(lambda: queued_for(faults.log["killed"]) >= 1, ITEM_DEADLINE_S,
                f"items queued for the stopped {faults.log['killed']}")
     faults.log["processed_at_kill"] = faults.processed()
-    victim.kill()  # SIGKILL
-    # the replacement runs and works through what its predecessor left (handed on to its queues)
+    rabbitmqctl("stop_app")
+    faults.log["stopped"] = True
+    victim.kill()  # SIGKILL, while the broker is away
     wait_until(lambda: any(c.attrs["Labels"]["testbed.instance"] != faults.log["killed"] for c in containers(VICTIM)),
                START_DEADLINE_S, f"the replacement of {faults.log['killed']}")
-    faults.wait_processed(faults.log["processed_at_kill"] + ITEMS_BEFORE_FAULT)
-    faults.log["processed_at_restart"] = faults.processed()
-    faults.log["stopped"] = True
-    restart_broker(OUTAGE_S)
+    time.sleep(BROKER_OUTAGE_S)  # the outage's length (not a wait for the machine)
+    rabbitmqctl("start_app")
+    rabbitmqctl("await_startup")
     faults.log["restarted"] = True
+    # the replacement works through what its predecessor left and what came meanwhile
+    faults.wait_processed(faults.log["processed_at_kill"] + ITEMS_BEFORE_FAULT)
+    faults.log["processed_after_outage"] = faults.processed()
 
 
+def restart_redis_at_the_drain(faults: Faults) -> None:
+    """Restart Redis as soon as the run's drain sends its first stop signal (SIGTERM) to an instance."""
+    client = docker.from_env()
+    try:
+        events = client.events(decode=True, since=int(faults.started_wall), until=int(time.time() + START_DEADLINE_S),
+                               filters={"event": "kill", "label": f"testbed.run={faults.prefix}"})
+        if not any(e.get("Actor", {}).get("Attributes", {}).get("signal") == "15" for e in events):
+            raise TimeoutError("no stop signal of the run's drain")
+    finally:
+        client.close()
+    restart_redis(faults.redis_url)
+    faults.log["redis_restarted_at"] = time.monotonic()
 def queued_for(instance: str) -> int:
     """Messages (ready and unacknowledged) in the input queues of one instance."""
     listed = subprocess.run(["rabbitmqctl", "-q", "list_queues", "name", "messages"], check=True, capture_output=True,
@@ -176,14 +203,14 @@ def faulty_run(tmp_path_factory, rabbitmq_url, redis_url, docker_url, operator_i
     def restore():  # never leave the shared broker stopped
         restore_broker(rabbitmq_url, "stopped" in faults.log and "restarted" not in faults.log)
 
-    faults = Faults(redis_url, kill_then_restart_the_broker, restore)
+    faults = Faults(redis_url, kill_during_a_broker_outage, restore)
     faults.start()
     t0 = time.monotonic()
     try:
-        [run_dir] = run_experiment(config(*settings(out, 1.5)))
+        [run_dir] = run_experiment(config(*settings(out, FAULTY_RUN_MIN)))
     finally:
         faults.join(timeout=300)
-    print(f"the run with the kill and the broker restart took {time.monotonic() - t0:.0f} s; faults {faults.log}")
+    print(f"the run with the kill during the broker outage took {time.monotonic() - t0:.0f} s; faults {faults.log}")
     assert faults.error is None, repr(faults.error)
     assert faults.log.get("restarted"), f"the broker restart did not happen during the run: {faults.log}"
     return run_dir, faults
@@ -204,6 +231,7 @@ def test_the_killed_instance_is_replaced_on_its_host_and_its_items_handed_on(fau
     assert records[new]["host"] == records[faults.log["killed"]]["host"] and records[new]["running_at"] is not None
     network = manifest.details["network"]
     assert faults.log["killed"] in network["gone"]
+    assert network["declared_late"] == [new], network  # placed while the broker was away
     # the killed instance's queues held items (it was stopped first) and senders kept sending to it until
     # they saw it go
     assert network["rehomed"].get(VICTIM, 0) >= 1, network
@@ -222,8 +250,8 @@ def test_after_a_kill_and_a_broker_restart_every_item_is_accounted_for(faulty_ru
     print(f"inflow {inflow}, on the right in excess {excess}: {accounting['missing']}")
     lost, done = sum(accounting["unavailable"].values()), sum(accounting["processed"].values())
     assert lost > 0 and done > 0  # the emulated losses went on through the faults
-    # the victim worked after the broker came back
-    assert accounting["processed"][VICTIM] > faults.log["processed_at_restart"]
+    # the victim's replacement worked after the broker came back
+    assert accounting["processed"][VICTIM] >= faults.log["processed_after_outage"] > faults.log["processed_at_kill"]
     dropped = pd.read_parquet(run_dir / "dropped.parquet")
     assert int(dropped.loc[dropped.reason == "unavailable", "items"].sum()) <= lost
 
@@ -235,18 +263,20 @@ def test_nothing_of_the_faulty_run_is_left(faulty_run, redis_url):
     assert queues_and_keys_left(prefix, redis_url) == {"keys": [], "queues": []}
 
 
-def test_a_redis_restart_ends_the_run_incomplete_naming_it(tmp_path, rabbitmq_url, redis_url, docker_url,
-                                                          operator_images):
-    faults = Faults(redis_url, lambda f: restart_redis(redis_url), lambda: restore_redis(redis_url))
+def test_a_redis_restart_during_the_final_drain_ends_the_run_incomplete_naming_it(tmp_path, rabbitmq_url, redis_url,
+                                                                                   docker_url, operator_images):
+    faults = Faults(redis_url, restart_redis_at_the_drain, lambda: restore_redis(redis_url))
     faults.start()
     raised = None
+    t0 = time.monotonic()
     try:
-        run_experiment(config(*settings(tmp_path, 1.5)))
+        run_experiment(config(*settings(tmp_path, DRAIN_RUN_MIN)))
     except LiveRunError as exc:
         raised = exc
     finally:
         faults.join(timeout=300)
     ended = time.monotonic()
+    print(f"the run with Redis restarted during its drain took {ended - t0:.0f} s")
     assert faults.error is None, repr(faults.error)
     assert raised is not None
     manifest = read_manifest(tmp_path / "constant" / "odp-live" / "1")
@@ -254,6 +284,6 @@ def test_a_redis_restart_ends_the_run_incomplete_naming_it(tmp_path, rabbitmq_ur
     reason = manifest.error
     assert "\n" not in reason and "Traceback" not in reason, reason
     assert "Redis lost the run's state at t=" in reason and "restarted" in reason, reason
-    assert ended - faults.injected_at < 90  # it ends soon after the fault, not at its duration's end
+    assert ended - faults.log["redis_restarted_at"] < 90  # the verdict comes with the drain's end
     assert containers(running_only=False) == []
     assert queues_and_keys_left(faults.prefix, redis_url) == {"keys": [], "queues": []}

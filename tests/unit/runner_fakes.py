@@ -34,7 +34,7 @@ class HandSource:
         self.paused = False
         self._deliver = None
 
-    def start(self, on_delivery, timeout_s=0):
+    def start(self, on_delivery, timeout_s=0, cancel=None):
         self._deliver = on_delivery
 
     def push(self, body: bytes, token):
@@ -75,7 +75,7 @@ class HandPublisher:
         self.confirmed = 0
         self.lock = threading.Lock()
 
-    def start(self, timeout_s=0):
+    def start(self, timeout_s=0, cancel=None):
         pass
 
     def publish_batch(self, messages: Sequence[OutMessage]):

@@ -35,7 +35,7 @@ class BrokerAway:
         self.held: List[OutMessage] = []
         self.lock = threading.Lock()
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self, timeout_s: Optional[float] = 30.0, cancel: Optional[threading.Event] = None) -> None:
         pass
 
     def publish_batch(self, messages) -> None:
@@ -344,3 +344,81 @@ def test_an_input_delivered_again_while_its_emissions_wait_is_settled_with_them_
         wait_until(lambda: len(source.settled) == 3)
     finally:
         factory.close()
+
+
+def test_an_instance_placed_while_the_broker_is_away_joins_the_view_once_its_queues_are_declared(monkeypatch):
+    """The watchdog's replacement during a broker outage: placing it neither waits for the broker
+    nor fails the run; it is no receiver until its queues exist (the broker would drop a copy sent
+    to a queue that does not), and a later sync declares them."""
+    from operators.transports import BrokerUnreachable
+
+    broker_up, declared = [False], []
+
+    def declare(url, wiring, edges, timeout_s=30.0, cancel=None):
+        assert timeout_s == 0.0  # one attempt: the control loop goes on meanwhile
+        if not broker_up[0]:
+            raise BrokerUnreachable("RabbitMQ at amqp://unused not reachable within 0 s")
+        declared.append(sorted(e.queue for e in edges))
+
+    monkeypatch.setattr("testbed.live.netem.declare_queues", declare)
+    now = [5.0]
+    network = LiveNetwork(EmulationConfig(enabled=True), WIRING, "amqp://unused", FlakyRedis(), seed=1)
+    network.clock = lambda: now[0]
+    network.register("a2", "A", "vm1")
+    network.sync(views("a2"))
+    assert network.members == {} and network.undeclared == {"a2": "A"} and network.broker_failed_at == 5.0
+    now[0] = 9.0
+    network.sync(views("a2"))  # still away: tried again
+    assert network.members == {} and network.broker_failed_at == 9.0
+    broker_up[0] = True
+    network.sync(views("a2"))
+    assert network.members == {"A": (("a2", "vm1"),)} and network.undeclared == {}
+    assert declared == [["p.S.A@a2"]] and network.details()["declared_late"] == ["a2"]
+
+
+def test_the_verdict_at_the_runs_end_waits_for_a_redis_that_does_not_answer():
+    """A restart during the final drain may leave Redis away when the run asks: it is asked again
+    until it answers (a restart: the run's state is lost) or has been away for the outage limit."""
+    server = FakeRedisServer()
+    watch = RedisStateWatch(server, "run-1", outage_s=30.0)
+    watch.start()
+    assert watch.confirm(90.0) is None  # the state holds: at once
+    clock = [0.0]
+
+    def sleep(s: float) -> None:
+        clock[0] += s
+        if clock[0] >= 2.0:  # back after 2 s, restarted
+            server.away = False
+            server.restart()
+
+    server.away = True
+    reason = watch.confirm(95.4, clock=lambda: clock[0], sleep=sleep)
+    assert reason is not None and reason.startswith("Redis lost the run's state at t=95 s: it restarted"), reason
+    assert clock[0] == pytest.approx(2.0)
+
+    server = FakeRedisServer()
+    watch = RedisStateWatch(server, "run-1", outage_s=30.0)
+    watch.start()
+    server.away = True
+    clock[0] = 0.0
+    reason = watch.confirm(95.0, clock=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s))
+    assert reason is not None and reason.startswith("Redis unreachable since t=95 s, more than 30 s"), reason
+    assert clock[0] == pytest.approx(30.0)
+
+
+def test_a_redis_away_for_longer_than_the_limit_ends_the_live_run_naming_when_it_went():
+    from testbed.live.run import LiveRun, LiveRunError
+
+    server = FakeRedisServer()
+    now = [100.0]
+    run = LiveRun.__new__(LiveRun)
+    run.wall, run._t0 = (lambda: now[0]), 58.0
+    run.redis_watch = RedisStateWatch(server, "run-1", outage_s=LiveRun.REDIS_OUTAGE_S)
+    run.redis_watch.start()
+    server.away = True
+    for step in range(int(LiveRun.REDIS_OUTAGE_S)):  # the control loop's checks, one per second
+        now[0] = 100.0 + step
+        run._check_redis()  # tolerated: runners keep their counts for later
+    now[0] = 100.0 + LiveRun.REDIS_OUTAGE_S + 1
+    with pytest.raises(LiveRunError, match=r"^Redis unreachable since t=42 s, more than 30 s"):
+        run._check_redis()

@@ -49,7 +49,7 @@ from testbed.flink.faults import TERMINAL_STATES, Loss, change_bound_s, exit_sta
 from testbed.flink.metrics import JobReading, rates
 from testbed.flink.schedule import RateSchedule, from_rates
 from testbed.flink.settings import FlinkSettings, from_mapping
-from testbed.job_tables import job_tables, new_rescales
+from testbed.job.tables import job_tables, new_rescales
 from testbed.live.job_compression import compress_rates
 from testbed.model import ScaleDown
 from testbed.policies.contract import Policy

@@ -61,7 +61,7 @@ import numpy as np
 from operators.keyed_job import dead_queue, entry_queue, key_exchange, redis_key, worker_name, worker_queue
 from testbed.actions import ActionRecord
 from testbed.config import ExperimentConfig
-from testbed.job_tables import job_tables, new_rescales
+from testbed.job.tables import job_tables, new_rescales
 from testbed.live.engines import INSTANCE_LABEL, RUN_LABEL, EngineError, connect, docker_name, missing_images
 from testbed.live.job_compression import compress_rates
 from testbed.live.job_cpu import cpu_fraction, find_usage_path, read_usage_ns

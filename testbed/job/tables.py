@@ -1,6 +1,6 @@
 """The event-log tables of a job-mode run (docs/papers/daedalus.md#mapping), built alike from the
-job simulator's arrays (testbed/sim/job.py) and the live job's per-second series
-(testbed/live/job.py): one row per monitoring interval for the job as a whole, one per worker in
+series of every engine (the simulator, the live containers, Flink): one row per monitoring interval
+for the job as a whole, one per worker in
 `instance_stats`, plus the tables the platform's report expects that job mode leaves empty."""
 from __future__ import annotations
 
@@ -10,17 +10,12 @@ import numpy as np
 
 from operators.keyed_job import worker_name
 from testbed.actions import actions_table
+from testbed.job.ledger import RESCALE_COLUMNS, new_rescales
 from testbed.policies.contract import Policy
 from testbed.policies.job_inputs import JOB_OPERATOR
 
 LEASE_COLUMNS = ("host", "start_s", "end_s", "btu_s", "paid_btus", "prolongations", "released")
-# the `rescales` table: one row per controller rescale, its true (simulated) or measured downtime
-RESCALE_COLUMNS = ("t_s", "from_n", "to_n", "downtime_s", "replayed", "lag_before", "recovered_s",
-                   "capacity_before", "capacity_after")
-
-
-def new_rescales() -> Dict[str, list]:
-    return {k: [] for k in RESCALE_COLUMNS}
+__all__ = ["RESCALE_COLUMNS", "job_tables", "new_rescales"]
 
 
 def job_tables(step: int, arrivals: np.ndarray, thr: np.ndarray, cpu: np.ndarray, lag: np.ndarray,

@@ -68,8 +68,12 @@ class JobEngine(Protocol):
     def start(self, n: int) -> None:
         """Deploys the job at n workers and returns once it runs (the run's clock starts then)."""
 
+    def observe(self, k: int) -> None:
+        """Takes the measurements of run second k (ending at k + 1): what the fault checks and the
+        row of the second are made from."""
+
     def measure(self, k: int) -> Optional[Second]:
-        """The measurements of run second k (ending at k + 1); None when nothing could be read (a gap)."""
+        """The row of second k, once its faults are handled; None when nothing could be read (a gap)."""
 
     def parallelism(self) -> int:
         """The workers deployed (after a rescale: the new count)."""

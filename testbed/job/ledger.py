@@ -25,7 +25,7 @@ class Recovery:
     """A lost worker and its replacement (a row of details.recoveries)."""
 
     t_s: float  # run time it was found lost (the clock's, not the rows')
-    taskmanager: str  # the worker's name (a TaskManager on Flink)
+    worker: str
     why: str
     replaced_by: str
     downtime_s: float = math.nan  # until the job ran at the deployed parallelism again (NaN: never)

@@ -69,11 +69,12 @@ class JobLoop:
         delay = self.t0 + (k + 1) - self.clock.now()
         if delay > 0:
             self.clock.sleep(delay)
-        second = self.engine.measure(k)
+        self.engine.observe(k)
         t = float(k + 1)
         self.check_faults(t)
         if self.fault is not None:
             return
+        second = self.engine.measure(k)
         self.series.append(second if second is not None else self._gap(t))
         self._track(t)
         if t >= self.next_decision - 1e-9 and t < self.settings.duration:

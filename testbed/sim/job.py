@@ -149,7 +149,8 @@ class SimJobEngine:
         self.down_until = 0
         self.up_since = 0
         self.lag = 0.0  # at the end of the last second
-        self.k = -1  # the last second measured
+        self.k = -1  # the last second observed
+        self.second: Optional[Second] = None
         # a scale-out whose new workers are starting: (restart at, target, delay)
         self.pending: Optional[Tuple[int, int, int]] = None
         self.lat_k: List[float] = []  # sampled item indices, increasing
@@ -165,7 +166,8 @@ class SimJobEngine:
     def start(self, n: int) -> None:
         """The model starts running at its initial parallelism."""
 
-    def measure(self, k: int) -> Second:
+    def observe(self, k: int) -> None:
+        """Advances the model by second k."""
         self.k = k
         if self.pending is not None and k >= self.pending[0]:  # the new workers have started
             self._restart(k - 1, self.pending[1], self.pending[2])
@@ -176,8 +178,11 @@ class SimJobEngine:
         else:
             uptime, running = self._running_second(k, thr, cpu), self.n
         self.lag = self.sim.cum[k] - self.P
-        return Second(arrivals=self.sim.arrivals[k], thr=thr, cpu=cpu, lag=self.lag, uptime=uptime,
-                      parallel=self.n, running=running)
+        self.second = Second(arrivals=self.sim.arrivals[k], thr=thr, cpu=cpu, lag=self.lag, uptime=uptime,
+                             parallel=self.n, running=running)
+
+    def measure(self, k: int) -> Optional[Second]:
+        return self.second
 
     def parallelism(self) -> int:
         return self.n

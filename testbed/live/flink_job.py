@@ -43,10 +43,11 @@ import numpy as np
 
 from testbed.config import ExperimentConfig
 from testbed.flink.cluster import FlinkCluster
-from testbed.flink.engine import Clock, ClusterEngine, Engine, MonotonicClock
+from testbed.flink.engine import ClusterEngine, Engine
 from testbed.flink.metrics import JobReading
 from testbed.flink.schedule import RateSchedule, from_rates
 from testbed.flink.settings import FlinkSettings, from_mapping
+from testbed.job.engine import Clock, MonotonicClock
 from testbed.job.ledger import JobLedger, Recovery
 from testbed.job.loop import JobLoop, LoopSettings
 from testbed.job.tables import job_tables

@@ -9,12 +9,12 @@ from typing import Callable, Dict, List, Optional, Set
 import numpy as np
 
 from testbed.flink.cluster import FlinkClusterError
-from testbed.flink.engine import JOBMANAGER, Clock, Engine
+from testbed.flink.engine import JOBMANAGER, Engine
 from testbed.flink.faults import TERMINAL_STATES, change_bound_s, exit_status, find_losses, unregistered
 from testbed.flink.faults import Loss as FlinkLoss
 from testbed.flink.metrics import JobReading, rates
 from testbed.flink.settings import FlinkSettings
-from testbed.job.engine import Loss, Second
+from testbed.job.engine import Clock, Loss, Second
 from testbed.job.ledger import Change, JobLedger
 
 START_POLL_S = 0.25

@@ -90,6 +90,7 @@ class JobSimulation:
         return self.mu / float(worker_shares(self.weights, self.key_group, n, self.job.key_groups).max())
 
     def run(self) -> RunResult:
+        """The model on the job loop, one step per second on a virtual clock."""
         top = self.job.max_scaleout
         start = self.policy.initial_parallelism(top)
         ledger = JobLedger()
@@ -115,8 +116,9 @@ class JobSimulation:
             details["controller"] = controller
         return details
 
-
-    def _sample_latency(self, p0: float, p1: float, t: int, N: float, ks: list, ts: list, ms: list) -> None:
+    def sample_latency(self, p0: float, p1: float, t: int, N: float, ks: list, ts: list, ms: list) -> None:
+        """Every N-th item among those processed in second t (items p0..p1): when it was done, and
+        its latency since its arrival plus the base latency."""
         first = math.ceil(p0 / N) * N
         if first >= p1:
             return
@@ -233,7 +235,7 @@ class SimJobEngine:
         n, sim = self.n, self.sim
         T = min(sim.cum[t] - self.P, self.cap)
         if T > 0:
-            sim._sample_latency(self.P, self.P + T, t, sim.sample_every, self.lat_k, self.lat_t, self.lat_ms)
+            sim.sample_latency(self.P, self.P + T, t, sim.sample_every, self.lat_k, self.lat_t, self.lat_ms)
         self.P += T
         thr[:n] = T * self.shares
         cpu[:n] = np.clip(T * self.shares / sim.mu + self.noise[t, :n], 0.0, 1.0)

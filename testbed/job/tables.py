@@ -26,47 +26,11 @@ def job_tables(step: int, arrivals: np.ndarray, thr: np.ndarray, cpu: np.ndarray
     w (NaN: not running), `lag[s]`, `parallel[s]` workers deployed of which `running[s]` run;
     latency samples (lat_t, lat_ms); the policy's actions and its own records."""
     D = len(arrivals)
-    ends = range(step, D + 1, step)
-    proc: Dict[str, list] = {"t_s": [], "operator": [], "items": []}
-    queues: Dict[str, list] = {"t_s": [], "operator": [], "depth": []}
-    inst: Dict[str, list] = {"t_s": [], "operator": [], "instances": [], "starting": [], "hosts": []}
-    hosts: Dict[str, list] = {"t_s": [], "leased": [], "ready": []}
-    edges: Dict[str, list] = {"t_s": [], "source": [], "target": [], "items": []}
-    stats: Dict[str, list] = {"t_s": [], "operator": [], "instance": [], "processed": [], "utilisation": []}
-    for e in ends:
-        sl, te = slice(e - step, e), float(e)
-        n, up = int(parallel[e - 1]), int(running[e - 1])
-        proc["t_s"].append(te)
-        proc["operator"].append(JOB_OPERATOR)
-        proc["items"].append(int(round(thr[sl].sum())))
-        queues["t_s"].append(te)
-        queues["operator"].append(JOB_OPERATOR)
-        queues["depth"].append(int(round(lag[e - 1])))
-        inst["t_s"].append(te)
-        inst["operator"].append(JOB_OPERATOR)
-        inst["instances"].append(up)
-        inst["starting"].append(n - up)
-        inst["hosts"].append(n)
-        hosts["t_s"].append(te)
-        hosts["leased"].append(n)
-        hosts["ready"].append(up)
-        edges["t_s"].append(te)
-        edges["source"].append("source")
-        edges["target"].append(JOB_OPERATOR)
-        edges["items"].append(int(arrivals[sl].sum()))
-        for w in range(n):
-            c = cpu[sl, w]
-            c = c[np.isfinite(c)]
-            stats["t_s"].append(te)
-            stats["operator"].append(JOB_OPERATOR)
-            stats["instance"].append(worker_name(w))
-            stats["processed"].append(int(round(thr[sl, w].sum())))
-            stats["utilisation"].append(float(c.mean()) if c.size else 0.0)
     tables: Dict[str, Dict[str, list]] = {
         "load": {"t_s": [float(s + 1) for s in range(D)], "machines": [0] * D, "source": ["source"] * D,
                  "items": np.asarray(arrivals).astype(np.int64).tolist(), "lateness_ms": [0.0] * D},
-        "processed": proc, "queues": queues, "instances": inst, "hosts": hosts, "edges": edges,
-        "instance_stats": stats,
+        **_interval_tables(step, arrivals, thr, lag, parallel, running),
+        "instance_stats": _worker_stats(range(step, D + 1, step), step, thr, cpu, parallel),
         "latency": {"t_s": list(lat_t), "operator": [JOB_OPERATOR] * len(lat_t), "latency_ms": list(lat_ms)},
         "actions": actions_table(records, policy.name),
         "rescales": dict(rescales),
@@ -76,3 +40,41 @@ def job_tables(step: int, arrivals: np.ndarray, thr: np.ndarray, cpu: np.ndarray
     }
     tables.update(policy.records())
     return tables
+
+
+def _interval_tables(step: int, arrivals: np.ndarray, thr: np.ndarray, lag: np.ndarray,
+                     parallel: Union[Sequence[int], np.ndarray],
+                     running: Union[Sequence[int], np.ndarray]) -> Dict[str, Dict[str, list]]:
+    """One row per monitoring interval for the job as a whole (it ends at `t_s`)."""
+    ends = list(range(step, len(arrivals) + 1, step))
+    te = [float(e) for e in ends]
+    n = [int(parallel[e - 1]) for e in ends]
+    up = [int(running[e - 1]) for e in ends]
+    job = [JOB_OPERATOR] * len(ends)
+    return {
+        "processed": {"t_s": te, "operator": job, "items": [int(round(thr[e - step:e].sum())) for e in ends]},
+        "queues": {"t_s": list(te), "operator": list(job), "depth": [int(round(lag[e - 1])) for e in ends]},
+        "instances": {"t_s": list(te), "operator": list(job), "instances": up,
+                      "starting": [a - b for a, b in zip(n, up, strict=True)], "hosts": n},
+        "hosts": {"t_s": list(te), "leased": list(n), "ready": list(up)},
+        "edges": {"t_s": list(te), "source": ["source"] * len(ends), "target": list(job),
+                  "items": [int(arrivals[e - step:e].sum()) for e in ends]},
+    }
+
+
+def _worker_stats(ends: range, step: int, thr: np.ndarray, cpu: np.ndarray,
+                  parallel: Union[Sequence[int], np.ndarray]) -> Dict[str, list]:
+    """`instance_stats`: per monitoring interval (ending at each of `ends`), one row per worker
+    deployed at its end."""
+    stats: Dict[str, list] = {"t_s": [], "operator": [], "instance": [], "processed": [], "utilisation": []}
+    for e in ends:
+        sl = slice(e - step, e)
+        for w in range(int(parallel[e - 1])):
+            c = cpu[sl, w]
+            c = c[np.isfinite(c)]
+            stats["t_s"].append(float(e))
+            stats["operator"].append(JOB_OPERATOR)
+            stats["instance"].append(worker_name(w))
+            stats["processed"].append(int(round(thr[sl, w].sum())))
+            stats["utilisation"].append(float(c.mean()) if c.size else 0.0)
+    return stats

@@ -28,7 +28,9 @@ class LoopSettings:
     max_recoveries: int = 0  # lost workers replaced at most this often; one more ends the run
     recoveries_key: str = "max_recoveries"  # the setting that says so (for the reason)
     noun: str = "worker"  # what a worker is called in records and reasons
-    track_during_change: bool = False  # a rescale's recovery is tracked while another change is under way
+    # a rescale's recovery is tracked while another change is under way (a model whose old workers
+    # keep processing while new ones start); a measuring engine waits until its change has settled
+    track_during_change: bool = False
 
 
 def _quiet(message: str) -> None:
@@ -66,6 +68,7 @@ class JobLoop:
                 return
 
     def step(self, k: int) -> None:
+        """Run second k: wait for its end, measure, handle faults, record, settle, decide."""
         delay = self.t0 + (k + 1) - self.clock.now()
         if delay > 0:
             self.clock.sleep(delay)

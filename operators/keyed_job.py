@@ -39,7 +39,7 @@ def redis_key(prefix: str, name: str) -> str:
 
 
 def worker_name(worker: int) -> str:
-    """The worker's name in the event log (instance_stats), live and simulated (testbed/job_tables.py)."""
+    """The worker's name in the event log (instance_stats), live and simulated (testbed/job/tables.py)."""
     return f"w{worker}"
 
 

@@ -1,31 +1,15 @@
-"""What a job-mode run asks of its engine and its clock, so that the control loop
-(testbed/live/flink_job.py) runs against a real Flink cluster or, in unit tests, against a fake one
-with a fake clock: start at n TaskManagers, read the job, add or remove one TaskManager, which are
-ours, which exited without being asked, stop everything."""
+"""What a job-mode run asks of a reactive-mode Flink cluster, so that the job loop's Flink engine
+(testbed/live/flink_job_engine.py) runs against a real cluster or, in unit tests, against a fake one:
+start at n TaskManagers, read the job, add or remove one TaskManager, which are ours, which exited
+without being asked, stop everything. The clock comes from the job loop (testbed/job/engine.py)."""
 from __future__ import annotations
 
-import time
 from typing import Dict, List, Optional, Protocol
 
 from testbed.flink.cluster import FlinkCluster, last_error
 from testbed.flink.metrics import JobReading
 
 JOBMANAGER = "jobmanager"
-
-
-class Clock(Protocol):
-    def now(self) -> float:
-        """Seconds on a monotonic clock."""
-
-    def sleep(self, seconds: float) -> None: ...
-
-
-class MonotonicClock:
-    def now(self) -> float:
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
 
 
 class Engine(Protocol):

@@ -63,7 +63,10 @@ import numpy as np
 from operators.keyed_job import dead_queue, entry_queue, key_exchange, redis_key, worker_name, worker_queue
 from testbed.actions import ActionRecord
 from testbed.config import ExperimentConfig
-from testbed.job_tables import job_tables, new_rescales
+from testbed.job.engine import Second
+from testbed.job.inputs import job_snapshot
+from testbed.job.series import JobSeries
+from testbed.job.tables import job_tables, new_rescales
 from testbed.live.engines import INSTANCE_LABEL, RUN_LABEL, EngineError, connect, docker_name, missing_images
 from testbed.live.job_compression import compress_rates
 from testbed.live.job_cpu import cpu_fraction, find_usage_path, read_usage_ns
@@ -129,23 +132,6 @@ class JobAccounting:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-@dataclass
-class Series:
-    """The per-second measurements (row t: live second t, ending at t + 1)."""
-
-    top: int
-    arrivals: List[int] = field(default_factory=list)
-    thr: List[np.ndarray] = field(default_factory=list)
-    cpu: List[np.ndarray] = field(default_factory=list)
-    lag: List[float] = field(default_factory=list)
-    uptime: List[float] = field(default_factory=list)
-    parallel: List[int] = field(default_factory=list)
-    running: List[int] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.lag)
 
 
 @dataclass
@@ -237,7 +223,7 @@ class LiveJobRun:
         self.ready_from: Dict[int, float] = {}
         self._t0: Optional[float] = None
         self._lock = threading.Lock()
-        self.series = Series(self.top)
+        self.series = JobSeries(self.top, self.duration)
         self.sampler_error: Optional[BaseException] = None
         self._rolled_back = 0  # processed - committed at the last stop-the-world
         self._incarnation = itertools.count()  # container names stay unique while a removed one goes
@@ -336,8 +322,9 @@ class LiveJobRun:
         self._sampler.join(self.STALL_S)
         self._check_faults()
         accounting = self._final(source, router)
-        self.series.arrivals = [source.per_second[k] if k < len(source.per_second) else 0
-                                for k in range(len(self.series))]  # what was published, for the tables
+        # what was published, for the tables
+        self.series.arrivals[:] = [source.per_second[k] if k < len(source.per_second) else 0
+                                   for k in range(len(self.series))]
         tables = self._tables(source.t0_wall or time.time())
         lost = self._redis_lost()  # the tables read Redis too (latencies): still the run's state?
         if lost:
@@ -742,15 +729,11 @@ class LiveJobRun:
             waiting += ch.queue_declare(worker_queue(self.prefix, w), passive=True).method.message_count
         forwarded = router.forwarded  # read first: forwarded <= emitted at any moment, so the backlog >= 0
         backlog = source.emitted - forwarded
-        s = self.series
         # what the source published in second k (its plan while it is still catching up)
-        s.arrivals.append(source.per_second[k] if k < len(source.per_second) else int(self.arrivals_plan[k]))
-        s.thr.append(thr)
-        s.cpu.append(cpu)
-        s.lag.append(float(backlog + waiting))
-        s.uptime.append(0.0 if down else k + 1.0 - self.up_since)
-        s.parallel.append(n)
-        s.running.append(0 if down else n)
+        arrivals = source.per_second[k] if k < len(source.per_second) else int(self.arrivals_plan[k])
+        self.series.append(Second(arrivals=float(arrivals), thr=thr, cpu=cpu, lag=float(backlog + waiting),
+                                  uptime=0.0 if down else k + 1.0 - self.up_since, parallel=n,
+                                  running=0 if down else n))
 
     def _worker_rates(self, workers: Dict[int, WorkerContainer], proc: Dict[str, int], last: _LastReading,
                       dt: float) -> Tuple[np.ndarray, np.ndarray]:
@@ -833,19 +816,8 @@ class LiveJobRun:
             time.sleep(0.05)
 
     def _snapshot(self, t: int) -> JobSnapshot:
-        s = self.series
-        lo = max(0, t + 1 - self.job.window_s)
-        sl = slice(lo, t + 1)
-        thr = np.array(s.thr[sl])
-        cpu = np.array(s.cpu[sl])
-        workers = {worker_name(w): w for w in range(self.n)}
-        return JobSnapshot(
-            t=float(t + 1), parallelism=self.n, max_scaleout=self.top, checkpoint_s=self.job.checkpoint_s,
-            lag=float(s.lag[t]), seconds=np.arange(lo + 1, t + 2, dtype=float),
-            workload=np.array(s.arrivals[sl], dtype=float),
-            throughput={k: thr[:, w].copy() for k, w in workers.items()},
-            cpu={k: cpu[:, w].copy() for k, w in workers.items()}, uptime=np.array(s.uptime[sl]),
-            ready={k: self.ready_from.get(w, 0.0) <= t + 1 for k, w in workers.items()})
+        ready = {worker_name(w): self.ready_from.get(w, 0.0) <= t + 1 for w in range(self.n)}
+        return job_snapshot(self.series, t, self.n, self.top, self.job.checkpoint_s, self.job.window_s, ready)
 
     def _rescale(self, now: float, target: int, actions, router: Router) -> None:
         """The controller's rescale: a restart from the checkpoints with `target` workers."""
@@ -855,7 +827,7 @@ class LiveJobRun:
             self.records.append(ActionRecord(now, a.kind, JOB_OPERATOR, inst, None, None, a.reason))
         lo, hi = self.job.downtime_out_s if target > old else self.job.downtime_in_s
         drawn = float(self.rng_down.uniform(lo, hi))
-        lag_before = self.series.lag[-1] if self.series.lag else 0.0
+        lag_before = self.series.lag[-1] if len(self.series) else 0.0
         info = self._restart(now, target, router, drawn_s=drawn)
         downtime, replayed, moved = info["downtime_s"], info["replayed"], info["moved"]
         self.records.append(ActionRecord(now, "restart", JOB_OPERATOR, None, None, None,
@@ -1014,10 +986,8 @@ class LiveJobRun:
     def _tables(self, t0_wall: float) -> Dict[str, Dict[str, list]]:
         s = self.series
         D = len(s)
-        thr = np.array(s.thr) if D else np.zeros((0, self.top))
-        cpu = np.array(s.cpu) if D else np.zeros((0, self.top))
-        lag = np.array(s.lag)
-        arrivals = np.array(s.arrivals, dtype=np.int64)
+        thr, cpu, lag = s.thr, s.cpu, s.lag
+        arrivals = s.arrivals.astype(np.int64)
         # recovery of each rescale: the first second after it whose lag is back to before
         for i, t_s in enumerate(self.rescales["t_s"]):
             start = int(t_s + self.rescales["downtime_s"][i])

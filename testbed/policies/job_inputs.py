@@ -1,5 +1,6 @@
 """What a whole-job autoscaler sees in job mode (docs/papers/daedalus.md#mapping): the job's
-window of 1 s samples. The job simulator (testbed/sim/job.py) builds it; Daedalus and HPA read it."""
+window of 1 s samples. testbed/job/inputs.py builds it from every engine's series; the job-mode
+controllers (Daedalus, HPA, DS2, ...) read it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

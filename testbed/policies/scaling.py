@@ -3,7 +3,7 @@ both modes.
 
 Operator mode: new instances go where the placement strategy says (leasing hosts as needed),
 surplus ones are the newest; the policy's plan is updated, so later decisions of the same cycle see
-them. Job mode: the job's backends (testbed/sim/job.py, testbed/live/job.py) read the target of a
+them. Job mode: the job's backends (testbed/job/loop.py, testbed/live/job.py) read the target of a
 policy's actions with `job_rescale`, which also gives the per-worker records of the rescale (workers
 added, or removed newest first)."""
 from __future__ import annotations

@@ -19,7 +19,8 @@
   plus `job.base_latency_ms`; an item processed before a restart and processed again counts once,
   at its final processing (exactly-once sinks commit at checkpoints).
 * **Controllers** see a `JobSnapshot` (testbed/policies/job_inputs.py) every `policy.interval_s`
-  seconds (Daedalus 60 s, HPA 15 s; a static deployment is never asked).
+  seconds (Daedalus 60 s, HPA 15 s; a static deployment is never asked). The model is an engine of
+  the job loop (testbed/job/loop.py) on a virtual clock: `SimJobEngine` below.
 
 The run writes the usual event-log tables (load, processed, queues, instances, hosts, edges,
 instance_stats, latency, actions) for operator "job", the controller's own tables (forecasts,
@@ -28,19 +29,17 @@ capacity, recovery) and `rescales` (each restart with its true downtime, replay 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from testbed.actions import ActionRecord
 from testbed.config import ExperimentConfig
+from testbed.job.engine import Loss, Second, StepClock
+from testbed.job.ledger import Change, JobLedger
+from testbed.job.loop import JobLoop, LoopSettings
+from testbed.job.tables import job_tables
 from testbed.job_config import JobConfig
-from testbed.job_tables import job_tables, new_rescales
-from testbed.model import ScaleDown
 from testbed.policies.contract import Policy
-from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
-from testbed.policies.scaling import job_rescale
 from testbed.rng import stream
 from testbed.run_result import RunResult
 
@@ -90,32 +89,22 @@ class JobSimulation:
         """The true capacity of n workers: μ / max s_w."""
         return self.mu / float(worker_shares(self.weights, self.key_group, n, self.job.key_groups).max())
 
-    # -- the run ------------------------------------------------------------------------------
     def run(self) -> RunResult:
+        """The model on the job loop, one step per second on a virtual clock."""
         top = self.job.max_scaleout
         start = self.policy.initial_parallelism(top)
-        st = _RunState.start(self, int(start or self.job.initial_parallelism))
-        interval = self.policy.interval_s
-        next_decision = float(interval) if interval else math.inf
-        noise = self.rng_cpu.standard_normal((self.duration, top)) * self.job.cpu_noise
-        for t in range(self.duration):
-            if st.pending is not None and t >= st.pending[0]:  # the new workers have started
-                self._restart(st, t - 1, st.pending[1], st.pending[2])
-            if t < st.down_until:
-                self._stopped_second(st, t)
-            else:
-                self._running_second(st, t, noise[t])
-            st.lag[t] = self.cum[t] - st.P
-            st.parallel[t] = st.n
-            self._track_recovery(st, t)
-            # the controller, at the end of second t
-            if t + 1 >= next_decision - 1e-9 and t + 1 < self.duration:
-                assert interval  # next_decision is finite only with an interval
-                next_decision += interval
-                self._decide(st, t)
-        tables = job_tables(int(round(self.cfg.runtime.monitoring_s)), self.arrivals, st.thr, st.cpu, st.lag,
-                            st.parallel, st.running, st.lat_t, st.lat_ms, st.records, self.policy, st.rescales)
-        return RunResult(tables, float(self.duration), self._details(st.P))
+        ledger = JobLedger()
+        engine = SimJobEngine(self, ledger, int(start or self.job.initial_parallelism))
+        settings = LoopSettings(duration=self.duration, top=top, window_s=self.job.window_s,
+                                checkpoint_s=self.job.checkpoint_s, track_during_change=True)
+        loop = JobLoop(engine, self.policy, settings, StepClock(), ledger)
+        loop.start(engine.n)
+        loop.run()
+        s = loop.series
+        tables = job_tables(int(round(self.cfg.runtime.monitoring_s)), s.arrivals, s.thr, s.cpu, s.lag,
+                            s.parallel, s.running, engine.lat_t, engine.lat_ms, ledger.records, self.policy,
+                            ledger.rescales)
+        return RunResult(tables, float(self.duration), self._details(engine.P))
 
     def _details(self, processed: float) -> dict:
         top = self.job.max_scaleout
@@ -127,85 +116,9 @@ class JobSimulation:
             details["controller"] = controller
         return details
 
-    def _stopped_second(self, st: _RunState, t: int) -> None:
-        st.cpu[t, :st.n] = 0.0
-        st.uptime[t] = 0.0
-        st.running[t] = 0
-
-    def _running_second(self, st: _RunState, t: int, noise: np.ndarray) -> None:
-        n = st.n
-        T = min(self.cum[t] - st.P, st.cap)
-        if T > 0:
-            self._sample_latency(st.P, st.P + T, t, self.sample_every, st.lat_k, st.lat_t, st.lat_ms)
-        st.P += T
-        st.thr[t, :n] = T * st.shares
-        st.cpu[t, :n] = np.clip(T * st.shares / self.mu + noise[:n], 0.0, 1.0)
-        st.uptime[t] = t + 1 - st.up_since
-        st.running[t] = n
-        if t + 1 >= st.next_ckpt:
-            st.ckpt_offset = st.P
-            st.next_ckpt += self.job.checkpoint_s
-
-    def _track_recovery(self, st: _RunState, t: int) -> None:
-        """A rescale has recovered once the lag is back to what it was before (or one second's arrivals)."""
-        i = st.pending_recovery
-        if i is not None and t >= st.down_until and st.lag[t] <= max(st.rescales["lag_before"][i], self.arrivals[t]):
-            st.rescales["recovered_s"][i] = t + 1 - st.rescales["t_s"][i]
-            st.pending_recovery = None
-
-    def _decide(self, st: _RunState, t: int) -> None:
-        top = self.job.max_scaleout
-        snap = self._snapshot(t, st.n, top, st.thr, st.cpu, st.lag, st.uptime, st.ready_from)
-        rescale = job_rescale(st.n, self.policy.decide_job(snap), top)
-        if rescale is None or t + 1 < st.down_until or st.pending is not None:
-            return
-        target, actions = rescale
-        now = float(t + 1)
-        for a in actions:
-            inst = a.instance if isinstance(a, ScaleDown) else None
-            st.records.append(ActionRecord(now, a.kind, JOB_OPERATOR, inst, None, None, a.reason))
-        lo, hi = self.job.start_delay_s
-        if target > st.n and hi > 0:  # drawn only when configured: the downtime stream stays as it was
-            delay = int(round(self.rng_down.uniform(lo, hi)))
-            if delay > 0:
-                st.pending = (t + 1 + delay, target, delay)
-                return
-        self._restart(st, t, target)
-
-    def _restart(self, st: _RunState, t: int, target: int, started_s: int = 0) -> None:
-        """Stop the world: roll back to the checkpoint, stay down for the drawn downtime, resume with
-        target. `started_s`: the seconds the new workers took to start before (counted in the downtime
-        and the rescale's time, which is the decision's)."""
-        j, n = self.job, st.n
-        st.pending = None
-        now = float(t + 1 - started_s)
-        lo, hi = j.downtime_out_s if target > n else j.downtime_in_s
-        down = max(1, int(round(self.rng_down.uniform(lo, hi))))
-        replayed = st.P - st.ckpt_offset
-        st.P = st.ckpt_offset
-        while st.lat_k and st.lat_k[-1] >= st.ckpt_offset:  # processed again after the restart
-            st.lat_k.pop(), st.lat_t.pop(), st.lat_ms.pop()
-        started = f"new workers started in {started_s} s, then " if started_s else ""
-        st.records.append(ActionRecord(float(t + 1), "restart", JOB_OPERATOR, None, None, None,
-                                       f"stop the world {n} -> {target} workers: {started}downtime {down} s, "
-                                       f"replay of {int(replayed)} item(s) since the checkpoint"))
-        for key, value in (("t_s", now), ("from_n", n), ("to_n", target), ("downtime_s", float(started_s + down)),
-                           ("replayed", int(replayed)), ("lag_before", float(st.lag[t])),
-                           ("recovered_s", math.nan), ("capacity_before", st.cap)):
-            st.rescales[key].append(value)
-        for w in range(n, target):
-            st.ready_from[w] = t + 1 + down
-        for w in range(target, n):
-            st.ready_from.pop(w, None)
-        st.set_parallelism(self, target)
-        st.rescales["capacity_after"].append(st.cap)
-        st.down_until = t + 1 + down
-        st.up_since = st.down_until
-        st.next_ckpt = st.down_until + j.checkpoint_s
-        st.ckpt_offset = st.P
-        st.pending_recovery = len(st.rescales["t_s"]) - 1
-
-    def _sample_latency(self, p0: float, p1: float, t: int, N: float, ks: list, ts: list, ms: list) -> None:
+    def sample_latency(self, p0: float, p1: float, t: int, N: float, ks: list, ts: list, ms: list) -> None:
+        """Every N-th item among those processed in second t (items p0..p1): when it was done, and
+        its latency since its arrival plus the base latency."""
         first = math.ceil(p0 / N) * N
         if first >= p1:
             return
@@ -219,58 +132,146 @@ class JobSimulation:
         ts.extend(done.tolist())
         ms.extend(lat.tolist())
 
-    def _snapshot(self, t: int, n: int, top: int, thr: np.ndarray, cpu: np.ndarray, lag: np.ndarray,
-                  uptime: np.ndarray, ready_from: Dict[int, int]) -> JobSnapshot:
-        lo = max(0, t + 1 - self.job.window_s)
-        sl = slice(lo, t + 1)
-        workers = {f"w{w}": w for w in range(n)}
-        return JobSnapshot(
-            t=float(t + 1), parallelism=n, max_scaleout=top, checkpoint_s=self.job.checkpoint_s, lag=float(lag[t]),
-            seconds=np.arange(lo + 1, t + 2, dtype=float), workload=self.arrivals[sl].copy(),
-            throughput={k: thr[sl, w].copy() for k, w in workers.items()},
-            cpu={k: cpu[sl, w].copy() for k, w in workers.items()}, uptime=uptime[sl].copy(),
-            ready={k: ready_from.get(w, 0) <= t + 1 for k, w in workers.items()})
 
+class SimJobEngine:
+    """The job model as the job loop's engine: it advances one second per measurement, and a
+    rescale stops the world for a drawn downtime (after the new workers' start delay, if any)."""
 
-
-
-@dataclass
-class _RunState:
-    """What a job simulation carries from second to second, and the per-second series it records."""
-
-    n: int  # parallelism
-    shares: np.ndarray  # s_w of the n workers
-    cap: float  # the job's capacity at n workers
-    thr: np.ndarray  # (seconds, max workers): items processed per worker
-    cpu: np.ndarray
-    lag: np.ndarray
-    uptime: np.ndarray
-    parallel: np.ndarray
-    running: np.ndarray
-    ready_from: Dict[int, int]
-    P: float = 0.0  # items processed (the consumer offset); rolls back to the checkpoint on a restart
-    ckpt_offset: float = 0.0
-    next_ckpt: float = 0.0
-    down_until: int = 0
-    up_since: int = 0
-    pending_recovery: Optional[int] = None
-    pending: Optional[Tuple[int, int, int]] = None  # a scale-out whose workers start: (restart at, target, delay)
-    lat_k: List[float] = field(default_factory=list)  # sampled item indices, increasing
-    lat_t: List[float] = field(default_factory=list)
-    lat_ms: List[float] = field(default_factory=list)
-    records: List[ActionRecord] = field(default_factory=list)
-    rescales: Dict[str, list] = field(default_factory=new_rescales)
-
-    @classmethod
-    def start(cls, sim: JobSimulation, n: int) -> _RunState:
-        D, top = sim.duration, sim.job.max_scaleout
-        shares = worker_shares(sim.weights, sim.key_group, n, sim.job.key_groups)
-        return cls(n=n, shares=shares, cap=sim.mu / shares.max(), thr=np.zeros((D, top)),
-                   cpu=np.full((D, top), np.nan), lag=np.zeros(D), uptime=np.zeros(D),
-                   parallel=np.zeros(D, dtype=np.int64), running=np.zeros(D, dtype=np.int64),
-                   ready_from={w: 0 for w in range(n)}, next_ckpt=sim.first_checkpoint)
-
-    def set_parallelism(self, sim: JobSimulation, n: int) -> None:
+    def __init__(self, sim: JobSimulation, ledger: JobLedger, n: int) -> None:
+        self.sim, self.job, self.ledger = sim, sim.job, ledger
+        self.top = sim.job.max_scaleout
+        self.noise = sim.rng_cpu.standard_normal((sim.duration, self.top)) * sim.job.cpu_noise
         self.n = n
         self.shares = worker_shares(sim.weights, sim.key_group, n, sim.job.key_groups)
-        self.cap = sim.mu / self.shares.max()
+        self.cap = sim.mu / self.shares.max()  # the job's capacity at n workers
+        self.ready_from: Dict[int, int] = {w: 0 for w in range(n)}
+        self.P = 0.0  # items processed (the consumer offset); rolls back to the checkpoint on a restart
+        self.ckpt_offset = 0.0
+        self.next_ckpt = sim.first_checkpoint
+        self.down_until = 0
+        self.up_since = 0
+        self.lag = 0.0  # at the end of the last second
+        self.k = -1  # the last second observed
+        self.second: Optional[Second] = None
+        # a scale-out whose new workers are starting: (restart at, target, delay)
+        self.pending: Optional[Tuple[int, int, int]] = None
+        self.lat_k: List[float] = []  # sampled item indices, increasing
+        self.lat_t: List[float] = []
+        self.lat_ms: List[float] = []
+
+    def set_parallelism(self, n: int) -> None:
+        self.n = n
+        self.shares = worker_shares(self.sim.weights, self.sim.key_group, n, self.job.key_groups)
+        self.cap = self.sim.mu / self.shares.max()
+
+    # -- the engine interface ------------------------------------------------------------------
+    def start(self, n: int) -> None:
+        """The model starts running at its initial parallelism."""
+
+    def observe(self, k: int) -> None:
+        """Advances the model by second k."""
+        self.k = k
+        if self.pending is not None and k >= self.pending[0]:  # the new workers have started
+            self._restart(k - 1, self.pending[1], self.pending[2])
+        thr, cpu = np.zeros(self.top), np.full(self.top, np.nan)
+        if k < self.down_until:
+            cpu[:self.n] = 0.0
+            uptime, running = 0.0, 0
+        else:
+            uptime, running = self._running_second(k, thr, cpu), self.n
+        self.lag = self.sim.cum[k] - self.P
+        self.second = Second(arrivals=self.sim.arrivals[k], thr=thr, cpu=cpu, lag=self.lag, uptime=uptime,
+                             parallel=self.n, running=running)
+
+    def measure(self, k: int) -> Optional[Second]:
+        return self.second
+
+    def parallelism(self) -> int:
+        return self.n
+
+    def ready(self, t: float) -> Dict[str, bool]:
+        return {f"w{w}": self.ready_from.get(w, 0) <= t for w in range(self.n)}
+
+    def rescale(self, k: int, target: int) -> Optional[int]:
+        lo, hi = self.job.start_delay_s
+        if target > self.n and hi > 0:  # drawn only when configured: the downtime stream stays as it was
+            delay = int(round(self.sim.rng_down.uniform(lo, hi)))
+            if delay > 0:
+                self.pending = (k + 1 + delay, target, delay)
+                return None
+        return self._restart(k, target)
+
+    def settled(self, target: int) -> bool:
+        return self.pending is None and self.k + 1 >= self.down_until
+
+    def settle(self, change: Change, now: float, t: Optional[float]) -> None:
+        """Nothing to learn: the model drew the downtime."""
+
+    def fatal(self, now: float) -> Optional[str]:
+        return None
+
+    def losses(self, now: float) -> List[Loss]:
+        return []
+
+    def replace(self, loss: Loss, now: float) -> str:
+        raise NotImplementedError("the model loses no workers")
+
+    def stuck(self, now: float, lost: List[str]) -> List[Loss]:
+        return []
+
+    def state(self) -> str:
+        return f"parallelism {self.n}, down until t={self.down_until} s"
+
+    def change_bound_s(self) -> float:
+        return math.inf  # a modelled change always finishes
+
+    def stop(self) -> None:
+        """Nothing runs."""
+
+    # -- the model -----------------------------------------------------------------------------
+    def _running_second(self, t: int, thr: np.ndarray, cpu: np.ndarray) -> float:
+        """Second t at the current parallelism: processes what it can, samples latency, checkpoints;
+        returns the uptime."""
+        n, sim = self.n, self.sim
+        T = min(sim.cum[t] - self.P, self.cap)
+        if T > 0:
+            sim.sample_latency(self.P, self.P + T, t, sim.sample_every, self.lat_k, self.lat_t, self.lat_ms)
+        self.P += T
+        thr[:n] = T * self.shares
+        cpu[:n] = np.clip(T * self.shares / sim.mu + self.noise[t, :n], 0.0, 1.0)
+        if t + 1 >= self.next_ckpt:
+            self.ckpt_offset = self.P
+            self.next_ckpt += self.job.checkpoint_s
+        return t + 1 - self.up_since
+
+    def _restart(self, t: int, target: int, started_s: int = 0) -> int:
+        """Stop the world after second t: roll back to the checkpoint, stay down for the drawn
+        downtime, resume with target. `started_s`: the seconds the new workers took to start before
+        (counted in the downtime and the rescale's time, which is the decision's). Returns the
+        rescale's row."""
+        j, n = self.job, self.n
+        self.pending = None
+        now = float(t + 1 - started_s)
+        lo, hi = j.downtime_out_s if target > n else j.downtime_in_s
+        down = max(1, int(round(self.sim.rng_down.uniform(lo, hi))))
+        replayed = self.P - self.ckpt_offset
+        self.P = self.ckpt_offset
+        while self.lat_k and self.lat_k[-1] >= self.ckpt_offset:  # processed again after the restart
+            self.lat_k.pop(), self.lat_t.pop(), self.lat_ms.pop()
+        started = f"new workers started in {started_s} s, then " if started_s else ""
+        self.ledger.record(float(t + 1), "restart", f"stop the world {n} -> {target} workers: {started}downtime "
+                                                    f"{down} s, replay of {int(replayed)} item(s) since the checkpoint")
+        cap_before = self.cap
+        for w in range(n, target):
+            self.ready_from[w] = t + 1 + down
+        for w in range(target, n):
+            self.ready_from.pop(w, None)
+        self.set_parallelism(target)
+        row = self.ledger.open_rescale(now, n, target, float(self.lag), cap_before, self.cap,
+                                       downtime_s=float(started_s + down), replayed=int(replayed))
+        self.down_until = t + 1 + down
+        self.up_since = self.down_until
+        self.next_ckpt = self.down_until + j.checkpoint_s
+        self.ckpt_offset = self.P
+        self.ledger.recovering = row
+        return row

@@ -1,6 +1,6 @@
 """A simulator profile measured from Flink runs (testbed/fidelity/engine_profile.py) and the report's
 Simulator vs Flink table (reporting/evaluations/daedalus/engine_gap.py), on small runs folders built
-the way the Flink job mode and the simulator write their tables (testbed/job_tables.py)."""
+the way the Flink job mode and the simulator write their tables (testbed/job/tables.py)."""
 from __future__ import annotations
 
 import math
@@ -17,7 +17,7 @@ from testbed.cli import main as cli_main
 from testbed.eventlog import EventLog, Manifest, run_dir_for, write_manifest
 from testbed.fidelity import engine_profile as ep
 from testbed.fidelity.profile_file import PROFILE_DIR
-from testbed.job_tables import RESCALE_COLUMNS, job_tables
+from testbed.job.tables import RESCALE_COLUMNS, job_tables
 
 F = 72.0  # time compression of the synthetic Flink runs
 MU = 25.0  # sentences/s of one TaskManager at busy 1

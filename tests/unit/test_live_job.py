@@ -323,12 +323,14 @@ def test_a_worker_exit_past_the_budget_ends_the_run_naming_it():
 
 
 def test_an_exited_worker_is_replaced_by_a_restart_at_the_same_parallelism():
-    from testbed.live.job import Series
+    from testbed.job.engine import Second
+    from testbed.job.series import JobSeries
 
     killed = FakeContainer("b", "p-w-1-1", 137)
     run = job_run_with({0: FakeContainer("a", "p-w-0-0"), 1: killed}, [killed])
-    run.n, run.series, run.records, run.run_id = 2, Series(2), [], "r"
-    run.series.lag.extend([0.0] * 7)  # 7 s into the run
+    run.n, run.series, run.records, run.run_id = 2, JobSeries(2), [], "r"
+    for _ in range(7):  # 7 s into the run
+        run.series.append(Second(0.0, np.zeros(2), np.zeros(2), lag=0.0, uptime=1.0, parallel=2, running=2))
     calls = []
 
     def restart(now, target, router, drawn_s=0.0, replace=()):

@@ -67,7 +67,8 @@ def run_containers(prefix: str) -> List[str]:
 def runs(tmp_path_factory, rabbitmq_url, redis_url, docker_url, operator_images) -> Path:
     out = tmp_path_factory.mktemp("live")
     [live_dir] = run_experiment(config(*SCENARIO, *LIVE, *SWITCHES, "policy=btu", f"out={out}"))
-    run_experiment(config(*SCENARIO, "policy=btu", f"out={out}"))  # the same scenario, simulated
+    # the same scenario, simulated (beside a live run with the live-only switches: mix=true)
+    run_experiment(config(*SCENARIO, "policy=btu", "mix=true", f"out={out}"))
     return live_dir
 
 

@@ -12,8 +12,9 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
+from testbed.job.series import JobSeries
 from testbed.job_config import LiveJobConfig
-from testbed.live.job import LiveJobError, LiveJobRun, Series, WorkerContainer
+from testbed.live.job import LiveJobError, LiveJobRun, WorkerContainer
 
 
 class Container:
@@ -81,7 +82,7 @@ def restart_world(n: int, die: Dict[str, List[int]], max_recoveries: int = 3):
     run.prefix, run.run_id, run._lock, run._t0 = "p", "r", threading.Lock(), None
     run.workers, run.recoveries, run.records, run.instance_log = {}, [], [], []
     run.settings = LiveJobConfig(max_recoveries=max_recoveries, stop_timeout_s=2.0, start_timeout_s=2.0)
-    run.n, run.epoch, run.series, run.ready_from, run._rolled_back = n, 1, Series(4), {}, 0
+    run.n, run.epoch, run.series, run.ready_from, run._rolled_back = n, 1, JobSeries(4), {}, 0
     run.fault, run._source, run._router, run.sampler_error = None, None, None, None
     world = World(run, n, die)
     run.redis = world

@@ -346,10 +346,10 @@ class KafkaSource:
 
     def start(self, on_delivery: DeliveryCallback, timeout_s: Optional[float] = 60.0,
               cancel: Optional[threading.Event] = None) -> None:
-        timeout_s = KAFKA_START_S if timeout_s is None else timeout_s
         self._on_delivery = on_delivery
         if self.create:
-            create_topics(self.bootstrap, sorted({e.topic for e in self.edges}), timeout_s=timeout_s)
+            create_topics(self.bootstrap, sorted({e.topic for e in self.edges}),
+                          timeout_s=KAFKA_START_S if timeout_s is None else timeout_s)
         ready = []
         for i, state in enumerate(self._states):
             ev = threading.Event()
@@ -357,12 +357,16 @@ class KafkaSource:
             t = threading.Thread(target=self._poll_thread, args=(i, state, ev), name=f"kafka-source-{i}", daemon=True)
             t.start()
             self._threads.append(t)
-        deadline = time.monotonic() + timeout_s
-        for ev in ready:
-            if not ev.wait(max(0.0, deadline - time.monotonic())):
-                self._stopping.set()
-                raise TransportError(f"Kafka at {self.bootstrap}: consumers not ready within {timeout_s:.0f} s "
-                                     f"({'; '.join(self._errors) or 'no error reported'})")
+        # the consumers join their groups as the broker answers: on a loaded machine that can take
+        # longer than any fixed wait, so without a deadline (None) until they are ready or stopped
+        what = lambda: (f"Kafka at {self.bootstrap}: consumers not ready "  # noqa: E731
+                        f"({'; '.join(self._errors) or 'no error reported'})")
+        try:
+            for ev in ready:
+                wait_ready(ev, timeout_s, cancel, what)
+        except TransportError:
+            self._stopping.set()
+            raise
 
     def failure(self) -> Optional[str]:
         """What ended a poll thread that should still run (the client gave up)."""

@@ -359,8 +359,9 @@ class KafkaSource:
             self._threads.append(t)
         # the consumers join their groups as the broker answers: on a loaded machine that can take
         # longer than any fixed wait, so without a deadline (None) until they are ready or stopped
-        what = lambda: (f"Kafka at {self.bootstrap}: consumers not ready "  # noqa: E731
-                        f"({'; '.join(self._errors) or 'no error reported'})")
+        def what() -> str:
+            return f"Kafka at {self.bootstrap}: consumers not ready ({'; '.join(self._errors) or 'no error reported'})"
+
         try:
             for ev in ready:
                 wait_ready(ev, timeout_s, cancel, what)

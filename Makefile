@@ -84,10 +84,13 @@ patterns: $(STAMP)
 	$(BIN)/testbed patterns plot $(or $(OUT),runs)/patterns.png
 
 # The integration and live tests use the project's services: installed (Debian packages) and started
-# here, idempotently (quick when they run already). Tests run on TEST_WORKERS processes (default: one
-# per core): those that use the services one after the other on one of them (tests/conftest.py), the
-# rest on the others; TEST_WORKERS=0 runs everything in this process.
-TEST_WORKERS ?= auto
+# here, idempotently (quick when they run already). Tests run on TEST_WORKERS processes: each of the
+# two integration lanes in order on one of them (tests/conftest.py), the rest on the others. The lanes
+# mostly wait (live runs in real time, JVMs starting), so `make test` uses one worker more than the
+# machine has cores, and `make test-unit` one per core; TEST_WORKERS=0 runs everything in this process.
+CORES := $(shell nproc 2>/dev/null || echo 2)
+TEST_WORKERS ?= $(shell echo $$(($(CORES) + 1)))
+UNIT_WORKERS := $(if $(filter command line environment,$(origin TEST_WORKERS)),$(TEST_WORKERS),auto)
 test: $(STAMP)
 	bash infra/services.sh install >/dev/null && bash infra/services.sh start >/dev/null
 	bash infra/docker.sh start >/dev/null
@@ -96,7 +99,7 @@ test: $(STAMP)
 # the quick part (about a minute): no services, no simulations of whole runs, no subprocesses, no JVM
 # or browser (markers integration, live, slow; pyproject.toml); `make test` runs everything
 test-unit: $(STAMP)
-	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not integration and not live and not slow"
+	$(BIN)/pytest -q -n $(UNIT_WORKERS) -m "not integration and not live and not slow"
 
 # Apache Flink for the job mode (docs/flink.md): install it from PyPI into .flink/ and build the
 # WordCount job. flink-test runs the engine's integration tests alone (make test runs them too);

@@ -34,7 +34,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from operators.transports import KAFKA_START_S, TransportError, _safe, create_topics, wait_ready
+from operators.rabbit_connection import ReconnectingConnection, safe_url
+from operators.transports import KAFKA_START_S, TransportError, create_topics, wait_ready
 from operators.wiring import Edge
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,9 @@ DeliveryCallback = Callable[[Delivery], None]
 
 # ---- RabbitMQ --------------------------------------------------------------------------------
 
-class RabbitSource:
+class RabbitSource(ReconnectingConnection):
     dead_letters_by_publish = False  # the broker dead-letters a nack(requeue=False)
+    role = "rabbit source"
 
     def __init__(self, url: str, edges: Sequence[Edge], prefetch: int,
                  reconnect_initial_s: float = 0.2, reconnect_max_s: float = 5.0, name: str = ""):
@@ -92,10 +94,10 @@ class RabbitSource:
         """Connect (reconnecting as after a lost connection) until it consumes: within ``timeout_s``,
         or (None) until then or until ``cancel`` is set."""
         self._on_delivery = on_delivery
-        self._thread = threading.Thread(target=self._io_thread, name="rabbit-source", daemon=True)
+        self._thread = threading.Thread(target=self._serve_connections, name="rabbit-source", daemon=True)
         self._thread.start()
         try:
-            wait_ready(self._ready, timeout_s, cancel, lambda: f"RabbitMQ at {_safe(self.url)}: not consuming")
+            wait_ready(self._ready, timeout_s, cancel, lambda: f"RabbitMQ at {safe_url(self.url)}: not consuming")
         except TransportError:
             self._stopping.set()
             raise
@@ -164,59 +166,25 @@ class RabbitSource:
 
     # -- I/O thread --------------------------------------------------------------------------
 
-    def _io_thread(self) -> None:
-        import pika
+    def _configure(self, params: Any) -> None:
+        if self.name:
+            params.client_properties = {"connection_name": self.name}
 
-        backoff = self.reconnect_initial_s
-        while not self._stopping.is_set():
-            had_channel = False
-            try:
-                params = pika.URLParameters(self.url)
-                if self.name:
-                    params.client_properties = {"connection_name": self.name}
-                self._conn = pika.SelectConnection(
-                    params, on_open_callback=self._on_open,
-                    on_open_error_callback=self._on_open_error, on_close_callback=self._on_closed)
-                self._conn.ioloop.start()
-            except Exception as exc:  # noqa: BLE001 - any failure means: reconnect
-                log.warning("rabbit source: %r", exc)
-            finally:
-                had_channel = self._channel is not None
-                with self._lock:
-                    self._generation += 1  # what this connection delivered is now stale
-                    self._settle.clear()
-                    self._settle_scheduled = False
-                self._conn = None
-                self._channel = None
-                self._consumer_tags.clear()
-            if self._paused.is_set():
-                self._cancelled.set()  # nothing consumes any more
-            if self._stopping.is_set():
-                break
-            if had_channel:
-                backoff = self.reconnect_initial_s
-            log.warning("rabbit source: connection lost; reconnecting in %.1f s", backoff)
-            self._stopping.wait(backoff)
-            backoff = min(backoff * 2, self.reconnect_max_s)
+    def _open_failed(self, err: Any) -> None:
+        log.warning("rabbit source: cannot connect to %s: %r", safe_url(self.url), err)
 
-    def _on_open(self, conn: Any) -> None:
-        conn.channel(on_open_callback=self._on_channel_open)
+    def _closed(self, reason: Any) -> None:
+        log.warning("rabbit source: connection closed: %r", reason)
 
-    def _on_open_error(self, conn: Any, err: Any) -> None:
-        log.warning("rabbit source: cannot connect to %s: %r", _safe(self.url), err)
-        conn.ioloop.stop()
-
-    def _on_closed(self, conn: Any, reason: Any) -> None:
-        if not self._stopping.is_set():
-            log.warning("rabbit source: connection closed: %r", reason)
-        conn.ioloop.stop()
-
-    def _close_connection(self) -> None:
-        conn = self._conn
-        if conn is not None and conn.is_open:
-            conn.close()
-        elif conn is not None:
-            conn.ioloop.stop()
+    def _lost(self, had_channel: bool) -> bool:
+        with self._lock:
+            self._generation += 1  # what this connection delivered is now stale
+            self._settle.clear()
+            self._settle_scheduled = False
+        self._consumer_tags.clear()
+        if self._paused.is_set():
+            self._cancelled.set()  # nothing consumes any more
+        return had_channel
 
     def _on_channel_open(self, channel: Any) -> None:
         channel.add_on_close_callback(self._on_channel_closed)

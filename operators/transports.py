@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Protocol, Sequence
 
 from operators import wiring as wiring_mod
+from operators.rabbit_connection import ReconnectingConnection, safe_url
 from operators.wiring import Wiring
 
 log = logging.getLogger(__name__)
@@ -169,32 +170,26 @@ def _on_channel(url: str, wiring: Wiring, action: Callable[[Any], None], timeout
                     conn.close()
             return
         except pika.exceptions.ChannelClosedByBroker as exc:  # e.g. PRECONDITION_FAILED: not retryable
-            raise TransportError(f"RabbitMQ at {_safe(url)} refused the wiring of {wiring.prefix!r}: {exc}") from exc
+            raise TransportError(f"RabbitMQ at {safe_url(url)} refused the wiring of {wiring.prefix!r}: {exc}") from exc
         except pika.exceptions.AMQPError as exc:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 raise BrokerUnreachable(
-                    f"RabbitMQ at {_safe(url)} not reachable within {timeout_s:.0f} s: {exc!r}") from exc
+                    f"RabbitMQ at {safe_url(url)} not reachable within {timeout_s:.0f} s: {exc!r}") from exc
             if now >= note:
                 note = now + WAIT_NOTE_S
-                log.warning("RabbitMQ at %s not reachable (%r); trying again", _safe(url), exc)
+                log.warning("RabbitMQ at %s not reachable (%r); trying again", safe_url(url), exc)
             if cancel is not None and cancel.wait(0.5):
-                raise StartCancelled(f"stopped while waiting for RabbitMQ at {_safe(url)}") from exc
+                raise StartCancelled(f"stopped while waiting for RabbitMQ at {safe_url(url)}") from exc
             if cancel is None:
                 time.sleep(0.5)
 
 
-def _safe(url: str) -> str:
-    """The URL without its password (for messages)."""
-    import re
-
-    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
-
-
-class RabbitPublisher:
+class RabbitPublisher(ReconnectingConnection):
     """Persistent messages with asynchronous publisher confirms, reconnecting after broker restarts."""
 
     CHUNK = 256  # messages written per I/O-loop turn (keeps confirms flowing under load)
+    role = "rabbit publisher"
 
     def __init__(self, url: str, wiring: Wiring, producers: Optional[Iterable[str]] = None,
                  declare: bool = True, max_unconfirmed: int = 50_000,
@@ -219,6 +214,8 @@ class RabbitPublisher:
         self._drain_scheduled = False
         self._ready = threading.Event()
         self._stopping = threading.Event()
+        self._attempts = 0
+        self._opened_before = False  # a channel was ready before the current connection
         self._thread: Optional[threading.Thread] = None
 
     # -- caller side -------------------------------------------------------------------------
@@ -228,10 +225,10 @@ class RabbitPublisher:
         within ``timeout_s``, or (None) until then or until ``cancel`` is set."""
         if self.declare:
             declare_wiring(self.url, self.wiring, self.producers, timeout_s, cancel)
-        self._thread = threading.Thread(target=self._io_thread, name="rabbit-publisher", daemon=True)
+        self._thread = threading.Thread(target=self._serve_connections, name="rabbit-publisher", daemon=True)
         self._thread.start()
         try:
-            wait_ready(self._ready, timeout_s, cancel, lambda: f"RabbitMQ at {_safe(self.url)}: no confirm-mode "
+            wait_ready(self._ready, timeout_s, cancel, lambda: f"RabbitMQ at {safe_url(self.url)}: no confirm-mode "
                        f"channel ({self.stats.last_error or 'no error reported'})")
         except TransportError:
             self._stopping.set()
@@ -297,59 +294,31 @@ class RabbitPublisher:
 
     # -- I/O thread --------------------------------------------------------------------------
 
-    def _io_thread(self) -> None:
-        import pika
+    def _connecting(self) -> None:
+        if self._attempts:
+            self.stats.reconnects += 1
+        self._attempts += 1
+        self._opened_before = self._ready.is_set()
 
-        backoff = self.reconnect_initial_s
-        first = True
-        while not self._stopping.is_set():
-            if not first:
-                self.stats.reconnects += 1
-            first = False
-            opened_before = self._ready.is_set()
-            try:
-                params = pika.URLParameters(self.url)
-                self._conn = pika.SelectConnection(
-                    params, on_open_callback=self._on_connection_open,
-                    on_open_error_callback=self._on_connection_open_error,
-                    on_close_callback=self._on_connection_closed)
-                self._conn.ioloop.start()
-            except Exception as exc:  # noqa: BLE001 - any failure means: reconnect
-                self.stats.last_error = repr(exc)
-                log.warning("rabbit publisher: %r", exc)
-            self._conn = None
-            had_channel = self._channel is not None
-            self._channel = None
-            self._requeue_unconfirmed()
-            if self._stopping.is_set():
-                break
-            if had_channel or (not opened_before and self._ready.is_set()):
-                backoff = self.reconnect_initial_s  # it worked for a while: retry quickly
-            log.warning("rabbit publisher: connection lost (%s); reconnecting in %.1f s", self.stats.last_error,
-                        backoff)
-            self._stopping.wait(backoff)
-            backoff = min(backoff * 2, self.reconnect_max_s)
+    def _failed(self, exc: BaseException) -> None:
+        self.stats.last_error = repr(exc)
+
+    def _open_failed(self, err: Any) -> None:
+        self.stats.last_error = f"connect: {err!r}"
+
+    def _closed(self, reason: Any) -> None:
+        self.stats.last_error = f"closed: {reason!r}"
+
+    def _lost(self, had_channel: bool) -> bool:
+        self._requeue_unconfirmed()
+        return had_channel or (not self._opened_before and self._ready.is_set())
+
+    def _why(self) -> str:
+        return f" ({self.stats.last_error})"
+
+    def _stopped(self) -> None:
         with self._cond:
             self._cond.notify_all()
-
-    def _on_connection_open(self, conn: Any) -> None:
-        conn.channel(on_open_callback=self._on_channel_open)
-
-    def _on_connection_open_error(self, conn: Any, err: Any) -> None:
-        self.stats.last_error = f"connect: {err!r}"
-        conn.ioloop.stop()
-
-    def _on_connection_closed(self, conn: Any, reason: Any) -> None:
-        if not self._stopping.is_set():
-            self.stats.last_error = f"closed: {reason!r}"
-        conn.ioloop.stop()
-
-    def _close_connection(self) -> None:
-        conn = self._conn
-        if conn is not None and conn.is_open:
-            conn.close()
-        elif conn is not None:
-            conn.ioloop.stop()
 
     def _on_channel_open(self, channel: Any) -> None:
         channel.add_on_close_callback(self._on_channel_closed)

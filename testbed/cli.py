@@ -198,6 +198,10 @@ def odp(argv: List[str]) -> int:
         from reporting.evaluations.odp.runs import main as runs_main
 
         return runs_main(argv[1:])
+    if argv[:1] == ["study"]:  # a command over the solver, not part of placement
+        from testbed.odp_study.cli import main as study_main
+
+        return study_main(argv[1:])
     from testbed.placement.odp.cli import main as odp_main
 
     return odp_main(argv)

@@ -3,9 +3,10 @@ list.
 
 Three sources, in this order:
 
-1. the modules of the testbed's own package (`testbed.policies`, `testbed.placement`) whose source
-   applies the registering decorator (`@register_policy(`, `@register_placement(`) at the start of
-   a line; only those are imported, so discovery costs no import of unrelated modules;
+1. the modules of the project's own package (`testbed.policies`, `testbed.placement`,
+   `reporting.evaluations`) whose source applies the registering function at the start of a line, as
+   a decorator (`@register_policy(`) or in an assignment (`ENTRY = register_report(`); only those are
+   imported, so discovery costs no import of unrelated modules;
 2. the entry points of installed distributions in the group `testbed.policies` or
    `testbed.placements` (the value is the module to import, e.g.
    `my_policy = "my_package.my_policy"` under `[project.entry-points."testbed.policies"]`);
@@ -39,13 +40,14 @@ class PluginError(Exception):
 
 
 def registering_modules(package: str, decorator: str) -> Tuple[str, ...]:
-    """The modules below `package` (its folder, recursively) that apply `@decorator(` at the start of a line."""
+    """The modules below `package` (its folder, recursively) that apply `decorator` at the start of a line
+    (`@decorator(`, `decorator(`, `NAME = decorator(`)."""
     key = (package, decorator)
     if key not in _scanned:
         module_file = importlib.import_module(package).__file__
         assert module_file is not None, f"{package} is a namespace package"
         root = Path(module_file).parent
-        marker = re.compile(rf"^@{re.escape(decorator)}\(", re.MULTILINE)
+        marker = re.compile(rf"^(?:@|[A-Za-z_]\w* = )?{re.escape(decorator)}\(", re.MULTILINE)
         found: List[str] = []
         for path in sorted(root.rglob("*.py")):
             if marker.search(path.read_text(encoding="utf-8")):

@@ -28,22 +28,24 @@ Where an evaluation's entry comes from:
   <evaluation>` checks another evaluation's). An evaluation that adds no metrics or sections needs
   nothing else; one without a reference or claims shows none. Evaluations declaring the same
   reference and claims share one entry (daedalus_oee uses btu's).
-* **Its home**, `reporting/evaluations/<name>.py` (a package `<name>/` when it is big), listed in
-  `_BUILTIN` below: its metrics, sections and the claims that need code (comparisons the kinds of
+* **Its home**, `reporting/evaluations/<name>.py` (a package `<name>/` when it is big), found by
+  discovery (testbed/discovery.py: the modules here that call `register_report(` at the start of a
+  line, the entry points of group `testbed.reports`, the modules named in `TESTBED_REPORT_MODULES`):
+  its metrics, sections and the claims that need code (comparisons the kinds of
   reporting/claims.py cannot say), registered with `register_report(entry)`. A variant of an
   evaluation (another topology or backend: daedalus_ks, daedalus_live, daedalus_flink, presps_live,
   odp_heuristics) reuses the home's entry with one line there, `register_report(entry, "<variant>")`.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
-_BUILTIN = ("btu", "presps", "odp", "compare", "daedalus")  # modules of this package that register entries
+from testbed.discovery import discover
+
 _REGISTRY: Dict[str, "EvaluationReport"] = {}
 
 CLAIM_COLUMNS = ["pattern", "claim", "text", "paper", "paper_detail", "measured", "measured_detail"]
@@ -95,8 +97,7 @@ def register_report(entry: EvaluationReport, name: str = "") -> EvaluationReport
 
 
 def _load() -> None:
-    for module in _BUILTIN:
-        importlib.import_module(f"reporting.evaluations.{module}")
+    discover("reporting.evaluations", "register_report", "testbed.reports", "TESTBED_REPORT_MODULES")
 
 
 def report_for(evaluation: str) -> EvaluationReport:

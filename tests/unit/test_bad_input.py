@@ -18,14 +18,15 @@ import pytest
 from testbed.config import ConfigError
 from testbed.eventlog import EventLog, read_manifest
 from testbed.experiment import run_experiment
+from tests import guarded
 from tests.conftest import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def experiment(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed.cli", "experiment", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return guarded.run([sys.executable, "-m", "testbed.cli", "experiment", *args], cwd=cwd, cpu_s=600,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 @pytest.mark.parametrize("override, key", [

@@ -12,13 +12,14 @@ import pandas as pd
 import pytest
 
 from testbed.eventlog import read_manifest
+from tests import guarded
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "testbed.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300,
+    return guarded.run(
+        [sys.executable, "-m", "testbed.cli", *args], cwd=cwd, cpu_s=900,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 

@@ -12,6 +12,8 @@ from typing import List
 
 import pytest
 
+from tests import guarded
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -21,8 +23,7 @@ def _run(tool: str, args: List[str]) -> subprocess.CompletedProcess:
                     pytrace=False)
     # PYTHONPATH: this tree's packages, also where an installed copy of the project lives elsewhere
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", tool, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
+    return guarded.run([sys.executable, "-m", tool, *args], cwd=ROOT, env=env, cpu_s=1800)
 
 
 def _check(result: subprocess.CompletedProcess, command: str) -> None:

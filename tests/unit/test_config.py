@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from omegaconf.errors import ValidationError
 
 from testbed.config import ConfigError
 from testbed.experiment import plan_runs
+from tests import guarded
 from tests.conftest import compose_config
 
 
@@ -124,17 +124,17 @@ def test_semantic_errors_name_the_key(override, key):
 @pytest.mark.slow
 def test_cli_rejects_bad_config_before_anything_runs(tmp_path):
     out = tmp_path / "runs"
-    proc = subprocess.run(
+    proc = guarded.run(
         [sys.executable, "-m", "testbed.cli", "experiment", f"out={out}", "billing.btu_minutes=-5"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        cwd=tmp_path, cpu_s=300,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
     )
     assert proc.returncode != 0
     assert "billing.btu_minutes" in proc.stderr
     assert not out.exists()
-    proc = subprocess.run(
+    proc = guarded.run(
         [sys.executable, "-m", "testbed.cli", "experiment", f"out={out}", "polcy=btu"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        cwd=tmp_path, cpu_s=300,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
     )
     assert proc.returncode != 0 and "polcy" in proc.stderr

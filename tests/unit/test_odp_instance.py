@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from testbed.odp_study.generator import Table2, Topology, table2_instance
 from testbed.placement.odp import InstanceError, NetworkObjective, instance_from_dict, instance_to_dict
-from testbed.placement.odp.generator import Table2, Topology, table2_instance
 
 SMALL = {
     "operators": [

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from testbed.odp_study.generator import Table2, Topology, table2_instance
 from testbed.placement.odp import ResponseTimeForm, build_model
-from testbed.placement.odp.generator import Table2, Topology, table2_instance
 from testbed.placement.odp.indexed import index
 
 

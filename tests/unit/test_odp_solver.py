@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from testbed.odp_study.generator import Table2, Topology, table2_instance
 from testbed.placement.odp import (
     Link,
     NetworkObjective,
@@ -29,9 +29,9 @@ from testbed.placement.odp import (
     solve,
 )
 from testbed.placement.odp.exhaustive import enumerate_optimum
-from testbed.placement.odp.generator import Table2, Topology, table2_instance
 from testbed.placement.odp.indexed import index
 from testbed.placement.odp.metrics import assignment_of, violations
+from tests import guarded
 
 ROOT = Path(__file__).resolve().parents[2]
 EXACT = SolverSettings(mip_rel_gap=0.0)
@@ -180,8 +180,8 @@ def test_the_trace_records_incumbent_and_bound_over_time():
 
 
 def run_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "testbed.cli", "odp", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return guarded.run([sys.executable, "-m", "testbed.cli", "odp", *args], cwd=cwd, cpu_s=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def test_the_solve_command_prints_the_result_as_json(tmp_path):

@@ -3,17 +3,17 @@ reported as not holding), and the reduced grid end to end through `testbed odp s
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from testbed.placement.odp.generator import Table2, Topology, candidate_sets, delays
-from testbed.placement.odp.study_analysis import FAILS, HOLDS, claims, degradation, loglog_slope
-from testbed.placement.odp.study_grid import FULL, REDUCED, points
-from testbed.placement.odp.study_report import load
+from testbed.odp_study.analysis import FAILS, HOLDS, claims, degradation, loglog_slope
+from testbed.odp_study.generator import Table2, Topology, candidate_sets, delays
+from testbed.odp_study.grid import FULL, REDUCED, points
+from testbed.odp_study.report import load
+from tests import guarded
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,9 +103,8 @@ def test_degradation_measures():
 @pytest.mark.slow
 def test_the_reduced_study_end_to_end(tmp_path):
     out = tmp_path / "study"
-    proc = subprocess.run([sys.executable, "-m", "testbed.cli", "odp", "study", "grid=reduced", f"out={out}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = guarded.run([sys.executable, "-m", "testbed.cli", "odp", "study", "grid=reduced", f"out={out}"],
+                       cwd=tmp_path, cpu_s=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr
     df, trace = load(out, REDUCED)
     assert len(df) == len(points(REDUCED))

@@ -3,7 +3,10 @@
 evaluation end to end at small scale in the simulator."""
 from __future__ import annotations
 
+import ast
 import math
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +33,7 @@ from testbed.workloads.presps import (
     minute_rms_vs_reference,
     series_statistics,
 )
+from tests import guarded
 from tests.conftest import compose_config
 
 # ---- workload -------------------------------------------------------------------------------------
@@ -291,3 +295,21 @@ def test_presps_evaluation_small_scale(tmp_path: Path):
         actions = log.read("actions")
         assert actions[actions.action.isin(["activate", "deactivate"])].reason.str.contains("theta=").any() or \
             run.parent.name == "dabs"
+
+
+def test_an_outside_evaluation_report_is_found_by_discovery(tmp_path):
+    """A report entry in a module outside the project, named in TESTBED_REPORT_MODULES, is the one its
+    evaluation gets; the built-in entries are found beside it without a hand-kept list (a fresh
+    process: nothing imported before)."""
+    (tmp_path / "elsewhere_report.py").write_text(
+        "from reporting.evaluations import EvaluationReport, register_report\n"
+        "ENTRY = register_report(EvaluationReport(name='elsewhere', summary_columns=(('x', 'x', 1),)))\n")
+    probe = ("from reporting import evaluations as e\n"
+             "print(e.report_for('elsewhere').summary_columns, sorted(e._REGISTRY))")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{root}", "TESTBED_REPORT_MODULES": "elsewhere_report"}
+    done = guarded.run([sys.executable, "-c", probe], cpu_s=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("(('x', 'x', 1),) ")
+    assert {"btu", "presps", "presps_live", "odp", "odp_heuristics", "compare", "daedalus", "daedalus_flink",
+            "elsewhere"} <= set(ast.literal_eval(done.stdout.split(") ", 1)[1]))

@@ -3,6 +3,7 @@ asks for plausible values where VISP's were meaningless)."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import numpy as np
 import pytest
@@ -112,3 +113,21 @@ def test_invalid_model_values_name_the_key():
     cfg.temperature.reversion = 0
     with pytest.raises(PayloadConfigError, match="payloads.temperature.reversion"):
         validate_payloads(cfg)
+
+
+def test_the_operators_production_record_is_the_displays_record_plus_its_id():
+    """The OEE operators (their images hold `operators/` alone, so they cannot import the workload)
+    declare the production record again; the two declarations must agree field by field, in the
+    display's line order, with the same types and statuses."""
+    from operators.oee import records as operator_side
+    from testbed.workloads import payloads as display_side
+
+    def fields(cls):
+        return [(f.name, f.type) for f in dataclasses.fields(cls)]
+
+    assert fields(operator_side.ProductionRecord) == \
+        [("record_id", "str"), *fields(display_side.ProductionRecord)]
+    assert operator_side.STATUSES == display_side.STATUSES
+    shown = display_side.Machine(0, seed=1).production(1_000)
+    parsed = operator_side.ProductionRecord.from_payload({"record_id": "r1", **dataclasses.asdict(shown)})
+    assert dataclasses.asdict(parsed) == {"record_id": "r1", **dataclasses.asdict(shown)}

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import collections
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from operators.envelope import Envelope, payload_image
 from testbed.config import ConfigError
 from testbed.eventlog import EventLog, read_manifest
 from testbed.workloads.patterns import make_pattern
+from tests import guarded
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,8 +111,8 @@ def test_durations():
 def test_cli_rejects_a_misspelt_key_and_shows_the_config(tmp_path):
     def cli(*args):
         env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-        return subprocess.run([sys.executable, "-m", "testbed.cli", "provider", *args], capture_output=True,
-                              text=True, cwd=tmp_path, timeout=120, env=env)
+        return guarded.run([sys.executable, "-m", "testbed.cli", "provider", *args], cwd=tmp_path, cpu_s=300,
+                           env=env)
 
     bad = cli("run", "duraton=1s")
     assert bad.returncode == 2 and "duraton" in bad.stderr

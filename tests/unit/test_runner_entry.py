@@ -7,13 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import guarded
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_module(env: dict) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in ("OPERATOR", "RUN_PREFIX", "PREFETCH")}
-    return subprocess.run([sys.executable, "-m", "operators.runner"], cwd=ROOT, env={**clean, **env},
-                          capture_output=True, text=True, timeout=60)
+    return guarded.run([sys.executable, "-m", "operators.runner"], cwd=ROOT, env={**clean, **env}, cpu_s=120)
 
 
 def test_a_configuration_error_exits_2_naming_the_variable():
@@ -40,6 +41,6 @@ print('ok')
 
 
 def test_runner_imports_without_testbed_pandas_or_hydra():
-    done = subprocess.run([sys.executable, "-c", BLOCK], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = guarded.run([sys.executable, "-c", BLOCK], cwd=ROOT, cpu_s=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"

@@ -16,6 +16,7 @@ from testbed.config import ConfigError
 from testbed.eventlog import find_runs, read_manifest
 from testbed.workloads.patterns import make_pattern, pattern_config
 from testbed.workloads.trace import TracePattern, load_trace
+from tests import guarded
 from tests.conftest import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,8 +151,8 @@ def test_the_example_trace_builds_for_both_modes() -> None:
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return guarded.run([sys.executable, "-m", "testbed.cli", *args], cwd=cwd, cpu_s=1200,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 @pytest.mark.slow  # a testbed subprocess (make test-unit leaves it out)

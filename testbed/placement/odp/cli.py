@@ -1,4 +1,4 @@
-"""`testbed odp solve INSTANCE.json [key=value...]` and `testbed odp study [key=value...]`."""
+"""`testbed odp solve INSTANCE.json [key=value...]`: one placement ILP solved, its result as JSON."""
 from __future__ import annotations
 
 import json
@@ -53,20 +53,9 @@ def solve_command(argv: List[str]) -> int:
     return 0
 
 
-def study_command(argv: List[str]) -> int:
-    from testbed.placement.odp.study import STUDY_KEYS, run_study_command
-
-    try:
-        opts = parse_pairs(argv, STUDY_KEYS)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return run_study_command(opts)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"solve": solve_command, "study": study_command}
+    commands = {"solve": solve_command}
     if not args or args[0] not in commands:
         print(USAGE, file=sys.stderr)
         return 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
-from testbed.placement.odp.generator import Table2, Topology
+from testbed.odp_study.generator import Table2, Topology
 
 Size = Tuple[int, int]  # (operators, nodes)
 

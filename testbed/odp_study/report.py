@@ -12,8 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from testbed.placement.odp.study_analysis import Claim, claims, degradation, experiment, sweep, time_to_gap, when
-from testbed.placement.odp.study_grid import Grid, points  # noqa: E402
+from testbed.odp_study.analysis import Claim, claims, degradation, experiment, sweep, time_to_gap, when
+from testbed.odp_study.grid import Grid, points  # noqa: E402
 
 COLOURS = {"seq": "tab:blue", "fat": "tab:red"}
 LABELS = {"seq": "sequential", "fat": "fat"}

@@ -19,12 +19,12 @@ from typing import Any, Callable, Dict, List, Optional
 import pandas as pd
 
 from testbed.arguments import as_bool, count, positive
-from testbed.placement.odp.generator import table2_instance
+from testbed.odp_study.generator import table2_instance
+from testbed.odp_study.grid import GRIDS, Grid, Point, points
 from testbed.placement.odp.indexed import index
 from testbed.placement.odp.metrics import bounds
 from testbed.placement.odp.result import SolverName, SolverSettings, solver_seed
 from testbed.placement.odp.solve import solve
-from testbed.placement.odp.study_grid import GRIDS, Grid, Point, points
 
 RESULTS = "results.csv"
 TRACE = "trace.csv"
@@ -111,7 +111,7 @@ def machine_info() -> Dict[str, object]:
 
 
 def run_study(cfg: StudyConfig, progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> Path:
-    from testbed.placement.odp.study_report import write_report
+    from testbed.odp_study.report import write_report
 
     cfg.out.mkdir(parents=True, exist_ok=True)
     results_path, trace_path = cfg.out / RESULTS, cfg.out / TRACE

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import pandas as pd
 
-from testbed.placement.odp.study_grid import Grid
+from testbed.odp_study.grid import Grid
 
 HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured"
 MEASURES = {"wall": "time_s", "cpu": "cpu_s", "work": "lp_iterations"}

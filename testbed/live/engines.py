@@ -2,9 +2,13 @@
 check (reachable, operator images present), and the container an operator instance runs in."""
 from __future__ import annotations
 
+import logging
+import os
 import re
+import socket
 from dataclasses import dataclass, field
-from typing import Any, List, Mapping, Sequence
+from pathlib import Path
+from typing import Any, List, Mapping, Optional, Sequence
 
 import docker
 import docker.errors
@@ -15,6 +19,63 @@ RUN_LABEL = "testbed.run"
 HOST_LABEL = "testbed.host"
 OPERATOR_LABEL = "testbed.operator"
 INSTANCE_LABEL = "testbed.instance"
+# The process that runs the container's run: `<machine>/<pid>/<start time in clock ticks>`. A run's
+# own cleanup removes its containers, but a process killed outright (SIGKILL, a lost terminal) cannot;
+# the next run on the engine removes what such a process left (reap_orphans).
+OWNER_LABEL = "testbed.owner"
+
+log = logging.getLogger(__name__)
+
+
+def _machine() -> str:
+    try:
+        return Path("/etc/machine-id").read_text().strip() or socket.gethostname()
+    except OSError:
+        return socket.gethostname()
+
+
+def _start_ticks(pid: int) -> Optional[str]:
+    """When the process started (clock ticks since boot): with the pid, it names one process even
+    after its pid is reused. None when no such process runs."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner(pid: Optional[int] = None) -> str:
+    """The owner label's value for process `pid` (default: this one) on this machine."""
+    pid = os.getpid() if pid is None else pid
+    return f"{_machine()}/{pid}/{_start_ticks(pid)}"
+
+
+def owner_gone(label: str) -> bool:
+    """Whether the process an owner label names is known to be gone: it ran on this machine and no
+    process with its pid and start time runs. An owner on another machine is not known to be gone."""
+    try:
+        machine, pid, ticks = label.rsplit("/", 2)
+        return machine == _machine() and _start_ticks(int(pid)) != ticks
+    except ValueError:
+        return False  # not a label this code wrote: leave the container alone
+
+
+def reap_orphans(client: DockerClient) -> List[str]:
+    """Remove the containers of runs whose process on this machine is gone; returns their names."""
+    removed = []
+    for c in client.containers.list(all=True, sparse=True, filters={"label": OWNER_LABEL}):
+        label = (c.attrs.get("Labels") or {}).get(OWNER_LABEL, "")
+        if owner_gone(label):
+            try:
+                c.remove(force=True)
+                removed.append(c.attrs.get("Names", [c.id])[0].lstrip("/"))
+            except docker.errors.NotFound:
+                pass  # removed meanwhile
+            except docker.errors.APIError as exc:
+                log.warning("cannot remove the orphaned container %s: %s", c.id[:12], exc)
+    if removed:
+        log.warning("removed %d container(s) left by a run whose process is gone: %s", len(removed),
+                    ", ".join(sorted(removed)))
+    return removed
 
 
 class EngineError(RuntimeError):
@@ -87,7 +148,7 @@ class ContainerSpec:
             # the SIGTERM reached the entrypoint's shell before its `trap '' TERM` ran on a loaded machine
             # and ended the instance with 143.
             self.image, detach=True, init=False, name=self.name, environment=dict(self.environment),
-            labels=dict(self.labels),
+            labels={**self.labels, OWNER_LABEL: owner()},
             cpu_shares=self.cpu_shares, mem_reservation=f"{self.memory_mb}m", network_mode=self.network_mode,
             cgroup_parent=self.cgroup_parent or None, volumes={k: dict(v) for k, v in self.volumes.items()} or None,
         )
@@ -113,7 +174,7 @@ def run_holder(client: DockerClient, name: str, image: str, labels: Mapping[str,
     quota of cpu_shares/1024 cores) and memory limit; instance containers nest below it. Returns the
     cgroup parent for them (cgroupfs puts a container's cgroup at /docker/<id>)."""
     holder = client.containers.run(
-        image, detach=True, name=name, labels={**labels, ROLE_LABEL: HOLDER_ROLE},
+        image, detach=True, name=name, labels={**labels, ROLE_LABEL: HOLDER_ROLE, OWNER_LABEL: owner()},
         entrypoint=["python3", "-c", "import signal; signal.pause()"], network_mode="none",
         nano_cpus=int(cpu_shares / 1024 * 1e9), mem_limit=f"{memory_mb}m",
     )

@@ -40,6 +40,7 @@ from testbed.live.engines import (
     container_name,
     docker_name,
     missing_images,
+    reap_orphans,
     run_holder,
 )
 from testbed.model import HostView, InstanceState, InstanceView, OperatorType
@@ -301,6 +302,7 @@ class HostPool:
         # slowest observed service time of an operator (s); the live run sets it from its monitor
         self.service_bound_s: Callable[[str], float] = lambda operator: 0.0
         self._checked = False
+        self.reaped: Dict[str, List[str]] = {}  # per engine: containers of killed runs removed at the start
         # cgroup_parent: per logical host, the cgroup its instances nest in (made on its first start)
         self._parents: Dict[str, str] = {}
         self._parent_locks: Dict[str, threading.Lock] = {}
@@ -314,6 +316,7 @@ class HostPool:
         for engine in self.book.engines:
             client = connect(engine.url)
             clients[engine.url] = client
+            self.reaped[engine.url] = reap_orphans(client)
             if self.live.cgroup_parent:
                 check_cgroup_support(client, engine.url)
             missing = missing_images(client, images)
@@ -584,9 +587,9 @@ class HostPool:
                 for url, client in sorted(self._clients.items())}
 
     def engine_details(self) -> List[Dict[str, Any]]:
-        """Per engine its URL and CPU count (the manifest records them: the cores the logical hosts
-        on one engine share, which a profile measured from the run needs); None if the engine
-        does not say."""
+        """Per engine its URL, CPU count (the manifest records them: the cores the logical hosts
+        on one engine share, which a profile measured from the run needs; None if the engine does
+        not say) and the containers of killed runs it removed at the start."""
         out = []
         for url, client in sorted(self._clients.items()):
             try:
@@ -594,7 +597,8 @@ class HostPool:
             except docker.errors.DockerException as exc:
                 log.warning("engine %s: no CPU count (%s)", url, exc)
                 cpus = None
-            out.append({"url": url, "cpus": int(cpus) if cpus else None})
+            out.append({"url": url, "cpus": int(cpus) if cpus else None,
+                        "orphans_removed": self.reaped.get(url, [])})
         return out
 
     def host_engine(self, host_id: str) -> str:

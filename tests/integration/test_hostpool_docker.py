@@ -4,7 +4,10 @@ The containers run a tiny image built FROM the registry-free base (a Python loop
 SIGTERM), tagged as every operator's image under a test prefix."""
 from __future__ import annotations
 
+import contextlib
 import re
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -14,7 +17,7 @@ import docker
 import pytest
 
 from testbed.config import EngineConfig, ExperimentConfig
-from testbed.live.engines import RUN_LABEL, EngineError
+from testbed.live.engines import OWNER_LABEL, RUN_LABEL, EngineError, owner
 from testbed.live.hostpool import HostPool
 from testbed.model import InstanceState
 from tests.conftest import compose_config
@@ -208,6 +211,30 @@ def test_cleanup_removes_every_container_of_the_run(make_pool, client):
     assert run_containers(client, pool.run_id) == [], f"left behind after cleanup ({late})"
     assert pool.cleanup() == 0  # idempotent
     assert [name_of(c) for c in run_containers(client, other.run_id)] == [other_id]
+
+
+def test_the_next_run_removes_the_containers_a_killed_run_left(make_pool, client, test_images):
+    """A run's process killed outright leaves its containers; the next run's engine check removes
+    them (their owner process is gone), and leaves those of a running process alone."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_owner = owner(dead.pid)  # read while it may still run; gone once waited for
+    dead.wait()
+    run_id = f"pt-killed-{uuid.uuid4().hex[:6]}"
+    orphan = client.containers.run(test_images[0], detach=True, name=run_id, network_mode="none",
+                                   labels={RUN_LABEL: run_id, OWNER_LABEL: dead_owner})
+    alive = make_pool(emulate_pull=False)
+    kept = alive.start_instance("O9", alive.lease(immediate=True), {})
+    wait_for(lambda: states(alive).get(kept) == InstanceState.running, what="the live run's instance")
+    try:
+        pool = make_pool(emulate_pull=False)
+        pool.check_engines()
+        assert pool.reaped == {pool.book.engines[0].url: [run_id]}
+        assert pool.engine_details()[0]["orphans_removed"] == [run_id]
+        assert run_containers(client, run_id) == []
+        assert [name_of(c) for c in run_containers(client, alive.run_id)] == [kept]
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            orphan.remove(force=True)
 
 
 def test_check_engines_names_the_engine_and_the_missing_image(make_pool, docker_url):

@@ -216,15 +216,15 @@ def test_cleanup_removes_every_container_of_the_run(make_pool, client):
 def test_the_next_run_removes_the_containers_a_killed_run_left(make_pool, client, test_images):
     """A run's process killed outright leaves its containers; the next run's engine check removes
     them (their owner process is gone), and leaves those of a running process alone."""
+    alive = make_pool(emulate_pull=False)  # a run whose process runs (this one): its containers stay
+    kept = alive.start_instance("O9", alive.lease(immediate=True), {})
+    wait_for(lambda: states(alive).get(kept) == InstanceState.running, what="the live run's instance")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead_owner = owner(dead.pid)  # read while it may still run; gone once waited for
+    dead_owner = owner(dead.pid)  # read while it runs or is a zombie: gone once waited for
     dead.wait()
     run_id = f"pt-killed-{uuid.uuid4().hex[:6]}"
     orphan = client.containers.run(test_images[0], detach=True, name=run_id, network_mode="none",
                                    labels={RUN_LABEL: run_id, OWNER_LABEL: dead_owner})
-    alive = make_pool(emulate_pull=False)
-    kept = alive.start_instance("O9", alive.lease(immediate=True), {})
-    wait_for(lambda: states(alive).get(kept) == InstanceState.running, what="the live run's instance")
     try:
         pool = make_pool(emulate_pull=False)
         pool.check_engines()

@@ -58,6 +58,10 @@ from testbed.run_result import RunResult, verdict
 
 EngineFactory = Callable[[FlinkSettings, RateSchedule], Engine]
 DRAIN_POLL_S = 0.5
+# how a controller's decision reaches the job: one parallelism for every vertex, by TaskManagers of one
+# slot added or stopped under reactive mode (per-vertex parallelism would need the adaptive scheduler's
+# resource requirements, which reactive mode refuses)
+PARALLELISM_MODE = {"mode": "job", "scheduler": "reactive"}
 
 
 def workload_rates(pattern: Any, duration_s: int, compression: float, peak_rate: float) -> np.ndarray:
@@ -233,7 +237,7 @@ class FlinkJobRun:
                     "items": accounting.scheduled, "unprocessed_at_end": accounting.pending, "flink": True},
             "accounting": accounting.as_dict(), "flink": record,
             "recoveries": [_recovery(r) for r in self.ledger.recoveries], "given_up": self.ledger.given_up,
-            "time_compression": self.flink.time_compression}
+            "time_compression": self.flink.time_compression, "parallelism": PARALLELISM_MODE}
         controller = self.policy.run_details()
         if controller is not None:
             details["controller"] = controller

@@ -1,11 +1,12 @@
-"""Daedalus and the HPA driving a real Apache Flink in reactive mode
-(`backend=flink`, testbed/live/flink_job.py, docs/flink.md#job-mode-runs): evaluation daedalus_flink,
-compressed to a minute per run (the first 72 min of wc_sine at a time compression of 72), starting
-from one TaskManager while the workload's peak needs two. Daedalus must rescale by adding or
-removing TaskManagers (a static deployment is checked in test_flink_faults.py); every sentence the
-schedule made due must be counted exactly once once the run has drained; no Flink process may outlive
-a run, nor a run interrupted with SIGINT (which is marked incomplete). Flink is installed and the job
-built by the project's script (the fixture of test_flink_engine.py)."""
+"""Daedalus, the HPA, DS2 and the Flink autoscaler's algorithm driving a real Apache Flink in reactive
+mode (`backend=flink`, testbed/live/flink_job.py, docs/flink.md#job-mode-runs): evaluation
+daedalus_flink, compressed to a minute per run (the first 72 min of wc_sine at a time compression of
+72), starting from one TaskManager while the workload's peak needs two. Daedalus, DS2 and the Flink
+autoscaler must rescale by adding or removing TaskManagers (a static deployment is checked in
+test_flink_faults.py); every sentence the schedule made due must be counted exactly once once the run
+has drained; no Flink process may outlive a run, nor a run interrupted with SIGINT (which is marked
+incomplete). Flink is installed and the job built by the project's script (the fixture of
+test_flink_engine.py)."""
 from __future__ import annotations
 
 import json
@@ -34,7 +35,7 @@ pytestmark = [
 RUN = ["evaluation=daedalus_flink", "duration_min=72", "job.initial_parallelism=1", "reps=1", "summary=false"]
 # the static deployment runs in test_flink_faults.py (a static run with a TaskManager lost still never
 # rescales): one Flink run less in the suite
-CONFIGS = ("daedalus", "hpa-80")
+CONFIGS = ("daedalus", "hpa-80", "ds2", "flink_autoscaler")
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +73,24 @@ def test_daedalus_rescales_by_taskmanagers_and_the_downtime_is_measured(flink_ru
     assert set(actions.action) & {"scale_up", "scale_down"}, actions.to_string()
     instances = table(run, "instances")
     assert instances.hosts.nunique() >= 2  # the deployed TaskManagers changed
+
+
+@pytest.mark.parametrize("name", ["ds2", "flink_autoscaler"])
+def test_the_practitioners_autoscalers_rescale_with_their_own_reasons(flink_runs, name):
+    """From one TaskManager under a load that needs two, DS2 and the Flink autoscaler at their
+    defaults (times / 72) add TaskManagers; each rescale's downtime is measured and its reason is
+    the policy's own."""
+    run = flink_runs[name]
+    rescales = table(run, "rescales")
+    print(name, rescales.to_string())
+    assert len(rescales) >= 1 and rescales.to_n.iloc[0] > rescales.from_n.iloc[0] == 1
+    done = rescales.dropna(subset=["downtime_s"])
+    assert len(done) >= 1 and (done.downtime_s > 0).all()
+    actions = table(run, "actions")
+    scaling = actions[actions.action.isin(["scale_up", "scale_down"])]
+    prefix = {"ds2": "ds2:", "flink_autoscaler": "flink-autoscaler:"}[name]
+    assert len(scaling) >= 1 and scaling.reason.str.startswith(prefix).all(), scaling.to_string()
+    assert table(run, "instances").hosts.nunique() >= 2
 
 
 def test_no_flink_process_outlives_a_run(flink_runs):

@@ -100,6 +100,7 @@ def test_a_killed_taskmanager_is_found_recorded_replaced_and_the_run_balances(tm
     acc = result.details["accounting"]
     assert acc["drained"] and acc["counted"] == acc["scheduled"] and acc["replays"] == 2 * fake.replay
     assert ("tm-1", "kill") in fake.removed and fake.closed
+    assert result.details["parallelism"] == {"mode": "job", "scheduler": "reactive"}  # how decisions were applied
 
 
 def test_the_only_taskmanager_lost_is_replaced_and_its_sentences_counted(tmp_path):

@@ -21,9 +21,12 @@ Redis keys of a run (``<prefix>`` = the run's broker prefix), written by the run
   publisher, whose confirms come asynchronously while the slot takes the next item; summed over
   the ``PARALLEL`` slots, so utilisation = ``busy_ms`` / (interval x ``PARALLEL``)), ``cpu_ms``
   (CPU time of the worker threads and the processes they ran over the same work: busy time without
-  the wait for a CPU) and ``container_cpu_ms`` (the container's whole cgroup CPU, overhead threads
-  included; absent where no cgroup counter is readable). Entries of older writers lack ``emitted``
-  and ``busy_ms`` (read as 0) and the CPU fields (read as unknown);
+  the wait for a CPU), ``run_delay_ms`` (the time the same threads and processes waited for a CPU
+  inside busy periods, ``operators/schedstat.py``: ``busy_ms`` less it is the service time of a
+  machine with a CPU to spare; absent where the scheduler's statistics are unreadable) and
+  ``container_cpu_ms`` (the container's whole cgroup CPU, overhead threads included; absent where no
+  cgroup counter is readable). Entries of older writers lack ``emitted`` and ``busy_ms`` (read as 0)
+  and the CPU and delay fields (read as unknown);
 * per-edge counts: an operator publishes each emission once, to its own fanout exchange (Kafka: its
   own topic, read by one consumer group per downstream operator), so every downstream operator's
   edge receives exactly the operator's ``emitted`` items: the count of edge ``A -> B`` is ``A``'s

@@ -1,5 +1,5 @@
-"""Duration samples, processed/dead/emitted counters, busy time and CPU time of one instance,
-written to Redis in batches.
+"""Duration samples, processed/dead/emitted counters, busy time, CPU time and run-queue delay of
+one instance, written to Redis in batches.
 
 Keys and fields are those of ``operators/api.py``. Nothing is written per message: the runner
 records into memory and a flusher thread writes everything every ``METRICS_FLUSH_S`` and on exit
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from operators.api import dead_hash, emitted_hash, metrics_stream, processed_hash
+from operators.schedstat import CHILDREN, ChildDelays, thread_delay_ns
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,74 @@ class CpuTime:
             return max(0.0, cpu)
 
 
+class RunDelay:
+    """Seconds the worker slots waited for a CPU inside their busy periods (operators/schedstat.py):
+    a slot's thread's run-queue delay read when its busy period starts and ends (and at each ``take``
+    for one in progress, so a long item counts in each flush by its share), plus the delay of the
+    child processes the slots ran. Busy time less this delay is the service time of a machine with a
+    CPU to spare; a delay outside busy periods (a woken worker waiting for a CPU to take its next
+    batch) is left out, as busy time leaves out that wait."""
+
+    def __init__(self, read: Callable[[int], Optional[int]] = thread_delay_ns, children: ChildDelays = CHILDREN):
+        self.read = read
+        self.children = children
+        self._lock = threading.Lock()
+        self._tids: Dict[int, int] = {}  # slot -> native id of its thread
+        self._since: Dict[int, int] = {}  # busy slot -> its delay (ns) at the last start or take
+        self._done = 0  # ns of finished busy periods not yet taken
+        self._children_seen = children.total_ns()
+        self.available = True  # False once a reading failed: no delay is reported
+
+    def register(self, slot: int, tid: Optional[int] = None) -> None:
+        """Called by a worker thread when it starts (``tid``: its native id, default the caller's)."""
+        tid = threading.get_native_id() if tid is None else tid
+        if self.read(tid) is None:
+            log.warning("no run-queue delay readable for worker slot %d: not reported", slot)
+            self.available = False
+        with self._lock:
+            self._tids[slot] = tid
+
+    def unregister(self, slot: int) -> None:
+        with self._lock:
+            self._tids.pop(slot, None)
+
+    def start(self, slot: int) -> None:
+        with self._lock:
+            now = self._read(slot)
+            if now is not None:
+                self._since[slot] = now
+
+    def stop(self, slot: int) -> None:
+        with self._lock:
+            now, since = self._read(slot), self._since.pop(slot, None)
+            if now is not None and since is not None:
+                self._done += now - since
+
+    def take(self) -> Optional[float]:
+        """Delay seconds in busy periods since the previous ``take`` (None: not readable)."""
+        with self._lock:
+            delay, self._done = self._done, 0
+            for slot, since in list(self._since.items()):
+                now = self._read(slot)
+                if now is not None:
+                    delay += now - since
+                    self._since[slot] = now
+            children = self.children.total_ns()
+            if children is None or self._children_seen is None:
+                self.available = False
+            else:
+                delay += children - self._children_seen
+                self._children_seen = children
+            return max(0, delay) / 1e9 if self.available else None
+
+    def _read(self, slot: int) -> Optional[int]:
+        tid = self._tids.get(slot)
+        value = None if tid is None else self.read(tid)
+        if value is None:
+            self.available = False
+        return value
+
+
 # the container's own cgroup CPU counter: v2 (private cgroup namespace), then v1's cpuacct
 CGROUP_CPU_FILES = (("/sys/fs/cgroup/cpu.stat", 1e-6), ("/sys/fs/cgroup/cpuacct/cpuacct.usage", 1e-9),
                     ("/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage", 1e-9))
@@ -186,6 +255,7 @@ class _Buffer:
     timed_out: int = 0  # inputs dropped unprocessed: older than ITEM_TIMEOUT_S when taken
     busy_s: float = 0.0
     cpu_s: float = 0.0
+    delay_s: float = 0.0  # run-queue delay in busy periods
     container_cpu_s: Optional[float] = None  # None: the container's counter is not readable
     # cumulative counts whose transaction with the finished ids failed (Redis away): the next flush
     unwritten_processed: int = 0
@@ -223,6 +293,7 @@ class Metrics:
         self.busy = BusyTime()  # the runner's worker slots report here
         self.busy_total_s = 0.0  # cumulative busy seconds written so far
         self.cpu = CpuTime()  # the worker threads register here
+        self.delay = RunDelay()  # ... and here, and report their busy periods here as to ``busy``
         self.container = ContainerCpu()
 
     def now_ms(self) -> int:
@@ -286,6 +357,8 @@ class Metrics:
         busy_ms = round(buf.busy_s * 1000)  # whole ms; the rest goes with the next entry
         buf.cpu_s += self.cpu.take()
         cpu_ms = round(buf.cpu_s * 1000)
+        buf.delay_s += self.delay.take() or 0.0
+        delay_ms = round(buf.delay_s * 1000)
         container = self.container.take()
         if container is not None:
             buf.container_cpu_s = _plus(buf.container_cpu_s, container)
@@ -303,6 +376,8 @@ class Metrics:
                      "dead": buf.dead, "emitted": buf.emitted, "busy_ms": busy_ms}
             if self.cpu.available:
                 count["cpu_ms"] = cpu_ms
+            if self.delay.available:
+                count["run_delay_ms"] = delay_ms
             if container_ms is not None:
                 count["container_cpu_ms"] = container_ms
             if buf.timed_out:  # only where an item timeout dropped something (older readers ignore it)
@@ -320,6 +395,7 @@ class Metrics:
             self._buf.busy_s += buf.busy_s - busy_ms / 1000.0
             self.busy_total_s += busy_ms / 1000.0
             self._buf.cpu_s += buf.cpu_s - cpu_ms / 1000.0
+            self._buf.delay_s += buf.delay_s - delay_ms / 1000.0
             if container_ms is not None and buf.container_cpu_s is not None:
                 rest = buf.container_cpu_s - container_ms / 1000.0
                 self._buf.container_cpu_s = _plus(self._buf.container_cpu_s, rest)
@@ -335,6 +411,7 @@ class Metrics:
             self._buf.timed_out += buf.timed_out
             self._buf.busy_s += buf.busy_s
             self._buf.cpu_s += buf.cpu_s
+            self._buf.delay_s += buf.delay_s
             if buf.container_cpu_s is not None:
                 self._buf.container_cpu_s = _plus(self._buf.container_cpu_s, buf.container_cpu_s)
             self._buf.unwritten_processed += buf.unwritten_processed

@@ -25,7 +25,8 @@ switch-off always completes before a switch-on is taken up.
 Busy time: a worker slot is busy from taking a batch of deliveries until it waits for the next one
 (decoding, duplicate check, ``WORK_MS``, the operator, handing emissions to the publisher; not the
 asynchronous confirms). CPU time: the worker threads' own CPU clocks and the processes they ran
-(tesseract), without the wait for a CPU that busy time includes (``operators/metrics.py``).
+(tesseract), without the wait for a CPU that busy time includes (``operators/metrics.py``). Run-queue
+delay: that wait, of the same threads and processes inside busy periods (``operators/schedstat.py``).
 
 Item timeout (``ITEM_TIMEOUT_S`` > 0): an input whose origin (``origin_ms``, the source's emission
 of what it derives from) is older than that when a worker takes it is dropped: acknowledged without
@@ -322,17 +323,21 @@ class Runner:
 
     def _worker(self, slot: int) -> None:
         self.metrics.cpu.register(slot)
+        self.metrics.delay.register(slot)
         try:
             while True:
                 batch = self._next_batch()
                 if batch is None:
                     return
                 self.metrics.busy.start(slot)
+                self.metrics.delay.start(slot)
                 try:
                     self._handle(batch, slot)
                 finally:
+                    self.metrics.delay.stop(slot)
                     self.metrics.busy.stop(slot)
         finally:
+            self.metrics.delay.unregister(slot)
             self.metrics.cpu.unregister(slot)
 
     def _handle(self, batch: List[Delivery], slot: int) -> None:

@@ -2,15 +2,17 @@
 live testbed (`X-live`, docs/event-log.md) on the same pattern, their metrics side by side, with
 the gap and whether it is within target.
 
-The live run is the reference, the simulated one the measurement: a gap is sim - live in points
-for compliance, (sim - live) / live for counts and costs, sim / live for queue depth and latency,
+The live runs are the reference, the simulated ones the measurement: the simulated runs' mean is
+compared with the live runs' median (one live run differs from the next by what else the machine
+ran; the median is not pulled by one odd run), whose range is shown beside it. A gap is sim - live
+in points for compliance, (sim - live) / live for counts and costs, sim / live for queue depth and latency,
 the kinds and tolerances of the fidelity section (reporting.fidelity_gaps: 5 pp, 15 %, x1.3), so
 "within target" means the same in both places. The metrics are the report's per-run metrics
 (reporting.report_metrics, tables/run_metrics.csv); mean queue depth and end-to-end latency, which
 the BTU metrics do not include, are read from the paired runs' event logs (`run_extras`) unless an
 evaluation's metrics give them already.
 
-    python -m reporting.live_gap RUNS_DIR   # the table, from the event logs (pandas), for a quick look
+    python -m reporting.live_gap RUNS_DIR [RUNS_DIR ...]   # the table, from the event logs (pandas)
 """
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ METRICS: Tuple[GapMetric, ...] = (
 )
 EXTRA_METRICS = (SCALING_ACTIONS, "mean_queue_depth", "latency_ms", "latency_p95_ms")  # from the event logs
 COLUMNS = ["pattern", "config", "metric", "label", "btu_minutes", "kind", "unit", "tolerance", "sim_mean",
-           "n_sim", "live_mean", "n_live", "gap", "normalised_gap", "within"]
+           "n_sim", "live_median", "live_min", "live_max", "n_live", "gap", "normalised_gap", "within"]
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,11 @@ class GapRow:
     tolerance: float
     sim_mean: float
     n_sim: int
-    live_mean: float
+    live_median: float  # over the live runs: the reference
+    live_min: float
+    live_max: float
     n_live: int
-    gap: float  # in the kind's unit (pp, %, x); NaN when not measurable
+    gap: float  # sim_mean against live_median, in the kind's unit (pp, %, x); NaN when not measurable
     normalised_gap: float  # |gap| / tolerance (1 = on the edge); NaN when not measurable
     within: Optional[bool]  # None when not measurable
 
@@ -111,6 +115,23 @@ def pair_configs(keys: Iterable[Tuple[str, str]]) -> Tuple[List[Tuple[str, str]]
     return paired, unpaired
 
 
+@dataclass(frozen=True)
+class LiveValues:
+    """A metric over the live runs of a configuration: median and range of the runs that have it."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: pd.Series) -> "LiveValues":
+        v = values.to_numpy(dtype=float)
+        v = v[np.isfinite(v)]
+        if not v.size:
+            return cls(math.nan, math.nan, math.nan)
+        return cls(float(np.median(v)), float(v.min()), float(v.max()))
+
+
 def _gap(kind: str, live: float, sim: float) -> Tuple[float, float, Optional[bool]]:
     if not (math.isfinite(live) and math.isfinite(sim)):
         return math.nan, math.nan, None
@@ -126,8 +147,9 @@ def live_gap(per_run: pd.DataFrame, metrics: Sequence[GapMetric] = METRICS) -> L
     """The side-by-side table from per-run metrics in the report's long format (PER_RUN_COLUMNS of
     reporting.report_metrics: pattern, config, rep, btu_minutes, metric, value): per pattern, pair of
     X and X-live, metric and BTU length (costs of a re-billed configuration, one per BTU length),
-    the mean and number of repetitions on each side, the gap and whether it is within target.
-    Metrics neither side has are left out; a side without a value has NaN (not measurable)."""
+    the simulated runs' mean, the live runs' median and range, the number of repetitions on each side,
+    the gap (sim mean vs live median) and whether it is within target. Metrics neither side has are
+    left out; a side without a value has NaN (not measurable)."""
     if per_run.empty:
         return LiveGap()
     paired, unpaired = pair_configs(zip(per_run["pattern"].astype(str), per_run["config"].astype(str),
@@ -148,11 +170,11 @@ def live_gap(per_run: pd.DataFrame, metrics: Sequence[GapMetric] = METRICS) -> L
             for b in dict.fromkeys(btu[these.index].fillna(-1).tolist()):
                 one = these[btu[these.index].fillna(-1) == b]
                 sim = float(one[one["config"] == base]["value"].astype(float).mean())
-                live = float(one[one["config"] == base + LIVE]["value"].astype(float).mean())
-                gap, normalised, within = _gap(m.kind, live, sim)
+                live = LiveValues.of(one[one["config"] == base + LIVE]["value"].astype(float))
+                gap, normalised, within = _gap(m.kind, live.median, sim)
                 out.rows.append(GapRow(pattern, base, m.metric, m.label, None if b < 0 else int(b), m.kind,
-                                       UNITS[m.kind], CELL_KINDS[m.kind], sim, n_sim, live, n_live, gap,
-                                       normalised, within))
+                                       UNITS[m.kind], CELL_KINDS[m.kind], sim, n_sim, live.median, live.low,
+                                       live.high, n_live, gap, normalised, within))
     return out
 
 
@@ -227,8 +249,16 @@ def _within(row: GapRow) -> str:
     return "–" if row.within is None else ("yes" if row.within else "no")
 
 
+def _live_cell(row: GapRow, decimals: int) -> str:
+    """The live median, with the range of the live runs where there are several."""
+    cell = f"{_fmt(row.live_median, decimals)} ({row.n_live})"
+    if row.n_live > 1 and math.isfinite(row.live_min):
+        cell += f", range {_fmt(row.live_min, decimals)}–{_fmt(row.live_max, decimals)}"
+    return cell
+
+
 def table_rows(gaps: LiveGap, pattern: str) -> Tuple[List[str], List[List[str]]]:
-    heads = ["configuration", "metric", "sim (n)", "live (n)", "gap (sim vs live)", "target", "within"]
+    heads = ["configuration", "metric", "sim mean (n)", "live median (n)", "gap (sim vs live)", "target", "within"]
     decimals = {m.metric: m.decimals for m in METRICS}
     rows = []
     for r in gaps.rows:
@@ -236,7 +266,7 @@ def table_rows(gaps: LiveGap, pattern: str) -> Tuple[List[str], List[List[str]]]
             continue
         label = f"{r.label} ({r.btu_minutes}-min BTU)" if r.metric == "paid_btus" and r.btu_minutes else r.label
         d = decimals.get(r.metric, 2)
-        rows.append([r.config, label, f"{_fmt(r.sim_mean, d)} ({r.n_sim})", f"{_fmt(r.live_mean, d)} ({r.n_live})",
+        rows.append([r.config, label, f"{_fmt(r.sim_mean, d)} ({r.n_sim})", _live_cell(r, d),
                      _fmt_gap(r), _target(r.kind), _within(r)])
     return heads, rows
 
@@ -286,9 +316,11 @@ def sections(gaps: LiveGap, sim_profiles: Sequence[str] = (),
     used = ", ".join(f"`{p}`" for p in sim_profiles) if sim_profiles else "the one in their manifests"
     blocks: List[Block] = [
         "Each configuration that ran both in the simulator (`X`) and on the live testbed (`X-live`: "
-        "real operator containers, broker and VMs) on the same pattern, mean over repetitions (n in "
-        f"brackets). The simulated runs used the profile {used}. The live run is the reference: the gap "
-        "is sim − live in points for compliance, relative to live for BTUs, actions and instances, and "
+        "real operator containers, broker and VMs) on the same pattern: the simulated runs' mean and the "
+        "live runs' median (n in brackets, and the live runs' range where there are several: one live run "
+        f"differs from the next by what else the machine ran). The simulated runs used the profile {used}. "
+        "The live runs are the reference: the gap is sim mean − live median in points for compliance, "
+        "relative to live for BTUs, actions and instances, and "
         "sim / live for queue depth and latency, with the fidelity section's targets (5 pp, 15 %, ×1.3). "
         "A gap within target means the profile predicts the live testbed on that metric; – marks a "
         "metric one side does not have (or a relative gap against a live 0)."]
@@ -305,23 +337,27 @@ def sections(gaps: LiveGap, sim_profiles: Sequence[str] = (),
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """`python -m reporting.live_gap RUNS_DIR`: the table from the runs' event logs (pandas, no Spark)."""
+    """`python -m reporting.live_gap RUNS_DIR [RUNS_DIR ...]`: the table from the runs' event logs (pandas,
+    no Spark). Several folders pool their runs: the repetitions of a configuration are numbered across
+    them (each folder numbers its own from 1)."""
     from reporting.metrics import long_rows, run_metrics
     from testbed.eventlog import find_runs, read_manifest
 
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: python -m reporting.live_gap RUNS_DIR", file=sys.stderr)
+    if not args or any("=" in a for a in args):
+        print("usage: python -m reporting.live_gap RUNS_DIR [RUNS_DIR ...]", file=sys.stderr)
         return 2
     rows, dirs = [], {}
-    for run_dir in find_runs(args[0]):
+    reps: Dict[Tuple[str, str], int] = {}
+    for run_dir in (d for folder in args for d in find_runs(folder)):
         m = read_manifest(run_dir)
         if m.status != "complete":
             continue
+        reps[(m.pattern, m.config)] = rep = reps.get((m.pattern, m.config), 0) + 1
         values = run_metrics(run_dir)
         independent = [k for k in values if k != "by_btu" and not isinstance(values[k], dict)]
-        rows += [{**r, "rep": m.rep} for r in long_rows(m, values, Path(run_dir), independent=independent)]
-        dirs[(m.pattern, m.config, m.rep)] = Path(run_dir)
+        rows += [{**r, "rep": rep} for r in long_rows(m, values, Path(run_dir), independent=independent)]
+        dirs[(m.pattern, m.config, rep)] = Path(run_dir)
     per_run = pd.DataFrame(rows)
     if not per_run.empty:
         per_run["btu_minutes"] = pd.array(per_run["btu_minutes"], dtype="Int64")

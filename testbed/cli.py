@@ -10,7 +10,7 @@
     testbed calibrate [key=value...]     fit the simulator's unknowns to one pattern's published table (a profile)
     testbed fidelity [key=value...]      a profile on every pattern, plus sensitivity sweeps for the report
     testbed engine-profile RUNS_DIR name=NAME  a job-mode profile measured from the Flink runs of a folder
-    testbed live-profile RUNS_DIR name=NAME    a simulator profile measured from the live runs of a folder
+    testbed live-profile RUNS_DIR... name=NAME a simulator profile measured from the live runs of folders
     testbed odp solve|study [key=value...] ODP: solve a placement ILP (INSTANCE.json), or the scalability study
 """
 from __future__ import annotations

@@ -99,11 +99,13 @@ TABLES: Dict[str, pa.Schema] = {
     ]),
     # live runs only (optional: older runs lack it): the instance_stats rows' busy wall time and CPU time
     # in ms, summed over the instance's worker slots; cpu_ms = the worker threads' CPU clocks and the
-    # processes they ran (no wait for a CPU), container_cpu_ms = the container's cgroup CPU (overhead
-    # threads included); null where the instance did not report it
+    # processes they ran (no wait for a CPU), run_delay_ms = the same tasks' wait for a CPU inside busy
+    # periods (busy_ms - run_delay_ms: the service time without CPU contention), container_cpu_ms = the
+    # container's cgroup CPU (overhead threads included); null where the instance did not report it
     "instance_cpu": pa.schema([
         _field("t_s", _F64), _field("operator", _STR), _field("instance", _STR), _field("busy_ms", _F64),
-        _field("cpu_ms", _F64, nullable=True), _field("container_cpu_ms", _F64, nullable=True),
+        _field("cpu_ms", _F64, nullable=True), _field("run_delay_ms", _F64, nullable=True),
+        _field("container_cpu_ms", _F64, nullable=True),
     ]),
     # items dropped during the interval, with the reason (purge: a restart emptied the queues)
     "dropped": pa.schema([
@@ -157,6 +159,10 @@ TABLES: Dict[str, pa.Schema] = {
         _field("released", pa.bool_()),
     ]),
 }
+
+
+# nullable columns added to a table after files were written without them: read as nulls there
+ADDED_COLUMNS: Dict[str, Tuple[str, ...]] = {"instance_cpu": ("run_delay_ms",)}
 
 
 class EventLogError(Exception):
@@ -226,6 +232,14 @@ def _replace_atomically(path: Path, write: Any) -> None:
             os.unlink(tmp)
 
 
+def _with_added_columns(table: str, data: pa.Table) -> pa.Table:
+    """A file written before ADDED_COLUMNS[table] existed, with those columns as nulls in schema order."""
+    schema = TABLES[table]
+    columns = [data.column(f.name) if f.name in data.schema.names else pa.nulls(data.num_rows, f.type)
+               for f in schema]
+    return pa.Table.from_arrays(columns, names=schema.names)
+
+
 class EventLog:
     """The tables of one run folder."""
 
@@ -258,6 +272,9 @@ class EventLog:
         except (pa.ArrowException, OSError) as exc:
             raise EventLogError(f"cannot read event-log table {path}: {exc}") from exc
         expected = TABLES[table].names
+        older = [n for n in expected if n not in ADDED_COLUMNS.get(table, ())]
+        if data.schema.names == older and older != expected:
+            data = _with_added_columns(table, data)
         if data.schema.names != expected:
             raise EventLogError(f"{path}: columns {data.schema.names} differ from schema v{SCHEMA_VERSION} {expected}")
         return data.cast(TABLES[table]).to_pandas()

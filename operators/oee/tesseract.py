@@ -5,6 +5,8 @@ import os
 import shutil
 import subprocess
 
+from operators.schedstat import run_child
+
 
 class TesseractMissing(RuntimeError):
     """The binary is not installed: an environment problem, not a bad input."""
@@ -24,8 +26,8 @@ def ocr_text(png: bytes, command: str = "tesseract", psm: int = 6, lang: str = "
     # one OpenMP thread: faster for an image this small, and it does not steal the other instances' cores
     env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
     try:
-        done = subprocess.run([exe, "stdin", "stdout", "--psm", str(psm), "-l", lang], input=png,
-                              capture_output=True, timeout=timeout_s, env=env, check=False)
+        # run_child: as subprocess.run, and the instance's run-queue delay includes tesseract's
+        done = run_child([exe, "stdin", "stdout", "--psm", str(psm), "-l", lang], png, timeout_s, env)
     except subprocess.TimeoutExpired as exc:
         raise UnreadableImage(f"tesseract took more than {timeout_s:g} s") from exc
     if done.returncode != 0:

@@ -2,14 +2,17 @@
 runs of a runs folder (configurations named `<configuration>-live`, testbed/live/) give the
 simulator's unknowns values measured from their event log, not assumed:
 
-* **service time** per operator (`topology.operators.<op>.service.mean_ms`): the CPU time the
-  runners report (`instance_cpu.cpu_ms`: their worker threads' CPU clocks and the processes they
-  ran) over the items processed, summed over the instances and every interval with work: CPU time
-  holds no wait for a CPU, so it does not depend on what else the machine ran, and
-  `backend.shared_cores` adds the slowdown of a crowded machine in the simulator. Runs without CPU
-  time (recorded before it existed) fall back to busy wall time (`instance_stats`: utilisation x
-  interval x parallel slots) over the intervals whose busy slots stay within the shared cores
-  (beyond, a slot counts its wait for the CPU as busy), with a warning in the header;
+* **service time** per operator (`topology.operators.<op>.service.mean_ms`): busy wall time less
+  run-queue delay (`instance_cpu.busy_ms - run_delay_ms`: the time the worker slots were occupied,
+  less the time their threads and the processes they ran waited for a CPU inside those busy
+  periods), over the items processed, summed over the instances and every interval with work. It
+  holds the operators' waits for Redis and the broker (most of O2's and O6's time, which CPU time
+  leaves out) but no wait for a CPU, so it does not depend on what else the machine ran, and
+  `backend.shared_cores` adds the slowdown of a crowded machine in the simulator. CPU time per item
+  (`cpu_ms`) is reported beside it. Runs without the delay fall back to CPU time, runs without
+  either (recorded before they existed) to busy wall time (`instance_stats`: utilisation x interval x
+  parallel slots) over the intervals whose busy slots stay within the shared cores (beyond, a slot
+  counts its wait for the CPU as busy), with a warning in the header;
   `service.cv` from consecutive intervals' means: a mean of n items varies with
   sd sigma / sqrt(n), so (s_i - s_j)^2 / (1/n_i + 1/n_j) estimates sigma^2, its median over 0.4549
   (a chi-square(1)'s median) unmoved by the few pairs across a load step. Not from `samples`: their
@@ -40,7 +43,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -63,8 +66,9 @@ TRUNCATION_MEAN_MS = 500.0  # mean of U(0, 1 s): what seconds_truncated adds to 
 RUNTIME_KEYS = ("measurement", "sampling", "sample_every", "initial_instances")
 TABLES = ("instance_stats", "edges", "samples", "queues", "hosts", "leases", "placements")
 CPU_TABLE = "instance_cpu"  # live runs recorded before CPU time lack it
-CPU, BUSY = "cpu_ms", "busy_ms"  # the two clocks a service time can be read from
-USAGE = "usage: testbed live-profile RUNS_DIR name=NAME [out=FILE.yaml] [cores=N] [force=true]"
+# the clocks a service time can be read from, best first: busy less run-queue delay, CPU, busy wall
+SERVICE, CPU, BUSY = "service_ms", "cpu_ms", "busy_ms"
+USAGE = "usage: testbed live-profile RUNS_DIR [RUNS_DIR ...] name=NAME [out=FILE.yaml] [cores=N] [force=true]"
 
 
 class ProfileError(ValueError):
@@ -100,7 +104,9 @@ class Service:
     uncontended: bool = True  # the wall-time mean from the intervals within the shared cores only
     wall_mean_ms: float = math.nan  # busy wall time per item (the mean_ms of the busy clock)
     wall_intervals: int = 0  # intervals behind wall_mean_ms
-    clock: str = BUSY  # what mean_ms and cv are read from: CPU or BUSY
+    clock: str = BUSY  # what mean_ms and cv are read from: SERVICE, CPU or BUSY
+    cpu_mean_ms: float = math.nan  # CPU time per item over every interval with work (NaN: not recorded)
+    delay_mean_ms: float = math.nan  # run-queue delay per item over the same (NaN: not recorded)
 
 
 @dataclass
@@ -144,10 +150,12 @@ class Measured:
     configured: Dict[str, Any] = field(default_factory=dict)  # the live runs' infrastructure settings
     without_cpu: List[str] = field(default_factory=list)  # runs without CPU time: service from busy wall time
     machine_load: Dict[str, Any] = field(default_factory=dict)  # per run: the manifest's machine_load
+    without_delay: List[str] = field(default_factory=list)  # runs without run-queue delay
+    per_run: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # per run alone: profile_values
 
     @property
     def clock(self) -> str:
-        return BUSY if self.without_cpu else CPU
+        return service_clock(self.without_cpu, self.without_delay)
 
     @property
     def hop_ms(self) -> np.ndarray:
@@ -188,10 +196,16 @@ def _parallel(m: Manifest) -> int:
     return int(_cfg(m, "backend", "live", "parallel", default=1) or 1)
 
 
+def service_clock(without_cpu: Sequence[str], without_delay: Sequence[str]) -> str:
+    """The one clock pooled runs are read on: the best every run recorded."""
+    return BUSY if without_cpu else CPU if without_delay else SERVICE
+
+
 def service_per_interval(stats: pd.DataFrame, step_s: float, parallel: int, run: str = "",
                          cpu: Optional[pd.DataFrame] = None) -> pd.DataFrame:
-    """Per operator and interval with work: items, busy ms and CPU ms (`instance_cpu`; NaN where an
-    instance did not report it, or the run has no such table) over all instances."""
+    """Per operator and interval with work, over all instances: items, busy ms (`instance_stats`,
+    capped at the interval), CPU ms and service ms (`instance_cpu`: uncapped busy ms less the run-queue
+    delay in busy periods; NaN where an instance did not report it, or the run has no such table)."""
     busy = stats.groupby("t_s").utilisation.sum() * parallel
     s = stats[stats.processed > 0].copy()
     s["run"] = run
@@ -199,13 +213,17 @@ def service_per_interval(stats: pd.DataFrame, step_s: float, parallel: int, run:
     s["busy_ms"] = s.utilisation * step_s * 1000.0 * parallel
     s["capped"] = s.utilisation >= 1.0
     if cpu is None:
-        s["cpu_ms"] = math.nan
+        s["cpu_ms"] = s["run_delay_ms"] = s["service_ms"] = math.nan
     else:
-        s = s.merge(cpu[["t_s", "instance", "cpu_ms"]], on=["t_s", "instance"], how="left")
+        c = cpu[["t_s", "instance", "busy_ms", "cpu_ms", "run_delay_ms"]].rename(columns={"busy_ms": "cpu_busy_ms"})
+        s = s.merge(c, on=["t_s", "instance"], how="left")
+        s["service_ms"] = s.cpu_busy_ms - s.run_delay_ms
     s["cpu_known"] = s.cpu_ms.notna()
+    s["delay_known"] = s.service_ms.notna()
     return s.groupby(["run", "operator", "t_s"], as_index=False).agg(
         items=("processed", "sum"), busy_ms=("busy_ms", "sum"), cpu_ms=("cpu_ms", "sum"),
-        cpu_known=("cpu_known", "all"), capped=("capped", "any"), busy_cores=("busy_cores", "first"))
+        run_delay_ms=("run_delay_ms", "sum"), service_ms=("service_ms", "sum"), cpu_known=("cpu_known", "all"),
+        delay_known=("delay_known", "all"), capped=("capped", "any"), busy_cores=("busy_cores", "first"))
 
 
 def successive_z2(rows: pd.DataFrame, step_s: float, clock: str = BUSY) -> np.ndarray:
@@ -228,17 +246,18 @@ def _per_item(rows: pd.DataFrame, clock: str) -> float:
 
 
 def _service(op: str, rows: pd.DataFrame, step_s: float, cores: float, clock: str = BUSY) -> Service:
-    """Mean and cv of the clock's time per item. CPU time: over every interval with work (it holds no
-    wait for a CPU). Busy wall time: over the uncontended intervals (busy slots of all instances
-    within the shared cores: the simulator's CPU sharing slows nothing there and adds its own
-    slowdown beyond), or over all intervals where fewer than MIN_INTERVALS are uncontended."""
+    """Mean and cv of the clock's time per item. Busy less run-queue delay, and CPU time: over every
+    interval with work (neither holds a wait for a CPU). Busy wall time: over the uncontended
+    intervals (busy slots of all instances within the shared cores: the simulator's CPU sharing slows
+    nothing there and adds its own slowdown beyond), or over all intervals where fewer than
+    MIN_INTERVALS are uncontended. CPU time and delay per item beside it where every interval has them."""
     every = rows
     all_mean = float(every.busy_ms.sum() / every["items"].sum()) if len(every) else math.nan
     calm = rows[rows.busy_cores <= cores]
     uncontended = len(calm) >= MIN_INTERVALS
     wall_rows = calm if uncontended else rows
     wall = _per_item(wall_rows, BUSY)
-    rows = every if clock == CPU else wall_rows
+    rows = wall_rows if clock == BUSY else every
     n = rows["items"].to_numpy(dtype=float)
     work = rows[clock].to_numpy(dtype=float)
     per = work / n if n.size else np.array([])
@@ -249,8 +268,10 @@ def _service(op: str, rows: pd.DataFrame, step_s: float, cores: float, clock: st
         # the median of a chi-square(1) is 0.4549 x its mean: robust to the few pairs across a load step
         cv = math.sqrt(float(np.median(z2)) / CHI2_1_MEDIAN) / mean
         spread_cv = math.sqrt(float(np.mean(n * (per - mean) ** 2))) / mean
+    cpu_mean = _per_item(every, CPU) if len(every) and every.cpu_known.all() else math.nan
+    delay_mean = _per_item(every, "run_delay_ms") if len(every) and every.delay_known.all() else math.nan
     return Service(op, mean, cv, int(n.size), int(n.sum()), int(rows.capped.sum()), per, spread_cv, int(z2.size),
-                   all_mean, len(every), uncontended, wall, len(wall_rows), clock)
+                   all_mean, len(every), uncontended, wall, len(wall_rows), clock, cpu_mean, delay_mean)
 
 
 def _emissions(edges: pd.DataFrame, processed: pd.Series, operators: Dict[str, Any]) -> Dict[str, Emission]:
@@ -348,14 +369,14 @@ def twin_command(m: Manifest, out: Path) -> str:
     return " ".join(keys + [f"out={out}"])
 
 
-def _run_info(m: Manifest, log: EventLog, out: Path = Path("runs")) -> RunInfo:
+def _run_info(m: Manifest, log: EventLog, out: Path = Path("runs"), name: str = "") -> RunInfo:
     stats = log.read("instance_stats")
     leases = log.read("leases")
     duration = float(_cfg(m, "duration_min", default=0) or 0) * 60.0
     if not duration:
         duration = float(stats.t_s.max()) if len(stats) else 0.0
     scale = _cfg(m, "load_scale", default="-")
-    return RunInfo(f"{m.pattern}/{m.config}/{m.rep}", m.pattern, duration, scale,
+    return RunInfo(name or f"{m.pattern}/{m.config}/{m.rep}", m.pattern, duration, scale,
                    int(stats.instance.nunique()), int(len(leases)),
                    str(_cfg(m, "runtime", "measurement", default="milliseconds")),
                    str(_cfg(m, "profile", default="") or ""), twin_command(m, out))
@@ -381,24 +402,48 @@ def _engine_cores(m: Manifest) -> Optional[float]:
     return sum(cpus) if cpus and len(cpus) == len(engines) else None
 
 
-def measure(root: Path, cores: Optional[float] = None) -> Measured:
-    """The live testbed's figures from the live runs below root; ProfileError when there are none."""
-    root = Path(root)
-    runs, manifests, measurement, step = _live_manifests(root)
+Roots = Union[str, Path, Sequence[Union[str, Path]]]
+
+
+def measure(roots: Roots, cores: Optional[float] = None) -> Measured:
+    """The live testbed's figures from the live runs below one or more runs folders, pooled; with
+    several runs, each value measured from every run alone too (`per_run`, for its spread).
+    ProfileError when there are none."""
+    folders = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
+    runs, manifests, measurement, step = _live_manifests(folders)
+    names = _run_names(runs, manifests)
+    cores, source = _machine_cores(manifests[0], cores)
+    root = ", ".join(str(f) for f in folders)
+    pooled = _measure_runs(root, runs, manifests, names, step, measurement, cores, source)
+    if len(runs) > 1:
+        pooled.per_run = {n: profile_values(_measure_runs(root, [d], [m], [n], step, measurement, cores, source))
+                          for d, m, n in zip(runs, manifests, names, strict=True)}
+    return pooled
+
+
+def _run_names(runs: Sequence[Path], manifests: Sequence[Manifest]) -> List[str]:
+    """pattern/config/rep per run, or the run folder where two runs of several runs folders share it."""
+    short = [f"{m.pattern}/{m.config}/{m.rep}" for m in manifests]
+    return short if len(set(short)) == len(short) else [str(d) for d in runs]
+
+
+def _measure_runs(root: str, runs: Sequence[Path], manifests: Sequence[Manifest], names: Sequence[str],
+                  step: float, measurement: str, cores: float, cores_source: str) -> Measured:
     infos, per_service, edges, starts, reports, leases_, busy = [], [], [], [], [], [], []
-    tables_by_run, latencies, processed, without_cpu, loads = [], [], [], [], {}
-    for d, m in zip(runs, manifests, strict=True):
+    tables_by_run, latencies, processed, without_cpu, without_delay, loads = [], [], [], [], [], {}
+    for d, m, name in zip(runs, manifests, names, strict=True):
         log = EventLog(d)
-        name = f"{m.pattern}/{m.config}/{m.rep}"
         try:
             tables = _read(log, name)
-            infos.append(_run_info(m, log, d.parent.parent.parent))
+            infos.append(_run_info(m, log, d.parent.parent.parent, name))
         except (EventLogError, KeyError) as exc:
             raise ProfileError(f"{name}: a table cannot be read: {exc}") from exc
         par = _parallel(m)
         rows = service_per_interval(tables["instance_stats"], step, par, name, tables.get(CPU_TABLE))
         if not rows.cpu_known.all():
             without_cpu.append(name)
+        if not rows.delay_known.all():
+            without_delay.append(name)
         per_service.append(rows)
         loads[name] = (m.details if isinstance(m.details, dict) else {}).get("machine_load") or {}
         edges.append(tables["edges"])
@@ -410,10 +455,9 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
         busy.append(_busy_cores(tables["instance_stats"], par))
         tables_by_run.append(tables)
     m0 = manifests[0]
-    cores, source = _machine_cores(m0, cores)
     operators: Dict[str, Any] = _cfg(m0, "topology", "operators", default={}) or {}
     rows = pd.concat(per_service, ignore_index=True)
-    clock = BUSY if without_cpu else CPU  # one clock for every run: the values are pooled
+    clock = service_clock(without_cpu, without_delay)  # one clock for every run: the values are pooled
     service = {op: _service(op, rows[rows.operator == op], step, cores, clock)
                for op in sorted(set(rows.operator) | set(operators))}
     means = {op: s.wall_mean_ms for op, s in service.items()}  # a duration is wall time: less the wall service
@@ -423,31 +467,34 @@ def measure(root: Path, cores: Optional[float] = None) -> Measured:
             hops.setdefault(op, []).append(v)
     all_edges = pd.concat(edges, ignore_index=True)
     copied, configured = _settings(m0)
-    return Measured(root=str(root), runs=infos, service=service,
+    return Measured(root=root, runs=infos, service=service,
                     emission=_emissions(all_edges, pd.concat(processed).groupby(level=0).sum(), operators),
                     hop_by_operator={op: np.concatenate(v) for op, v in sorted(hops.items())},
                     source_fed=source_fed(all_edges, sorted(service)), measurement=measurement,
                     container_start_s=np.concatenate(starts), start_latency_s=np.concatenate(latencies),
                     request_to_report_s=np.concatenate(reports),
                     lease_delay_s=np.concatenate(leases_), monitoring_s=step, busy_cores=np.concatenate(busy),
-                    copied=copied, cores=float(cores), cores_source=source, configured=configured,
-                    without_cpu=without_cpu, machine_load=loads)
+                    copied=copied, cores=float(cores), cores_source=cores_source, configured=configured,
+                    without_cpu=without_cpu, machine_load=loads, without_delay=without_delay)
 
 
-def _live_manifests(root: Path) -> Tuple[List[Path], List[Any], str, float]:
-    """The complete live runs below root and their manifests, which must agree on the measurement
+def _live_manifests(roots: Sequence[Path]) -> Tuple[List[Path], List[Any], str, float]:
+    """The complete live runs below the roots and their manifests, which must agree on the measurement
     rule and the monitoring interval (the values are pooled)."""
-    if not root.is_dir():
-        raise ProfileError(f"{root}: no such folder")
-    runs = live_runs(root)
-    if not runs:
-        raise ProfileError(f"{root}: no complete live runs (configurations named <name>{LIVE_SUFFIX})")
+    runs: List[Path] = []
+    for root in roots:
+        if not root.is_dir():
+            raise ProfileError(f"{root}: no such folder")
+        found = live_runs(root)
+        if not found:
+            raise ProfileError(f"{root}: no complete live runs (configurations named <name>{LIVE_SUFFIX})")
+        runs += [d for d in found if d not in runs]
     manifests = [read_manifest(d) for d in runs]
     measurements = {str(_cfg(m, "runtime", "measurement", default="milliseconds")) for m in manifests}
     steps = {float(_cfg(m, "runtime", "monitoring_s", default=15.0)) for m in manifests}
     if len(measurements) > 1 or len(steps) > 1:
-        raise ProfileError(f"{root}: the live runs differ in runtime.measurement {sorted(measurements)} "
-                           f"or runtime.monitoring_s {sorted(steps)}")
+        raise ProfileError(f"{', '.join(map(str, roots))}: the live runs differ in runtime.measurement "
+                           f"{sorted(measurements)} or runtime.monitoring_s {sorted(steps)}")
     return runs, manifests, measurements.pop(), steps.pop()
 
 
@@ -507,7 +554,70 @@ def profile_values(m: Measured) -> Dict[str, Any]:
 def header(m: Measured, name: str) -> List[str]:
     """The profile's comment: where every value came from, how many observations, their spread."""
     return [*_runs_lines(m), *_load_lines(m), *_service_lines(m), *_output_lines(m), *_hop_lines(m),
-            *_start_lines(m), *twin_lines(m, name)]
+            *_start_lines(m), *spread_lines(m), *twin_lines(m, name)]
+
+
+@dataclass(frozen=True)
+class RunSpread:
+    """One profile value measured from every run alone."""
+
+    key: str
+    values: Tuple[float, ...]  # one per run that measured it
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.values))
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+
+def run_spreads(m: Measured) -> List[RunSpread]:
+    """Per numeric profile value: its values from each run alone, in the profile's key order (a range
+    value, such as the container start's [min, max], by its two ends)."""
+    keys = list(profile_values(m))
+    found: Dict[str, List[float]] = {}
+    for values in m.per_run.values():
+        for key, v in values.items():
+            for k, x in _numbers(key, v):
+                found.setdefault(k, []).append(x)
+
+    def rank(k: str) -> int:
+        return next((i for i, key in enumerate(keys) if k == key or k.startswith((key + ".", key + "["))), len(keys))
+
+    return [RunSpread(k, tuple(v)) for k, v in sorted(found.items(), key=lambda kv: rank(kv[0]))]
+
+
+def _numbers(key: str, value: Any) -> List[Tuple[str, float]]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [(key, float(value))]
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(x, (int, float)) for x in value):
+        return [(f"{key}[min]", float(value[0])), (f"{key}[max]", float(value[1]))]
+    if isinstance(value, dict):
+        return [x for k, v in value.items() for x in _numbers(f"{key}.{k}", v)]
+    return []
+
+
+def spread_lines(m: Measured) -> List[str]:
+    """The spread of every measured value across the runs, each measured alone (the profile's values
+    pool them): what one run's value is worth as a reference."""
+    spreads = run_spreads(m)
+    if not spreads:
+        return []
+    lines = [f"spread across the {len(m.per_run)} runs, each measured alone (min / median / max, runs that measured "
+             "it; the values above pool them):"]
+    for s in spreads:
+        if s.key in m.copied or s.key == "backend.shared_cores" or s.key.endswith(".parallel"):
+            continue  # copied or given, the same in every run
+        lines.append(f"  {s.key}: {s.low:g} / {s.median:g} / {s.high:g} (n={len(s.values)})")
+    return lines
 
 
 def twin_lines(m: Measured, name: str) -> List[str]:
@@ -555,8 +665,18 @@ CV_TEXT = ("cv from consecutive intervals' means, median (s_i - s_j)^2 / (1/n_i 
 
 
 def _service_lines(m: Measured) -> List[str]:
-    if m.clock == CPU:
-        head = ["service time from CPU time (instance_cpu.cpu_ms: the worker threads' CPU clocks and the processes "
+    if m.clock == SERVICE:
+        head = ["service time from busy wall time less run-queue delay (instance_cpu.busy_ms - run_delay_ms: the "
+                "worker slots' busy time less the time their threads and the processes they ran waited for a CPU "
+                "inside the busy periods, / items, over every interval with work: it keeps the operator's waits for "
+                "Redis and the broker and holds no wait for a CPU, which backend.shared_cores adds in the "
+                f"simulator); {CV_TEXT}; CPU time and run-queue delay per item beside it (over every interval), "
+                f"and busy wall time (over the intervals within the {m.cores:g} shared cores):"]
+    elif m.clock == CPU:
+        head = [f"WARNING: service time from CPU time, not busy wall time less run-queue delay: "
+                f"{', '.join(m.without_delay)} recorded no run-queue delay (an image from before it existed). CPU "
+                "time leaves out the operators' waits for Redis and the broker.",
+                "service time from CPU time (instance_cpu.cpu_ms: the worker threads' CPU clocks and the processes "
                 "they ran, / items, over every interval with work: it holds no wait for a CPU, which "
                 "backend.shared_cores adds in the simulator, nor the operator's waits for Redis, which busy wall "
                 f"time keeps); {CV_TEXT}; busy wall time per item beside it (over the intervals within the "
@@ -579,7 +699,11 @@ def _service_line(op: str, s: Service) -> str:
           else f"cv not measured ({s.pairs} consecutive pairs, fewer than {MIN_CV_INTERVALS})")
     calm = (f"{s.wall_intervals} of {s.all_intervals} intervals within the shared cores" if s.uncontended
             else f"all {s.wall_intervals} intervals: fewer than {MIN_INTERVALS} within the shared cores")
-    if s.clock == CPU:
+    if s.clock == SERVICE:
+        which = (f"all {s.intervals} intervals; CPU time {s.cpu_mean_ms:.2f} ms, run-queue delay "
+                 f"{s.delay_mean_ms:.2f} ms; busy wall time {s.wall_mean_ms:.2f} ms over {calm}, "
+                 f"{s.all_mean_ms:.2f} ms over all")
+    elif s.clock == CPU:
         which = (f"all {s.intervals} intervals; busy wall time {s.wall_mean_ms:.2f} ms over {calm}, "
                  f"{s.all_mean_ms:.2f} ms over all")
     else:
@@ -679,15 +803,15 @@ def profile_yaml(m: Measured, name: str) -> str:
     return "\n".join(out) + "\n" + body
 
 
-def _args(argv: Sequence[str]) -> Tuple[Path, Dict[str, str]]:
+def _args(argv: Sequence[str]) -> Tuple[List[Path], Dict[str, str]]:
     pos = [a for a in argv if "=" not in a]
     kv = dict(a.split("=", 1) for a in argv if "=" in a)
     unknown = sorted(set(kv) - {"name", "out", "cores", "force"})
-    if len(pos) != 1 or unknown or "name" not in kv:
+    if not pos or unknown or "name" not in kv:
         raise ProfileError(f"{USAGE}" + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
     if not re.fullmatch(r"[A-Za-z0-9_]+", kv["name"]):
         raise ProfileError(f"name: letters, digits and _ only, got {kv['name']!r}")
-    return Path(pos[0]), kv
+    return [Path(p) for p in pos], kv
 
 
 def _cores(kv: Dict[str, str]) -> Optional[float]:
@@ -704,10 +828,10 @@ def _cores(kv: Dict[str, str]) -> Optional[float]:
 
 def main(argv: Sequence[str]) -> int:
     try:
-        root, kv = _args(argv)
+        roots, kv = _args(argv)
         cores = _cores(kv)
         target = target_argument(kv)
-        m = measure(root, cores)
+        m = measure(roots, cores)
         text = profile_yaml(m, kv["name"])
         path = target.write(text)
     except (ProfileError, ConfigError) as exc:

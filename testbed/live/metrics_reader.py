@@ -11,7 +11,8 @@ entries until the stream is drained, so a monitoring interval costs one round tr
 entries. A malformed entry (missing field, unknown kind, a value that is not a finite number) is
 counted and skipped: one bad writer must not stop the monitor. ``count`` entries without
 ``emitted`` / ``busy_ms`` (written before those fields existed) count them as 0; an instance whose
-entries lack ``cpu_ms`` / ``container_cpu_ms`` (an older image; no cgroup counter in the container)
+entries lack ``cpu_ms`` / ``run_delay_ms`` / ``container_cpu_ms`` (an older image; no cgroup counter
+or scheduler statistics in the container)
 has those as None, not 0: unknown, not idle.
 """
 from __future__ import annotations
@@ -47,6 +48,7 @@ class InstanceActivity:
     busy_ms: int = 0  # summed over the instance's worker slots (see ``utilisation``)
     timeout: int = 0  # inputs dropped unprocessed by the item timeout
     cpu_ms: Optional[int] = None  # CPU time of the worker slots' work (None: not reported)
+    run_delay_ms: Optional[int] = None  # their wait for a CPU in busy periods (None: not reported)
     container_cpu_ms: Optional[int] = None  # the container's whole CPU (None: not reported)
 
     def add(self, counts: Mapping[str, Optional[int]]) -> None:
@@ -100,7 +102,8 @@ def _count(fields: Mapping[str, str], key: str) -> Optional[int]:
 
 COUNT_FIELDS = ("processed", "dead")
 LATER_COUNT_FIELDS = ("emitted", "busy_ms", "timeout")  # absent in entries of older writers: 0
-CPU_FIELDS = ("cpu_ms", "container_cpu_ms")  # absent in older writers' entries or where unreadable: None
+# absent in older writers' entries or where unreadable: None
+CPU_FIELDS = ("cpu_ms", "run_delay_ms", "container_cpu_ms")
 
 
 def _counts(fields: Mapping[str, str]) -> Optional[Dict[str, Optional[int]]]:

@@ -61,7 +61,8 @@ def depth_source(live: LiveConfig, exact: bool = False) -> DepthSource:
     return ManagementClient(live.management_url, live.amqp_url)
 
 
-CPU_COLUMNS = ("t_s", "operator", "instance", "busy_ms", "cpu_ms", "container_cpu_ms")  # table instance_cpu
+# table instance_cpu
+CPU_COLUMNS = ("t_s", "operator", "instance", "busy_ms", "cpu_ms", "run_delay_ms", "container_cpu_ms")
 
 
 def new_cpu_table() -> Dict[str, list]:
@@ -70,13 +71,14 @@ def new_cpu_table() -> Dict[str, list]:
 
 @dataclass(frozen=True)
 class InstanceCpu:
-    """One instance's busy wall time and CPU time of an interval (a row of `instance_cpu`)."""
+    """One instance's busy wall time, CPU time and run-queue delay of an interval (a row of `instance_cpu`)."""
 
     instance: str
     operator: str
     busy_ms: int
     cpu_ms: Optional[int]  # None: the instance did not report it
     container_cpu_ms: Optional[int]
+    run_delay_ms: Optional[int] = None  # the worker slots' wait for a CPU in busy periods
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,8 @@ class LiveMonitor:
             t=t, depths=dict(depths.depths), dead_letters=dict(depths.dead_letters), missing_queues=depths.missing,
             samples=batch.samples, processed=processed, dead=dead, means=means, malformed=batch.malformed,
             depths_s=between - began, metrics_s=self.clock() - between, observation=observation,
-            cpu=tuple(InstanceCpu(i, a.operator, a.busy_ms, a.cpu_ms, a.container_cpu_ms) for i, a in observed),
+            cpu=tuple(InstanceCpu(i, a.operator, a.busy_ms, a.cpu_ms, a.container_cpu_ms, a.run_delay_ms)
+                      for i, a in observed),
             container_cpu_ms=_sum_known(a.container_cpu_ms for a in batch.instances.values()),
         )
         self.observer.observe(observation)
@@ -268,13 +271,14 @@ def _sum_known(values: Iterable[Optional[int]]) -> Optional[int]:
 
 
 def record_cpu(tables: Tables, reading: MonitorReading) -> None:
-    """Append the reading's busy and CPU times to `instance_cpu`, where the tables have one (live runs)."""
+    """Append the reading's busy and CPU times and run-queue delays to `instance_cpu`, where the tables
+    have one (live runs)."""
     table = tables.get("instance_cpu")
     if table is None:
         return
     for row in reading.cpu:
         for column, value in zip(CPU_COLUMNS, (reading.t, row.operator, row.instance, row.busy_ms, row.cpu_ms,
-                                               row.container_cpu_ms), strict=True):
+                                               row.run_delay_ms, row.container_cpu_ms), strict=True):
             table[column].append(value)
 
 

@@ -126,8 +126,9 @@ def test_every_item_is_accounted_for_and_losses_follow_the_availability(run_dir)
 
 
 def test_instances_report_cpu_time_beside_busy_time_and_the_run_the_machines_load(run_dir):
-    """CPU time of the work (worker threads and their processes) within its busy wall time, for the
-    instances of instance_stats; the manifest keeps the CPU other processes took beside the run."""
+    """CPU time of the work (worker threads and their processes) and its wait for a CPU, each within
+    its busy wall time, for the instances of instance_stats; the manifest keeps the CPU other
+    processes took beside the run."""
     cpu = pd.read_parquet(run_dir / "instance_cpu.parquet")
     stats = pd.read_parquet(run_dir / "instance_stats.parquet")
     assert cpu[["t_s", "instance"]].values.tolist() == stats[["t_s", "instance"]].values.tolist()
@@ -135,5 +136,8 @@ def test_instances_report_cpu_time_beside_busy_time_and_the_run_the_machines_loa
     per_op = cpu.groupby("operator")[["busy_ms", "cpu_ms", "container_cpu_ms"]].sum()
     assert (per_op.cpu_ms > 0).all() and (per_op.cpu_ms <= 1.1 * per_op.busy_ms + 50 * len(stats.t_s.unique())).all()
     assert (per_op.container_cpu_ms >= per_op.cpu_ms * 0.9).all()  # the container: the work and its overhead
+    assert cpu.run_delay_ms.notna().all() and (cpu.run_delay_ms >= 0).all()
+    delay = cpu.groupby("operator")[["busy_ms", "run_delay_ms"]].sum()
+    assert (delay.run_delay_ms <= 1.1 * delay.busy_ms + 50 * len(stats.t_s.unique())).all()
     load = json.loads((run_dir / "manifest.json").read_text())["details"]["machine_load"]
     assert load["intervals"] > 0 and load["local_engines"] and load["other_cores"]["mean"] >= 0

@@ -45,7 +45,8 @@ ROWS: Dict[str, Dict[str, Any]] = {
     "instance_stats": {"t_s": [15.0], "operator": ["O1"], "instance": ["O1-1"], "processed": [30],
                        "utilisation": [0.95]},
     "instance_cpu": {"t_s": [15.0, 15.0], "operator": ["O1", "O3"], "instance": ["O1-1", "O3-1"],
-                     "busy_ms": [14250.0, 90.0], "cpu_ms": [6100.0, None], "container_cpu_ms": [6400.0, None]},
+                     "busy_ms": [14250.0, 90.0], "cpu_ms": [6100.0, None], "run_delay_ms": [2300.0, None],
+                     "container_cpu_ms": [6400.0, None]},
     "dropped": {"t_s": [60.0], "operator": ["O3"], "reason": ["purge"], "items": [12]},
     "latency": {"t_s": [20.5], "operator": ["O9"], "latency_ms": [4210.0]},
     "forecasts": {"t_s": [60.0, 120.0], "controller": ["job", "job"], "model": ["linear", "arima"],
@@ -134,6 +135,23 @@ def test_same_data_gives_identical_bytes(tmp_path: Path) -> None:
 def test_absent_table_names_file(tmp_path: Path) -> None:
     with pytest.raises(EventLogError, match="leases.parquet"):
         EventLog(tmp_path).read("leases")
+
+
+def test_a_file_from_before_a_column_was_added_reads_it_as_null(tmp_path: Path) -> None:
+    """instance_cpu files written before run_delay_ms existed: the other columns as written, it null;
+    a file missing another column is still refused."""
+    import pyarrow.parquet as pq
+
+    log = EventLog(tmp_path)
+    log.write("instance_cpu", ROWS["instance_cpu"])
+    written = pq.read_table(log.path("instance_cpu"))
+    pq.write_table(written.drop_columns(["run_delay_ms"]), log.path("instance_cpu"))
+    old = log.read("instance_cpu")
+    assert list(old.columns) == TABLES["instance_cpu"].names and old.run_delay_ms.isna().all()
+    assert old.cpu_ms.iloc[0] == 6100.0 and old.container_cpu_ms.iloc[0] == 6400.0
+    pq.write_table(written.drop_columns(["run_delay_ms", "cpu_ms"]), log.path("instance_cpu"))
+    with pytest.raises(EventLogError, match="differ from schema"):
+        log.read("instance_cpu")
 
 
 def _manifest(**changes: Any) -> Manifest:

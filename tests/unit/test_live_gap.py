@@ -63,7 +63,7 @@ def test_gaps_and_within_target() -> None:
     assert gaps.unpaired == [("sine", "btu-10-live")]
 
     rt = _row(gaps, "realtime_compliance_pct")
-    assert (rt.sim_mean, rt.n_sim, rt.live_mean, rt.n_live) == (80.0, 2, 72.0, 1)
+    assert (rt.sim_mean, rt.n_sim, rt.live_median, rt.n_live) == (80.0, 2, 72.0, 1)
     assert (rt.kind, rt.unit, rt.tolerance) == ("points", "pp", 5.0)
     assert rt.gap == pytest.approx(8.0) and rt.normalised_gap == pytest.approx(1.6) and rt.within is False
 
@@ -72,7 +72,7 @@ def test_gaps_and_within_target() -> None:
     assert btus.gap == pytest.approx(100 * (10 - 11) / 11) and btus.within is True
 
     actions = _row(gaps, lg.SCALING_ACTIONS)
-    assert (actions.sim_mean, actions.live_mean) == (10.0, 12.0)
+    assert (actions.sim_mean, actions.live_median) == (10.0, 12.0)
     assert actions.gap == pytest.approx(-100 / 6) and actions.within is False
 
     migrations = _row(gaps, "migrations")
@@ -85,6 +85,39 @@ def test_gaps_and_within_target() -> None:
     assert not [r for r in gaps.rows if r.metric in lg.EXTRA_METRICS and r.metric != lg.SCALING_ACTIONS]
     frame = gaps.frame()
     assert list(frame.columns) == lg.COLUMNS and len(frame) == len(gaps.rows)
+
+
+def test_the_live_side_is_the_median_of_its_runs_with_their_range() -> None:
+    """Three live runs of one configuration: the simulator is compared with their median (72, not
+    the mean 74 an odd run pulls), their range is kept and shown; a run without the value is left out."""
+    per_run = _frame(
+        _rows("stepwise", "btu-10", 1, SIM),
+        _rows("stepwise", "btu-10", 2, SIM),
+        *(_rows("stepwise", "btu-10-live", rep, {"realtime_compliance_pct": rt, "paid_btus": btus,
+                                                 "latency_ms": lat}, btu=10)
+          for rep, rt, btus, lat in ((1, 60.0, 11.0, 100.0), (2, 90.0, 9.0, math.nan), (3, 72.0, 10.0, 300.0))))
+    gaps = lg.live_gap(per_run)
+    rt = _row(gaps, "realtime_compliance_pct")
+    assert (rt.sim_mean, rt.n_sim, rt.live_median, rt.live_min, rt.live_max, rt.n_live) == (80.0, 2, 72.0, 60.0,
+                                                                                             90.0, 3)
+    assert rt.gap == pytest.approx(8.0) and rt.within is False
+    btus = _row(gaps, "paid_btus")
+    assert (btus.live_median, btus.live_min, btus.live_max) == (10.0, 9.0, 11.0) and btus.gap == 0.0
+    lat = _row(gaps, "latency_ms")
+    assert (lat.live_median, lat.live_min, lat.live_max) == (200.0, 100.0, 300.0)
+    heads, rows = lg.table_rows(gaps, "stepwise")
+    assert heads[2:4] == ["sim mean (n)", "live median (n)"]
+    [cell] = [r[3] for r in rows if r[1].startswith("real-time")]
+    assert cell == "72.0 (3), range 60.0–90.0"
+    frame = gaps.frame()
+    assert list(frame.columns) == lg.COLUMNS
+    assert frame.set_index("metric").loc["realtime_compliance_pct", ["live_min", "live_max"]].tolist() == [60.0, 90.0]
+
+
+def test_one_live_run_shows_no_range() -> None:
+    _, rows = lg.table_rows(lg.live_gap(_per_run()), "stepwise")
+    [cell] = [r[3] for r in rows if r[1].startswith("real-time")]
+    assert cell == "72.0 (1)"
 
 
 def test_ratio_metrics_and_missing_side() -> None:
@@ -137,11 +170,11 @@ def test_extras_from_the_event_logs(tmp_path: Path) -> None:
     per_run = _frame(_rows("stepwise", "btu-10", 1, plain), _rows("stepwise", "btu-10-live", 1, plain))
     gaps = lg.live_gap(lg.add_extras(per_run, dirs))
     depth_row = _row(gaps, "mean_queue_depth")
-    assert (depth_row.sim_mean, depth_row.live_mean) == (3.0, 6.0) and depth_row.gap == pytest.approx(0.5)
+    assert (depth_row.sim_mean, depth_row.live_median) == (3.0, 6.0) and depth_row.gap == pytest.approx(0.5)
     assert depth_row.within is False
     assert _row(gaps, "latency_ms").within is True  # 20 vs 20
     actions = _row(gaps, lg.SCALING_ACTIONS)
-    assert (actions.sim_mean, actions.live_mean) == (2.0, 1.0)
+    assert (actions.sim_mean, actions.live_median) == (2.0, 1.0)
 
 
 def _run(config: str, cfg: dict) -> SimpleNamespace:

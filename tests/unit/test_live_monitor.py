@@ -286,7 +286,8 @@ def test_busy_and_cpu_time_reach_the_instance_cpu_table(wiring, tmp_path):
 
     class Reader:
         def read(self):
-            inst = {"o1-a": InstanceActivity("O1", processed=30, busy_ms=12000, cpu_ms=6000, container_cpu_ms=6500),
+            inst = {"o1-a": InstanceActivity("O1", processed=30, busy_ms=12000, cpu_ms=6000, container_cpu_ms=6500,
+                                                     run_delay_ms=2500),
                     "o1-b": InstanceActivity("O1", busy_ms=0, cpu_ms=0, container_cpu_ms=40),  # switched off
                     "o3-a": InstanceActivity("O3", processed=30, busy_ms=90)}  # an older image: no CPU fields
             return MetricsBatch((), {"O1": 30, "O3": 30}, {}, 3, 0, "3-0", {}, inst)
@@ -305,4 +306,6 @@ def test_busy_and_cpu_time_reach_the_instance_cpu_table(wiring, tmp_path):
     cpu = log.read("instance_cpu")
     assert cpu.instance.tolist() == tables["instance_stats"]["instance"] == ["o1-a", "o3-a"]
     assert cpu.busy_ms.tolist() == [12000.0, 90.0] and cpu.cpu_ms.iloc[0] == 6000.0
+    assert cpu.run_delay_ms.iloc[0] == 2500.0
     assert math.isnan(cpu.cpu_ms.iloc[1]) and math.isnan(cpu.container_cpu_ms.iloc[1])  # unknown, not 0
+    assert math.isnan(cpu.run_delay_ms.iloc[1])

@@ -82,22 +82,26 @@ def _tables(measurement: str) -> Dict[str, Dict[str, List[Any]]]:
     }
 
 
-def _cpu_table(stats: Dict[str, List[Any]], cpu_share: float) -> Dict[str, List[Any]]:
-    """instance_cpu beside instance_stats: CPU time = cpu_share x busy wall time (the rest: waiting)."""
+def _cpu_table(stats: Dict[str, List[Any]], cpu_share: float,
+               delay_share: float | None = None) -> Dict[str, List[Any]]:
+    """instance_cpu beside instance_stats: CPU time = cpu_share x busy wall time, run-queue delay =
+    delay_share x busy wall time (None: an image that did not report it), the rest waiting for I/O."""
     busy = [u * STEP * 1000.0 for u in stats["utilisation"]]
     return {"t_s": stats["t_s"], "operator": stats["operator"], "instance": stats["instance"], "busy_ms": busy,
-            "cpu_ms": [b * cpu_share for b in busy], "container_cpu_ms": [b * cpu_share + 5.0 for b in busy]}
+            "cpu_ms": [b * cpu_share for b in busy],
+            "run_delay_ms": [None if delay_share is None else b * delay_share for b in busy],
+            "container_cpu_ms": [b * cpu_share + 5.0 for b in busy]}
 
 
 def _live_run(root: Path, config: str = "btu-10-live", measurement: str = "milliseconds",
               status: str = "complete", details: Dict[str, Any] | None = None, profile: str = "",
-              cpu_share: float | None = None, rep: int = 1) -> Path:
+              cpu_share: float | None = None, rep: int = 1, delay_share: float | None = None) -> Path:
     run_dir = run_dir_for(root, "stepwise", config, rep)
     log = EventLog(run_dir)
     for name, cols in _tables(measurement).items():
         log.write(name, cols)
     if cpu_share is not None:
-        log.write("instance_cpu", _cpu_table(_tables(measurement)["instance_stats"], cpu_share))
+        log.write("instance_cpu", _cpu_table(_tables(measurement)["instance_stats"], cpu_share, delay_share))
     if details is None:
         details = {"instances": [{"requested_at": 0.0, "container_start_s": 1.0, "start_latency_s": 1.0},
                                  {"requested_at": 100.0, "container_start_s": 3.0, "start_latency_s": 43.0},
@@ -238,19 +242,46 @@ def test_the_profile_extends_the_live_runs_own_profile(tmp_path):
     assert "defaults" not in yaml.safe_load((tmp_path / "y.yaml").read_text())  # the runs disagree: none
 
 
-def test_service_times_come_from_cpu_time_over_every_interval(tmp_path):
-    """CPU time holds no wait for a CPU: every interval counts, contended ones too, and the busy wall
-    time (what the waiting lengthens) is shown beside it."""
-    _live_run(tmp_path, cpu_share=0.5)
+def test_service_time_is_busy_less_run_queue_delay_over_every_interval(tmp_path):
+    """Busy wall time less the wait for a CPU: every interval counts, contended ones too; it keeps the
+    wait for I/O that CPU time leaves out, and CPU time and the delay are shown beside it."""
+    _live_run(tmp_path, cpu_share=0.2, delay_share=0.3)  # O1: 40 ms busy = 8 CPU + 12 run queue + 20 I/O
     m = lp.measure(tmp_path, cores=0.5)  # every interval beyond the shared cores
     o1 = m.service["O1"]
-    assert m.clock == lp.CPU and o1.clock == lp.CPU and o1.intervals == 20
+    assert m.clock == lp.SERVICE and o1.clock == lp.SERVICE and o1.intervals == 20
+    assert o1.mean_ms == pytest.approx(28.0) and o1.wall_mean_ms == pytest.approx(40.0)
+    assert o1.cpu_mean_ms == pytest.approx(8.0) and o1.delay_mean_ms == pytest.approx(12.0)
+    assert o1.cv == pytest.approx(math.sqrt((2 * 0.7) ** 2 / 0.02 / lp.CHI2_1_MEDIAN) / 28.0)
+    assert m.hop_latency_ms == pytest.approx(HOP_MS)  # a duration is wall time: less the wall service
+    assert lp.profile_values(m)["topology.operators.O1.service.mean_ms"] == 28
+    text = "\n".join(lp.header(m, "x"))
+    assert "service time from busy wall time less run-queue delay" in text and "WARNING" not in text
+    assert "mean 28.00 ms over 2000 items (all 20 intervals; CPU time 8.00 ms, run-queue delay 12.00 ms" in text
+
+
+def test_the_busy_time_behind_the_service_is_uncapped(tmp_path):
+    """An interval whose instance was busy longer than the interval (an item started before it) caps
+    its utilisation at 1; busy less delay reads instance_cpu's uncapped busy time."""
+    run = _live_run(tmp_path, cpu_share=0.2, delay_share=0.25)
+    log = EventLog(run)
+    cpu = log.read("instance_cpu")
+    cpu.loc[cpu.operator == "O1", "busy_ms"] = 20000.0  # 5 s more than the 15 s interval
+    cpu.loc[cpu.operator == "O1", "run_delay_ms"] = 8000.0
+    log.write("instance_cpu", {c: cpu[c].tolist() for c in cpu.columns})
+    assert lp.measure(tmp_path, cores=4).service["O1"].mean_ms == pytest.approx(120.0)  # (20000 - 8000) / 100
+
+
+def test_runs_without_run_queue_delay_fall_back_to_cpu_time_with_a_warning(tmp_path):
+    _live_run(tmp_path, cpu_share=0.5, delay_share=0.1)
+    _live_run(tmp_path, cpu_share=0.5, rep=2)  # an image from before the delay was reported
+    m = lp.measure(tmp_path, cores=0.5)
+    o1 = m.service["O1"]
+    assert m.clock == lp.CPU and m.without_delay == ["stepwise/btu-10-live/2"] and o1.intervals == 40
     assert o1.mean_ms == pytest.approx(20.0) and o1.wall_mean_ms == pytest.approx(40.0)
     assert o1.cv == pytest.approx(math.sqrt(50 / lp.CHI2_1_MEDIAN) / 20.0)  # neighbours 1 ms apart per 100 items
-    assert m.hop_latency_ms == pytest.approx(HOP_MS)  # a duration is wall time: less the wall service
-    assert lp.profile_values(m)["topology.operators.O1.service.mean_ms"] == 20
     text = "\n".join(lp.header(m, "x"))
-    assert "service time from CPU time" in text and "busy wall time 40.00 ms" in text and "WARNING" not in text
+    assert ("WARNING: service time from CPU time, not busy wall time less run-queue delay: stepwise/btu-10-live/2"
+            in text and "busy wall time 40.00 ms" in text)
 
 
 def test_runs_without_cpu_time_fall_back_to_busy_wall_time_with_a_warning(tmp_path):
@@ -301,3 +332,42 @@ def test_a_configuration_with_its_own_parameters_is_picked_from_its_evaluation()
     assert lp.twin_command(m, Path("runs")) == (
         "pattern=presps_spikes evaluation=presps_live evaluation.only=[dabs-util] backend=sim duration_min=21.7 "
         "topology.tick_ms=2400.0 seed=3 out=runs")
+
+
+def test_several_runs_folders_are_pooled_and_each_values_spread_is_in_the_header(tmp_path):
+    """Three runs in two folders, O1 busy 40 ms per item with 10, 15 or 20 ms of it waiting for a CPU:
+    the profile pools them (25 ms: equal items) and its header gives every measured value's min /
+    median / max over the runs measured alone; two runs of the same name are told apart by folder."""
+    a = _live_run(tmp_path / "a", cpu_share=0.2, delay_share=0.25)
+    b = _live_run(tmp_path / "b", cpu_share=0.2, delay_share=0.5)
+    _live_run(tmp_path / "b", cpu_share=0.2, delay_share=0.375, rep=2)
+    out = tmp_path / "pooled.yaml"
+    assert cli_main(["live-profile", str(tmp_path / "a"), str(tmp_path / "b"), "name=pooled", f"out={out}",
+                     "cores=2"]) == 0
+    text = out.read_text()
+    data = yaml.safe_load(text)
+    assert data["topology"]["operators"]["O1"]["service"]["mean_ms"] == 25
+    assert "3 complete run(s)" in text and f"  {a}: pattern stepwise" in text and f"  {b}: pattern stepwise" in text
+    assert "# spread across the 3 runs, each measured alone" in text
+    assert "#   topology.operators.O1.service.mean_ms: 20 / 25 / 30 (n=3)" in text
+    assert "#   backend.hop_latency_ms: 20 / 20 / 20 (n=3)" in text
+    assert "#   infrastructure.container_start_s[min]: 3 / 3 / 3 (n=3)" in text
+    assert "#   topology.operators.O2.emission.items_per_incident: 600 / 600 / 600 (n=3)" in text
+    assert "service.parallel" not in text.split("# spread across")[1].split("# the simulator beside")[0]
+    m = lp.measure([tmp_path / "a", tmp_path / "b"], cores=2)
+    [o1] = [s for s in lp.run_spreads(m) if s.key == "topology.operators.O1.service.mean_ms"]
+    assert sorted(o1.values) == [20, 25, 30] and (o1.low, o1.median, o1.high) == (20, 25, 30)
+
+
+def test_one_run_has_no_spread_section(tmp_path):
+    _live_run(tmp_path, cpu_share=0.2, delay_share=0.25)
+    m = lp.measure(tmp_path, cores=2)
+    assert m.per_run == {} and lp.spread_lines(m) == []
+
+
+def test_runs_folders_that_disagree_on_the_measurement_rule_are_refused(tmp_path, capsys):
+    _live_run(tmp_path / "a")
+    _live_run(tmp_path / "b", measurement="seconds_truncated")
+    assert cli_main(["live-profile", str(tmp_path / "a"), str(tmp_path / "b"), "name=x",
+                     f"out={tmp_path / 'x.yaml'}"]) == 2
+    assert "differ in runtime.measurement" in capsys.readouterr().err

@@ -50,12 +50,14 @@ def test_utilisation_is_busy_time_over_the_slots_time():
 
 def test_cpu_fields_add_up_and_stay_unknown_where_no_entry_has_them():
     entries = [
-        count("c1", processed="2", dead="0", busy_ms="900", cpu_ms="400", container_cpu_ms="450"),
+        count("c1", processed="2", dead="0", busy_ms="900", cpu_ms="400", run_delay_ms="120", container_cpu_ms="450"),
         count("c1", processed="1", dead="0", busy_ms="300", cpu_ms="100"),  # the cgroup counter unreadable once
         count("c2", processed="1", dead="0", busy_ms="50"),  # an older image: no CPU fields
         count("c3", processed="1", dead="0", cpu_ms="1.5"),  # malformed: skipped whole
     ]
     processed, dead, samples, instances = {}, {}, [], {}
     assert parse_entries(entries, 0.0, processed, dead, samples, {}, instances) == 1
-    assert instances["c1"] == InstanceActivity("O1", processed=3, busy_ms=1200, cpu_ms=500, container_cpu_ms=450)
+    assert instances["c1"] == InstanceActivity("O1", processed=3, busy_ms=1200, cpu_ms=500, container_cpu_ms=450,
+                                               run_delay_ms=120)
     assert instances["c2"].cpu_ms is None and instances["c2"].container_cpu_ms is None
+    assert instances["c2"].run_delay_ms is None

@@ -1,4 +1,5 @@
-"""Duration samples of the runner: both measurements, every n-th item sampled; busy and CPU time."""
+"""Duration samples of the runner: both measurements, every n-th item sampled; busy and CPU time,
+run-queue delay."""
 from __future__ import annotations
 
 import threading
@@ -6,7 +7,8 @@ import time
 
 import pytest
 
-from operators.metrics import BusyTime, ContainerCpu, CpuTime, Metrics, cgroup_cpu_s, duration_ms
+from operators.metrics import BusyTime, ContainerCpu, CpuTime, Metrics, RunDelay, cgroup_cpu_s, duration_ms
+from operators.schedstat import ChildDelays
 
 
 def test_milliseconds_is_completion_minus_the_upstream_send_time():
@@ -190,3 +192,66 @@ def test_without_a_thread_cpu_clock_no_cpu_time_is_reported():
     redis = Pipe()
     m.flush(redis)
     assert "cpu_ms" not in redis.entries[0] and m.cpu.take() == 0.0
+
+
+def test_run_queue_delay_counts_only_inside_busy_periods_split_at_each_take():
+    """A slot's thread waits for a CPU 5 ms before its busy period (a woken worker), 30 ms inside it
+    (split by a take in the middle) and 7 ms after: 30 ms count, and the 12 ms a reaped child waited."""
+    delays = {41: 1_000_000}  # tid -> run-queue delay so far, ns
+    children = ChildDelays()
+    delay = RunDelay(read=delays.get, children=children)
+    delay.register(0, tid=41)
+    delays[41] += 5_000_000
+    delay.start(0)
+    delays[41] += 10_000_000
+    assert delay.take() == pytest.approx(0.010)  # in progress: counted up to the take
+    delays[41] += 20_000_000
+    children.add(12_000_000)
+    delay.stop(0)
+    delays[41] += 7_000_000
+    assert delay.take() == pytest.approx(0.020 + 0.012) and delay.take() == 0.0
+    delay.unregister(0)
+    assert delay.available
+
+
+def test_count_entries_carry_run_delay_ms_and_none_where_the_delay_is_unreadable():
+    m = Metrics("p", "O1", "i", clock=lambda: 5.0)
+    delays = {7: 0}
+    m.delay = RunDelay(read=delays.get, children=ChildDelays())
+    m.delay.register(0, tid=7)
+    m.delay.start(0)
+    delays[7] = 40_400_000
+    m.delay.stop(0)
+    assert m.flush(Pipe(fail=True)) is False  # kept for the next flush
+    redis = Pipe()
+    m.flush(redis)
+    assert redis.entries[0]["run_delay_ms"] == 40
+    m.delay = RunDelay(read=lambda _tid: None, children=ChildDelays())
+    m.delay.register(0, tid=7)  # no schedstat (another kernel): unknown rather than 0
+    redis = Pipe()
+    m.flush(redis)
+    assert "run_delay_ms" not in redis.entries[0] and not m.delay.available
+
+
+def test_a_real_threads_delay_stays_within_its_busy_wall_time():
+    """On this machine's own scheduler: a worker computing 50 ms waits for a CPU at most as long as
+    its busy period lasted, whatever else runs."""
+    delay, busy = RunDelay(), BusyTime()
+    got = {}
+
+    def worker() -> None:
+        delay.register(0)
+        busy.start(0)
+        delay.start(0)
+        start = time.thread_time()
+        while time.thread_time() - start < 0.05:
+            pass
+        delay.stop(0)
+        busy.stop(0)
+        got["delay"], got["busy"] = delay.take(), busy.take()
+        delay.unregister(0)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert delay.available and 0.0 <= got["delay"] <= got["busy"] - 0.05 + 0.002

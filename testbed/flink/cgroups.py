@@ -112,7 +112,8 @@ def parse_usage(version: int, cpu_stat: str, cpuacct_usage: str = "") -> Usage:
         return Usage(int(cpuacct_usage.strip()) / 1e9, stat.get("nr_periods", 0), stat.get("nr_throttled", 0),
                      stat.get("throttled_time", 0) / 1e9)
     except (KeyError, ValueError) as e:
-        raise CgroupError(f"unexpected cgroup v{version} usage ({e!r}): {cpu_stat[:200]!r} {cpuacct_usage[:40]!r}") from None
+        raise CgroupError(f"unexpected cgroup v{version} usage ({e!r}): {cpu_stat[:200]!r} "
+                          f"{cpuacct_usage[:40]!r}") from None
 
 
 def owner_pid(cluster_dir: str) -> Optional[int]:

@@ -28,8 +28,7 @@ import yaml
 
 from testbed.flink import processes
 from testbed.flink.cgroups import CgroupError, ClusterCgroups, detect
-from testbed.flink.metrics import (JobReading, MetricsFormatError, TaskManagerReading, parse_prometheus,
-                                   read_taskmanager)
+from testbed.flink.metrics import JobReading, MetricsFormatError, TaskManagerReading, parse_prometheus, read_taskmanager
 from testbed.flink.processes import FlinkProcess, free_port
 from testbed.flink.schedule import RateSchedule
 from testbed.flink.settings import FLINK_VERSION, JOB_CLASS, FlinkSettings, FlinkSettingsError, flink_config

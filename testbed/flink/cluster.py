@@ -12,6 +12,7 @@ Leaving the block (an exception, Ctrl-C) stops every process it started; so does
 exit, and a controller killed outright takes its JVMs with it (testbed/flink/processes.py)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -26,10 +27,12 @@ from typing import Callable, Dict, List, Optional
 import yaml
 
 from testbed.flink import processes
-from testbed.flink.metrics import JobReading, MetricsFormatError, parse_prometheus, read_taskmanager
+from testbed.flink.cgroups import CgroupError, ClusterCgroups, detect
+from testbed.flink.metrics import JobReading, MetricsFormatError, TaskManagerReading, parse_prometheus, read_taskmanager
 from testbed.flink.processes import FlinkProcess, free_port
 from testbed.flink.schedule import RateSchedule
-from testbed.flink.settings import FLINK_VERSION, JOB_CLASS, FlinkSettings, flink_config
+from testbed.flink.settings import FLINK_VERSION, JOB_CLASS, FlinkSettings, FlinkSettingsError, flink_config
+from testbed.flink.work import WordCost, word_cost
 
 log = logging.getLogger(__name__)
 COUNT_VERTEX = "count"  # the counting vertex's name starts with this (chained with its sink)
@@ -61,6 +64,8 @@ class FlinkCluster:
         self.jobmanager: Optional[FlinkProcess] = None
         self.taskmanagers: Dict[str, FlinkProcess] = {}
         self.started: Dict[str, FlinkProcess] = {}  # every process ever started (stopped ones too)
+        self.word_cost: Optional[WordCost] = None  # the job's work per word, once the JobManager started
+        self.cgroups: Optional[ClusterCgroups] = None  # the TaskManagers' CPU limits (mode cpu)
         self._next_tm = 1
         self._t0 = time.monotonic()
 
@@ -104,6 +109,9 @@ class FlinkCluster:
         if self.jobmanager is not None:
             raise FlinkClusterError("the JobManager runs already")
         self.settings.check_installed()
+        self.word_cost = word_cost(self.settings)
+        if self.settings.cpu_limited:
+            self._make_cgroups()
         self.rest_port, prom = free_port(), free_port()
         self._write_conf({"rest.port": self.rest_port, "jobmanager.rpc.port": free_port()})
         schedule_file = self.schedule.write(self.work_dir / "schedule.txt")
@@ -113,11 +121,19 @@ class FlinkCluster:
                 f"-Dmetrics.reporter.prom.port={prom}",
                 "--schedule", str(schedule_file), "--words-per-sentence", str(s.words_per_sentence),
                 "--vocabulary", str(s.vocabulary), "--zipf", str(s.zipf), "--seed", str(s.seed),
-                "--work-us", str(s.work_us), "--wait-us", str(s.wait_us),
+                "--work-rounds", str(self.word_cost.rounds), "--wait-us", str(s.wait_us),
                 "--ledger", str(self.work_dir / "emission-ledger.bin")]
         log_file = self.work_dir / "log" / "jobmanager.out"
         self.jobmanager = processes.launch("jobmanager", argv, self._env(), log_file, prom)
         self.started[self.jobmanager.name] = self.jobmanager
+
+    def _make_cgroups(self) -> None:
+        try:
+            cgroups = ClusterCgroups(detect(), self.job_id[:12], self.settings.tm_cpu_limit)
+            cgroups.create()
+        except (CgroupError, OSError) as e:
+            raise FlinkSettingsError("tm_cpu_limit", f"mode cpu: {e}") from None
+        self.cgroups = cgroups
 
     def start_processes(self, taskmanagers: int) -> None:
         """Launches the JobManager and TaskManagers without waiting for any of them."""
@@ -134,7 +150,8 @@ class FlinkCluster:
         prom = free_port()
         argv = [str(Path(self.settings.flink_home) / "bin" / "taskmanager.sh"), "start-foreground",
                 f"-Dtaskmanager.resource-id={name}", f"-Dmetrics.reporter.prom.port={prom}"]
-        proc = processes.launch(name, argv, self._env(), self.work_dir / "log" / f"{name}.out", prom)
+        joins = self.cgroups.add(name) if self.cgroups is not None else []
+        proc = processes.launch(name, argv, self._env(), self.work_dir / "log" / f"{name}.out", prom, joins)
         self.taskmanagers[name] = self.started[name] = proc
         return name
 
@@ -146,6 +163,8 @@ class FlinkCluster:
         proc = self.taskmanagers.pop(name)
         mode = mode or self.settings.stop_mode
         processes.stop(proc, graceful=(mode == "graceful"), timeout_s=self.settings.stop_timeout_s)
+        if self.cgroups is not None:
+            self.cgroups.remove(name)
         return name
 
     def close(self) -> None:
@@ -155,15 +174,32 @@ class FlinkCluster:
         self.jobmanager = None
         if procs:
             processes.stop_all(procs, timeout_s=self.settings.stop_timeout_s)
+        if self.cgroups is not None:
+            self.cgroups.close()
         shutil.rmtree(self.work_dir / "tmp", ignore_errors=True)  # scratch only: logs and checkpoints stay
 
     def record(self) -> dict:
         """What a run records about its engine: the Flink version, every setting (the stop mode and
-        heartbeat among them), the schedule, the job id, where the logs are and every process started."""
+        heartbeat among them), what gives a TaskManager its capacity (`capacity`: the mode, the work per
+        word, the CPU limit and each TaskManager cgroup's CPU use), the schedule, the job id, where the
+        logs are and every process started."""
         return {"engine": "flink", "flink_version": FLINK_VERSION, "settings": self.settings.as_dict(),
+                "capacity": self._capacity_record(),
                 "schedule": {"times": list(self.schedule.times), "rates": list(self.schedule.rates)},
                 "job_id": self.job_id, "work_dir": str(self.work_dir),
                 "processes": {p.name: {"pid": p.pid, "prom_port": p.prom_port} for p in self.started.values()}}
+
+    def _capacity_record(self) -> dict:
+        s, cost, cgroups = self.settings, self.word_cost, self.cgroups
+        usage = {}
+        if cgroups is not None:
+            for name in self.started:
+                u = cgroups.usage(name)
+                if u is not None:
+                    usage[name] = dataclasses.asdict(u)
+        return {"mode": s.mode, "wait_us": s.wait_us, "work": cost.as_dict() if cost is not None else None,
+                "tm_cpu_limit": s.tm_cpu_limit if s.cpu_limited else None,
+                "cgroups": cgroups.record() if cgroups is not None else None, "usage": usage}
 
     def _procs(self) -> List[FlinkProcess]:
         return ([self.jobmanager] if self.jobmanager else []) + list(self.taskmanagers.values())
@@ -207,11 +243,18 @@ class FlinkCluster:
             errors[proc.name] = str(e)
             return None
 
+    def _with_cgroup(self, tm: TaskManagerReading) -> TaskManagerReading:
+        usage = self.cgroups.usage(tm.name) if self.cgroups is not None else None
+        if usage is None:
+            return tm
+        return dataclasses.replace(tm, cgroup_cpu_s=usage.cpu_s, cgroup_throttled_s=usage.throttled_s)
+
     def read(self) -> JobReading:
         """The job's status and parallelism (REST) and every live TaskManager's metrics."""
         errors: Dict[str, str] = {}
         status, parallelism, registered = self._job_state(errors)
-        tms = [r for r in (self._scrape(p, errors) for p in list(self.taskmanagers.values())) if r is not None]
+        tms = [self._with_cgroup(r) for r in (self._scrape(p, errors) for p in list(self.taskmanagers.values()))
+               if r is not None]
         source = next((tm.source for tm in tms if tm.source is not None), None)
         return JobReading(self.now(), status, parallelism, registered, tuple(tms), source, errors)
 

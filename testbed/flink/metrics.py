@@ -22,6 +22,7 @@ SOURCE_EMITTED = "flink_taskmanager_job_task_operator_emittedRecords"
 SOURCE_START = "flink_taskmanager_job_task_operator_scheduleStartMs"
 SOURCE_REPLAYED = "flink_taskmanager_job_task_operator_replayedRecords"
 COUNTED = "flink_taskmanager_job_task_operator_countedWords"
+WORK_NS = "flink_taskmanager_job_task_operator_workNanosPerWord"
 LATENCY = "flink_taskmanager_job_task_operator_latencyMs"
 LATENCY_SUM = "flink_taskmanager_job_task_operator_latencySumMs"
 COUNT_OPERATOR = "count"
@@ -88,6 +89,7 @@ class SubtaskReading:
     latency_p50_ms: float
     latency_p95_ms: float
     latency_sum_ms: float
+    work_ns_per_word: float = math.nan  # CPU time of a word's work, as the job timed a sample of them
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,9 @@ class TaskManagerReading:
     heap_used_mb: Optional[float]
     subtasks: Tuple[SubtaskReading, ...] = ()
     source: Optional[SourceReading] = None
+    # mode cpu: the TaskManager cgroup's CPU time and the time its quota held it back, so far
+    cgroup_cpu_s: Optional[float] = None
+    cgroup_throttled_s: Optional[float] = None
 
 
 def read_taskmanager(name: str, samples: List[Sample]) -> TaskManagerReading:
@@ -133,7 +138,8 @@ def _subtasks(samples: List[Sample]) -> Iterable[SubtaskReading]:
             busy_ms_per_s=busy[0] if busy else math.nan,
             latency_p50_ms=_nan(first(samples, LATENCY, quantile="0.5", **on)),
             latency_p95_ms=_nan(first(samples, LATENCY, quantile="0.95", **on)),
-            latency_sum_ms=first(samples, LATENCY_SUM, **on) or 0.0)
+            latency_sum_ms=first(samples, LATENCY_SUM, **on) or 0.0,
+            work_ns_per_word=_nan(first(samples, WORK_NS, **on)))
 
 
 def _source(samples: List[Sample]) -> Optional[SourceReading]:
@@ -197,6 +203,8 @@ class JobRates:
     busy: Mapping[str, float]  # the counting task's busy fraction per TaskManager
     parallelism: int
     status: str
+    # mode cpu: cores per TaskManager by its cgroup's CPU time (the JVM and whatever its script ran)
+    cgroup_cpu: Mapping[str, float] = field(default_factory=dict)
 
 
 def rates(prev: JobReading, cur: JobReading) -> JobRates:
@@ -206,7 +214,7 @@ def rates(prev: JobReading, cur: JobReading) -> JobRates:
     if dt <= 0:
         raise ValueError(f"readings out of order: {prev.t:.3f} then {cur.t:.3f}")
     before = {tm.name: tm for tm in prev.taskmanagers}
-    throughput, cpu, busy = {}, {}, {}
+    throughput, cpu, busy, cgroup_cpu = {}, {}, {}, {}
     for tm in cur.taskmanagers:
         old = before.get(tm.name)
         if old is None:
@@ -215,6 +223,8 @@ def rates(prev: JobReading, cur: JobReading) -> JobRates:
         throughput[tm.name] = sum(st.records_in - seen.get(st.attempt, 0.0) for st in tm.subtasks) / dt
         if tm.cpu_time_s is not None and old.cpu_time_s is not None:
             cpu[tm.name] = max(0.0, tm.cpu_time_s - old.cpu_time_s) / dt
+        if tm.cgroup_cpu_s is not None and old.cgroup_cpu_s is not None:
+            cgroup_cpu[tm.name] = max(0.0, tm.cgroup_cpu_s - old.cgroup_cpu_s) / dt
         busy[tm.name] = sum(st.busy_ms_per_s for st in tm.subtasks if not math.isnan(st.busy_ms_per_s)) / 1000.0
     src0, src1 = prev.source, cur.source
     if src0 is not None and src1 is not None:
@@ -224,4 +234,5 @@ def rates(prev: JobReading, cur: JobReading) -> JobRates:
     return JobRates(
         t=cur.t, dt=dt, workload=workload, emitted=emitted,
         lag=src1.pending if src1 is not None else math.nan,
-        throughput=throughput, cpu=cpu, busy=busy, parallelism=cur.parallelism, status=cur.status)
+        throughput=throughput, cpu=cpu, busy=busy, parallelism=cur.parallelism, status=cur.status,
+        cgroup_cpu=cgroup_cpu)

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 PR_SET_PDEATHSIG = 1
 _live: Dict[int, "FlinkProcess"] = {}
@@ -69,11 +69,25 @@ class FlinkProcess:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def launch(name: str, argv: Sequence[str], env: Mapping[str, str], log: Path, prom_port: int) -> FlinkProcess:
+def _in_child(cgroup_procs: Sequence[Path]) -> Callable[[], None]:
+    """What the child does before exec: die with its parent, and join its cgroups (a CPU limit), so
+    that the start script and the JVM it execs are limited from their first instruction."""
+    def prepare() -> None:
+        _die_with_parent()
+        for path in cgroup_procs:
+            with open(path, "w") as f:
+                f.write(str(os.getpid()))
+    return prepare
+
+
+def launch(name: str, argv: Sequence[str], env: Mapping[str, str], log: Path, prom_port: int,
+           cgroup_procs: Sequence[Path] = ()) -> FlinkProcess:
+    """Starts a process in its own session; with cgroup_procs, in those cgroups (their cgroup.procs files)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         popen = subprocess.Popen(list(argv), env=dict(env), stdout=out, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+                                 stdin=subprocess.DEVNULL, start_new_session=True,
+                                 preexec_fn=_in_child(tuple(cgroup_procs)))
     proc = FlinkProcess(name, popen, log, prom_port, time.monotonic())
     with _lock:
         _live[proc.pid] = proc

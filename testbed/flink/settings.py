@@ -15,6 +15,10 @@ DEFAULT_HOME = ROOT / ".flink" / f"pypi-{FLINK_VERSION}" / "pyflink"  # infra/fl
 DEFAULT_JAR = ROOT / ".flink" / "build" / "testbed-wordcount.jar"  # infra/flink.sh build
 JOB_CLASS = "testbed.flink.wordcount.WordCountJob"
 STOP_MODES = ("graceful", "kill")  # SIGTERM (the TaskManager deregisters) or SIGKILL (found by heartbeat)
+# what gives a TaskManager its capacity: a wait per word (whatever the machine's cores), or CPU work
+# per word under a CPU limit per TaskManager, as a pod's (docs/flink.md#cpu-mode)
+MODES = ("wait", "cpu")
+MIN_CPU_LIMIT = 0.01  # cores: a quota of 1 ms per 100 ms period, the kernel's least
 
 
 class FlinkSettingsError(ValueError):
@@ -49,10 +53,16 @@ class FlinkSettings:
     vocabulary: int = 10000
     zipf: float = 1.0
     seed: int = 1
-    work_us: int = 0  # CPU time the counting operator spends per word: sets one TaskManager's capacity
+    mode: str = "wait"
+    # CPU time per word the counting operator spends on a deterministic computation: the rounds that
+    # take this long on this machine are measured when the cluster starts (work_rounds 0), or given
+    work_us: float = 0.0
+    work_rounds: int = 0
     # time the counting operator waits per word (as for an external call): a TaskManager's capacity is
     # then 1e6 / wait_us words/s whatever the machine's cores, so that TaskManagers add capacity
     wait_us: int = 0
+    # cpu mode: each TaskManager's processes in a cgroup of this many cores (CFS quota per period)
+    tm_cpu_limit: float = 0.0
 
     def validate(self) -> "FlinkSettings":
         for key in ("jm_memory_mb", "tm_memory_mb", "words_per_sentence", "vocabulary"):
@@ -60,9 +70,12 @@ class FlinkSettings:
                 raise FlinkSettingsError(key, f"must be >= 1, got {getattr(self, key)}")
         for key in ("checkpoint_s", "heartbeat_interval_s", "heartbeat_timeout_s", "start_timeout_s", "stop_timeout_s"):
             _positive(key, getattr(self, key))
-        for key in ("work_us", "wait_us"):
+        for key in ("work_rounds", "wait_us"):
             if getattr(self, key) < 0:
                 raise FlinkSettingsError(key, f"must be >= 0, got {getattr(self, key)}")
+        for key in ("work_us", "tm_cpu_limit"):
+            _non_negative(key, getattr(self, key))
+        self._validate_mode()
         for key in ("stabilization_s", "cooldown_s", "restart_delay_s", "zipf", "buffer_timeout_ms"):
             _non_negative(key, getattr(self, key))
         if self.rescale_max_delay_s is not None:
@@ -76,6 +89,27 @@ class FlinkSettings:
             key = "jm_memory_mb" if self.jm_memory_mb < 512 else "tm_memory_mb"
             raise FlinkSettingsError(key, f"Flink needs at least 512 MB per process, got {getattr(self, key)}")
         return self
+
+    def _validate_mode(self) -> None:
+        if self.mode not in MODES:
+            raise FlinkSettingsError("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.mode == "wait":
+            if self.tm_cpu_limit > 0:
+                raise FlinkSettingsError("tm_cpu_limit", f"a CPU limit is the cpu mode's (mode=cpu), got "
+                                         f"{self.tm_cpu_limit:g} in mode wait")
+            return
+        if self.tm_cpu_limit < MIN_CPU_LIMIT:
+            raise FlinkSettingsError("tm_cpu_limit", f"mode cpu needs a CPU limit of at least {MIN_CPU_LIMIT:g} "
+                                     f"cores, got {self.tm_cpu_limit:g}")
+        if self.work_us <= 0 and self.work_rounds == 0:
+            raise FlinkSettingsError("work_us", "mode cpu needs CPU work per word (work_us > 0 or work_rounds > 0)")
+        if self.wait_us > 0:
+            raise FlinkSettingsError("wait_us", f"mode cpu spends CPU, it does not wait: must be 0, got {self.wait_us}")
+
+    @property
+    def cpu_limited(self) -> bool:
+        """Each TaskManager runs in a cgroup with a CPU quota."""
+        return self.mode == "cpu"
 
     def check_installed(self) -> None:
         if not (Path(self.flink_home) / "bin" / "standalone-job.sh").is_file():

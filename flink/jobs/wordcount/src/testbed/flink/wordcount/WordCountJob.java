@@ -13,8 +13,8 @@ import org.apache.flink.util.Collector;
  * WordCount as in the Daedalus paper's Flink job: sentences from a source, split into words, a
  * running count per word (keyed). Arguments: --schedule FILE (seconds rate per line) and optionally
  * --words-per-sentence (8), --vocabulary (10000), --zipf (1.0: word frequencies ~ 1/rank),
- * --sentences (4096 distinct sentences, cycled), --seed (1), --work-us (0: CPU time spent per
- * counted word) and --wait-us (0: time waited per counted word), to set a TaskManager's capacity, and
+ * --sentences (4096 distinct sentences, cycled), --seed (1), --work-rounds (0: rounds of WordWork's
+ * computation per counted word, the CPU mode's cost) and --wait-us (0: time waited per counted word), to set a TaskManager's capacity, and
  * --ledger FILE (where the source counts what restarts made it emit again). The source runs at parallelism 1
  * (max parallelism 1, so reactive mode keeps it there); split and count scale with the cluster.
  */
@@ -32,7 +32,7 @@ public final class WordCountJob {
                 // run at parallelism 1), so that the splitting scales with the cluster
                 .flatMap(new Splitter()).name("split").uid("split").disableChaining()
                 .keyBy(w -> w.word)
-                .process(new WordCounter(params.getLong("work-us", 0), params.getLong("wait-us", 0))).name("count").uid("count")
+                .process(new WordCounter(params.getLong("work-rounds", 0), params.getLong("wait-us", 0))).name("count").uid("count")
                 .sinkTo(new DiscardingSink<>()).name("discard").uid("discard");
         env.execute("testbed-wordcount");
     }

@@ -20,27 +20,32 @@ import org.apache.flink.util.Collector;
  * redistributed on rescaling without loss: summed over subtasks it is the total of all counts, so
  * a replay after a restart that counted twice would show as a total above the words emitted.
  * Latency (processing time - the sentence's scheduled time) goes to latencyMs and latencySumMs.
- * workMicros of the task thread's own CPU time are spent per word (0: none), so that a TaskManager's
- * capacity can be set below what the one source emits; CPU time, not wall time, so that contention
- * slows the work down instead of shortening it. waitMicros per word are waited instead (as for a call
+ * workRounds rounds of WordWork's computation are done per word (0: none), so that a TaskManager's
+ * capacity can be set below what the one source emits and, under a CPU limit, CPU is what limits it;
+ * every 256th word's work is timed in the thread's CPU time (gauge workNanosPerWord, the mean of this
+ * attempt's samples), so a run records what a word cost. waitMicros per word are waited instead (as for a call
  * to an external service): a TaskManager's capacity is then 1e6 / waitMicros words/s whatever the
  * machine's cores, which is what lets several TaskManagers on a small machine add capacity. The wait
  * is paid in parks of at least 1 ms, each one's overshoot counted against the next.
  */
 public final class WordCounter extends KeyedProcessFunction<String, Word, Long> implements CheckpointedFunction {
     private static final long serialVersionUID = 1L;
-    private final long workNanos;
+    private static final int SAMPLE_EVERY = 256;
+    private final long workRounds;
     private final long waitNanos;
     private transient long waitDebtNanos;
     private transient ThreadMXBean threads;
+    private transient long workSink;
+    private transient long sampledNanos;
+    private transient long sampledWords;
     private transient ValueState<Long> count;
     private transient ListState<Long> countedState;
     private transient long counted;
     private transient WindowHistogram latency;
     private transient Counter latencySum;
 
-    public WordCounter(long workMicros, long waitMicros) {
-        this.workNanos = workMicros * 1000L;
+    public WordCounter(long workRounds, long waitMicros) {
+        this.workRounds = workRounds;
         this.waitNanos = waitMicros * 1000L;
     }
 
@@ -50,17 +55,16 @@ public final class WordCounter extends KeyedProcessFunction<String, Word, Long> 
         count = getRuntimeContext().getState(new ValueStateDescriptor<>("count", Long.class));
         var metrics = getRuntimeContext().getMetricGroup();
         metrics.gauge("countedWords", () -> counted);
+        metrics.gauge("workNanosPerWord", () -> sampledWords == 0 ? Double.NaN : (double) sampledNanos / sampledWords);
+        metrics.gauge("workSink", () -> workSink & 1L);  // the work's result is used: the JIT keeps it
         latency = metrics.histogram("latencyMs", new WindowHistogram(2048));
         latencySum = metrics.counter("latencySumMs");
     }
 
     @Override
     public void processElement(Word word, Context ctx, Collector<Long> out) throws Exception {
-        if (workNanos > 0) {
-            long end = threads.getCurrentThreadCpuTime() + workNanos;
-            while (threads.getCurrentThreadCpuTime() < end) {
-                // burn the word's CPU time
-            }
+        if (workRounds > 0) {
+            work(word.word.hashCode());
         }
         if (waitNanos > 0) {
             waitDebtNanos += waitNanos;
@@ -76,6 +80,17 @@ public final class WordCounter extends KeyedProcessFunction<String, Word, Long> 
         long ms = Math.max(0, System.currentTimeMillis() - word.scheduledMs);
         latency.update(ms);
         latencySum.inc(ms);
+    }
+
+    private void work(long seed) {
+        if ((counted + 1) % SAMPLE_EVERY != 0) {
+            workSink ^= WordWork.spin(seed, workRounds);
+            return;
+        }
+        long start = threads.getCurrentThreadCpuTime();
+        workSink ^= WordWork.spin(seed, workRounds);
+        sampledNanos += threads.getCurrentThreadCpuTime() - start;
+        sampledWords++;
     }
 
     @Override

@@ -1,6 +1,7 @@
 """What ends a live job run (docs/papers/daedalus.md#faults-during-a-live-job-run), said in one line:
 a Redis that restarted, lost the run's keys or stayed away; a lost RabbitMQ connection (the broker
-is waited for, bounded, to say what it lost); a failed source, router or sampler. A worker exit is
+is waited for, bounded, to say what it lost); a failed source, router or sampler. `connect`
+opens a broker connection (a fake broker's in unit tests). A worker exit is
 looked at through these first: a broker or Redis failure explains it before the worker does."""
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ class FaultWatch:
 
     BROKER_WAIT_S = 30.0  # after a lost broker connection: how long to wait for the broker to say what it lost
 
-    def __init__(self, amqp_url: str, redis: Any, prefix: str, now: Callable[[], float]) -> None:
-        self.amqp_url, self.redis, self.prefix, self.now = amqp_url, redis, prefix, now
+    def __init__(self, amqp_url: str, redis: Any, prefix: str, now: Callable[[], float],
+                 connect: Callable[[str], Any] = amqp_connect) -> None:
+        self.amqp_url, self.redis, self.prefix, self.now, self.connect = amqp_url, redis, prefix, now, connect
         self.redis_run_id = ""
         self.state_written = False  # from then on the run's control key is always there
         self.fault: Optional[str] = None
@@ -71,7 +73,7 @@ class FaultWatch:
 
         what = one_line(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, 120)
         try:
-            conn = retry_until(lambda: amqp_connect(self.amqp_url), self.BROKER_WAIT_S, time.monotonic,
+            conn = retry_until(lambda: self.connect(self.amqp_url), self.BROKER_WAIT_S, time.monotonic,
                                time.sleep, (pika.exceptions.AMQPError, OSError), 1.0)
         except (pika.exceptions.AMQPError, OSError):
             return (f"RabbitMQ unreachable since t={t:.0f} s ({what}) and not back within {self.BROKER_WAIT_S:.0f} s: "
@@ -142,6 +144,6 @@ class FaultWatch:
         import pika.exceptions
 
         try:
-            amqp_connect(self.amqp_url).close()
+            self.connect(self.amqp_url).close()
         except (pika.exceptions.AMQPError, OSError) as exc:
             raise LiveJobError(self.broker_lost(exc, self.now())) from exc

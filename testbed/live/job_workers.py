@@ -68,20 +68,20 @@ class Workers:
         with self.lock:
             return dict(self.current)
 
-    def _start_one(self, w: int, t: float) -> WorkerContainer:
+    def _start_one(self, w: int, name: str, t: float) -> WorkerContainer:
         c = self.docker.containers.run(
-            self.settings.image, entrypoint=WORKER_ENTRYPOINT, detach=True, init=True,
-            name=docker_name(self.prefix, "w", w, next(self._incarnation)), environment=self.env(w),
-            labels={RUN_LABEL: self.prefix, INSTANCE_LABEL: worker_name(w)},
+            self.settings.image, entrypoint=WORKER_ENTRYPOINT, detach=True, init=True, name=name,
+            environment=self.env(w), labels={RUN_LABEL: self.prefix, INSTANCE_LABEL: worker_name(w)},
             nano_cpus=int(self.settings.cpus * 1e9), network_mode=self.network_mode)
         return WorkerContainer(w, c, find_usage_path(c.id), t)
 
     def start(self, indices: Iterable[int], t: float) -> None:
-        indices = list(indices)
-        if not indices:
+        # names are drawn here, in order: the starts run in parallel
+        named = [(w, docker_name(self.prefix, "w", w, next(self._incarnation))) for w in indices]
+        if not named:
             return
-        with ThreadPoolExecutor(max_workers=min(4, len(indices))) as pool:
-            for wc in pool.map(lambda w: self._start_one(w, t), indices):
+        with ThreadPoolExecutor(max_workers=min(4, len(named))) as pool:
+            for wc in pool.map(lambda wn: self._start_one(wn[0], wn[1], t), named):
                 self.add(wc)
 
     def add(self, wc: WorkerContainer) -> None:

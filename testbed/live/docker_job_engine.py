@@ -128,7 +128,8 @@ class DockerJobEngine:
         self.next_check = 0.0
         self.found: Dict[str, Exit] = {}  # exited workers the loop was last told of, by name
         self.done: Set[str] = set()  # of them, those a restart replaced already
-        self.replaced: Dict[str, Restarted] = {}  # workers replaced, until their change settles
+        # workers replaced, until their change settles: the restart's figures, what their container said
+        self.replaced: Dict[str, Tuple[Restarted, Dict[str, Any]]] = {}
 
     def now(self) -> float:
         return 0.0 if self.t0 is None else self.clock.now() - self.t0
@@ -213,10 +214,11 @@ class DockerJobEngine:
         """A replacement's figures are its restart's (measured within it), not the loop's."""
         for r in change.recoveries:
             rec = self.ledger.recoveries[r]
-            info = self.replaced.pop(rec.worker, None)
-            if info is not None:
+            replaced = self.replaced.pop(rec.worker, None)
+            if replaced is not None:
+                info, said = replaced
                 rec.downtime_s, rec.replayed = info.downtime_s, info.replayed
-                rec.details.update(moved=info.moved, duplicates_dropped=info.duplicates_dropped)
+                rec.details.update(said, moved=info.moved, duplicates_dropped=info.duplicates_dropped)
 
     def change_bound_s(self) -> float:
         """What a restart may take: each of its waits is bounded (it raises past them)."""
@@ -254,7 +256,8 @@ class DockerJobEngine:
         self.say(f"{', '.join(batch)} exited at t={now:.0f} s: replacing, the job restarts from its checkpoints")
         info = self._restart(float(self.k + 1), self.n, replace=[self.found[name][0] for name in batch])
         for name in batch:
-            self.replaced[name] = info
+            _w, wc, code = self.found[name]
+            self.replaced[name] = (info, {"container": wc.container.name, "exit_code": code})
         self.done |= set(batch)
         return self.workers.name(self.found[loss.worker][0])
 

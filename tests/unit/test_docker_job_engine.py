@@ -267,8 +267,9 @@ class Scripted(Policy):
         return [ScaleTo(JOB_OPERATOR, n, "scripted")] if n else []
 
 
-def loop_on(engine: DockerJobEngine, policy: Policy, duration: int, kill: Optional[Dict[int, int]] = None) -> JobLoop:
-    """The loop over `duration` seconds from 2 workers; `kill`: run second -> worker whose container exits then."""
+def loop_on(engine: DockerJobEngine, policy: Policy, duration: int,
+            kill: Optional[List[Tuple[int, int]]] = None) -> JobLoop:
+    """The loop over `duration` seconds from 2 workers; `kill`: (run second, worker whose container exits then)."""
     s = engine.settings
     settings = LoopSettings(duration=duration, top=TOP, window_s=10, checkpoint_s=2.0,
                             max_recoveries=s.max_recoveries, recoveries_key="backend.live.job.max_recoveries",
@@ -277,9 +278,9 @@ def loop_on(engine: DockerJobEngine, policy: Policy, duration: int, kill: Option
     world = engine.redis
     if kill:
         def tick() -> None:
-            for k, w in list(kill.items()):
+            for k, w in list(kill):
                 if engine.now() >= k:
-                    del kill[k]
+                    kill.remove((k, w))
                     world.kill(w)
         engine.clock.ticks.append(tick)  # type: ignore[attr-defined]
     loop.start(2)
@@ -289,7 +290,7 @@ def loop_on(engine: DockerJobEngine, policy: Policy, duration: int, kill: Option
 def test_a_lost_worker_is_replaced_by_a_restart_at_the_same_parallelism() -> None:
     world = World()
     engine, broker = engine_on(world)
-    loop = loop_on(engine, Scripted(), 20, kill={7: 1})
+    loop = loop_on(engine, Scripted(), 20, kill=[(7, 1)])
     loop.run()
     assert loop.fault is None and len(loop.series) == 20 and engine.n == 2
     assert [w for w, _ in world.started] == [0, 1, 1]  # w1 again, under a new container
@@ -297,15 +298,28 @@ def test_a_lost_worker_is_replaced_by_a_restart_at_the_same_parallelism() -> Non
     [rec] = loop.ledger.recoveries
     assert (rec.worker, rec.replaced_by) == ("w1", world.started[2][1]) and rec.t_s == pytest.approx(7.0, abs=1.0)
     assert "container p-w-1-1 exited with code 137 (SIGKILL)" in rec.why
-    assert rec.downtime_s >= 0 and rec.details == {"moved": 0, "duplicates_dropped": 0}
+    assert rec.downtime_s >= 0 and rec.details == {"container": "p-w-1-1", "exit_code": 137, "moved": 0,
+                                                   "duplicates_dropped": 0}
     [replace] = loop.ledger.records
     assert (replace.action, replace.instance) == ("replace", "w1") and "137" in replace.reason
     assert len(loop.ledger.rescales["t_s"]) == 0  # a recovery is not the controller's rescale
 
 
+def test_workers_lost_together_are_replaced_by_one_restart() -> None:
+    world = World()
+    engine, broker = engine_on(world)
+    loop = loop_on(engine, Scripted(), 20, kill=[(7, 0), (7, 1)])
+    loop.run()
+    assert loop.fault is None and [w for w, _ in world.started] == [0, 1, 0, 1]
+    assert len(broker.drops) == 1 and broker.drops[0] == frozenset({100, 101})  # one restart
+    assert [(r.worker, r.details["container"]) for r in loop.ledger.recoveries] == [("w0", "p-w-0-0"),
+                                                                                    ("w1", "p-w-1-1")]
+    assert [r.instance for r in loop.ledger.records] == ["w0", "w1"]
+
+
 def test_a_lost_worker_past_the_budget_ends_the_run_naming_it() -> None:
     engine, _ = engine_on(World(), max_recoveries=0)
-    loop = loop_on(engine, Scripted(), 20, kill={7: 1})
+    loop = loop_on(engine, Scripted(), 20, kill=[(7, 1)])
     loop.run()
     assert loop.fault is not None and loop.fault.startswith("worker w1 lost at t=")
     assert "container p-w-1-1 exited with code 137" in loop.fault

@@ -1,8 +1,7 @@
 """What ends a live job run (docs/papers/daedalus.md#faults-during-a-live-job-run), said in one line:
 a Redis that restarted, lost the run's keys or stayed away; a lost RabbitMQ connection (the broker
-is waited for, bounded, to say what it lost); a failed source, router or sampler. `connect`
-opens a broker connection (a fake broker's in unit tests). A worker exit is
-looked at through these first: a broker or Redis failure explains it before the worker does."""
+is waited for, bounded, to say what it lost); a failed source, router or sampler. A worker exit
+is looked at through these first: a broker or Redis failure explains it before the worker does."""
 from __future__ import annotations
 
 import time
@@ -34,7 +33,8 @@ def redis_id(client: Any) -> str:
 
 class FaultWatch:
     """The run's fault reasons. `parts`: (the source or the router, who it is), whose `error` ends
-    the run; `fault` and `sampler_error` are set by the sampler's thread."""
+    the run; `fault` and `sampler_error` are set by the sampler's thread; `connect` opens a broker
+    connection (a fake broker's in unit tests)."""
 
     BROKER_WAIT_S = 30.0  # after a lost broker connection: how long to wait for the broker to say what it lost
 

@@ -30,6 +30,7 @@ class Recovery:
     replaced_by: str
     downtime_s: float = math.nan  # until the job ran at the deployed parallelism again (NaN: never)
     replayed: float = math.nan  # items the source emitted again meanwhile
+    details: Dict[str, Any] = field(default_factory=dict)  # what else the engine knows of it (container, exit code)
 
 
 @dataclass

@@ -31,6 +31,9 @@ class LoopSettings:
     # a rescale's recovery is tracked while another change is under way (a model whose old workers
     # keep processing while new ones start); a measuring engine waits until its change has settled
     track_during_change: bool = False
+    # an engine whose changes block while its rows go on (a restart that returns once the job runs
+    # again): the decisions that fell due meanwhile are skipped, the next is taken on the latest row
+    skip_missed_decisions: bool = False
 
 
 def _quiet(message: str) -> None:
@@ -130,6 +133,7 @@ class JobLoop:
                           f"replaced already ({s.recoveries_key} = {s.max_recoveries})")
             return
         new = self.engine.replace(loss, now)
+        self._skip_missed()
         led.recoveries.append(Recovery(round(now, 1), name, loss.why, new))
         self.say(f"{s.noun} {name} lost at t={now:.1f} s ({loss.why}): replaced by {new}")
         led.record(t, "replace", f"{s.noun} {name} lost at t={now:.1f} s: {loss.why}; replaced by {new}, the "
@@ -177,7 +181,13 @@ class JobLoop:
         target, actions = rescale
         self.ledger.decision(float(k + 1), actions)
         row = engine.rescale(k, target)
+        self._skip_missed()
         began = self.now()
         self.ledger.pending = self.ledger.last_change = Change(
             target, float(k + 1), began, began + engine.change_bound_s(), self.ledger.replayed, rescale=row,
             starts=target > n)
+
+    def _skip_missed(self) -> None:
+        """After a change that blocked: the decisions due until now are not taken."""
+        if self.settings.skip_missed_decisions and self.interval:
+            self.next_decision = max(self.next_decision, float(math.floor(self.now())))

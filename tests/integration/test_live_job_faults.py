@@ -5,11 +5,11 @@ per fault, the fault injected from a thread while the run goes on.
 * **A worker killed with SIGKILL** (about 20 s in), **and a second one killed as the restart that
   recovers the first stops the world**: the run replaces the first and restarts the job from its
   checkpoints at the same parallelism; the second is replaced within that restart (or, if it had
-  stopped already, by the watchdog once the job runs again): a `replace` action naming each worker
+  stopped already, by the job loop once the job runs again): a `replace` action naming each worker
   and its exit code 137; the run completes and the accounting identities of test_live_job.check_run
   hold (what the killed workers processed since their checkpoints is counted as replayed, not
-  twice). A recovery's restart is a controller's rescale without the rebinding (the same
-  `_restart`); the rescale cases are tests/unit/test_live_job_restart_faults.py.
+  twice). A recovery's restart is a controller's rescale without the rebinding (the same restart
+  of testbed/live/docker_job_engine.py); the rescale cases are tests/unit/test_docker_job_engine.py.
 * **A RabbitMQ restart** (`rabbitmqctl stop_app; start_app`): the job's queues are transient, so the
   items in them are gone with the broker's restart; the run ends at once, incomplete, with one line
   naming RabbitMQ and the time.
@@ -126,7 +126,7 @@ def test_killed_workers_are_replaced_also_during_a_restart_and_the_job_restarts_
         client = redis.Redis.from_url(redis_url)
         try:
             first.kill()  # SIGKILL
-            deadline = time.monotonic() + 120  # the watchdog looks every second; a loaded machine is slower
+            deadline = time.monotonic() + 120  # the job loop looks every second; a loaded machine is slower
             while not (client.get(control) or b"").startswith(b"stop:"):
                 if time.monotonic() > deadline:
                     raise TimeoutError("the recovery's stop-the-world did not begin")

@@ -1,7 +1,7 @@
 """The live job mode's pure parts (docs/papers/daedalus.md#live-runtime), on hand-computed values:
 rebinding for a rescale, key shares and capacity from a probe, the in-flight bound, CPU from cgroup
-readings, the time compression of the config and of the workload, the settings' validation and the
-item encoding. The live runs themselves: tests/integration/test_live_job.py."""
+readings, the time compression of the config and of the workload, the settings' validation, the
+item encoding and which of the run's containers exited. The live runs themselves: tests/integration/test_live_job.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -284,64 +284,31 @@ class FakeContainers:
         return self.exited
 
 
-def job_run_with(workers, exited, max_recoveries=3):
-    """A LiveJobRun with only what the fault logic reads (no engine, broker or Redis)."""
-    import threading
+def workers_with(current, exited):
+    """The run's worker containers (testbed/live/job_workers.py) over an engine that lists `exited`."""
     from types import SimpleNamespace
 
-    from testbed.live.job import LiveJobRun, WorkerContainer
+    from testbed.live.job_workers import WorkerContainer, Workers
 
-    run = LiveJobRun.__new__(LiveJobRun)
-    run.prefix, run._lock, run.recoveries, run._t0 = "p", threading.Lock(), [], None
-    run.workers = {w: WorkerContainer(w, c, None, 0.0) for w, c in workers.items()}
-    run.docker = SimpleNamespace(containers=FakeContainers(exited))
-    run.settings = LiveJobConfig(max_recoveries=max_recoveries)
-    run._diagnose_worker_exit = lambda: None  # the broker and Redis are fine
-    return run
+    workers = Workers(SimpleNamespace(containers=FakeContainers(exited)), "p", LiveJobConfig(), lambda w: {}, None)
+    workers.current = {w: WorkerContainer(w, c, None, 0.0) for w, c in current.items()}
+    return workers
 
 
 def test_only_the_runs_current_workers_count_as_exited():
     w0, w2 = FakeContainer("a", "p-w-0-0"), FakeContainer("c", "p-w-2-2", 137)
     gone = FakeContainer("x", "p-w-1-1", 137)  # removed by a rescale: not a current worker
-    run = job_run_with({0: w0, 2: w2}, [gone, w2])
-    assert [(w, code) for w, _wc, code in run._exited()] == [(2, 137)]
-    assert run.docker.containers.filters == {"label": "testbed.run=p", "status": ["exited", "dead"]}
+    workers = workers_with({0: w0, 2: w2}, [gone, w2])
+    assert [(w, code) for w, _wc, code in workers.exited()] == [(2, 137)]
+    assert workers.docker.containers.filters == {"label": "testbed.run=p", "status": ["exited", "dead"]}
 
 
-def test_a_worker_exit_past_the_budget_ends_the_run_naming_it():
-    from testbed.live.job import LiveJobError
+def test_a_workers_exit_is_said_with_its_code_and_its_last_log_line():
+    from testbed.live.job_workers import exit_message
 
-    w1 = FakeContainer("b", "p-w-1-1", 1, b"INFO x\nTraceback (most recent call last):\n  File y\nValueError: boom\n")
-    run = job_run_with({1: w1}, [w1], max_recoveries=0)
-    with pytest.raises(LiveJobError) as err:
-        run._recover(run._exited(), router=None)
-    msg = str(err.value)
-    assert msg.startswith("worker w1 (container p-w-1-1) exited with code 1, last log line: ValueError: boom at t=0 s")
-    assert "max_recoveries = 0" in msg and "\n" not in msg
-    killed = FakeContainer("b", "p-w-1-1", 137)
-    assert job_run_with({1: killed}, [])._exit_message(1, run.workers[1], 137).endswith("code 137 (SIGKILL)")
-
-
-def test_an_exited_worker_is_replaced_by_a_restart_at_the_same_parallelism():
-    from testbed.job.engine import Second
-    from testbed.job.series import JobSeries
-
-    killed = FakeContainer("b", "p-w-1-1", 137)
-    run = job_run_with({0: FakeContainer("a", "p-w-0-0"), 1: killed}, [killed])
-    run.n, run.series, run.records, run.run_id = 2, JobSeries(2), [], "r"
-    for _ in range(7):  # 7 s into the run
-        run.series.append(Second(0.0, np.zeros(2), np.zeros(2), lag=0.0, uptime=1.0, parallel=2, running=2))
-    calls = []
-
-    def restart(now, target, router, drawn_s=0.0, replace=()):
-        calls.append((now, target, router, drawn_s, list(replace)))
-        return {"downtime_s": 1.5, "replayed": 40, "moved": 90, "duplicates_dropped": 0}
-
-    run._restart = restart
-    run._recover(run._exited(), router="the router")
-    assert calls == [(7.0, 2, "the router", 0.0, [1])]  # same parallelism, no drawn downtime, w1 replaced
-    [rec] = run.records
-    assert (rec.t_s, rec.action, rec.instance) == (7.0, "replace", "w1")
-    assert "exited with code 137 (SIGKILL)" in rec.reason and "checkpoints" in rec.reason
-    assert run.recoveries == [{"t_s": 0.0, "worker": "w1", "container": "p-w-1-1", "exit_code": 137, "downtime_s": 1.5,
-                               "replayed": 40, "moved": 90, "duplicates_dropped": 0}]
+    log = b"INFO x\nTraceback (most recent call last):\n  File y\nValueError: boom\n"
+    crashed = FakeContainer("b", "p-w-1-1", 1, log)
+    [(w, wc, code)] = workers_with({1: crashed}, [crashed]).exited()
+    assert exit_message(w, wc, code) == ("worker w1 (container p-w-1-1) exited with code 1, last log line: "
+                                         "ValueError: boom")
+    assert exit_message(w, wc, 137).endswith("code 137 (SIGKILL)")  # a kill says nothing of its own

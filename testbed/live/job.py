@@ -63,7 +63,7 @@ from testbed.job.ledger import JobLedger, Recovery
 from testbed.job.loop import JobLoop, LoopSettings
 from testbed.job.tables import job_tables
 from testbed.live.docker_job_engine import DockerJobEngine, DockerParts, Feed
-from testbed.live.engines import RUN_LABEL, EngineError, connect, missing_images
+from testbed.live.engines import RUN_LABEL, EngineError, connect, missing_images, reap_orphans
 from testbed.live.job_broker import Broker
 from testbed.live.job_compression import compress_rates
 from testbed.live.job_faults import FaultWatch, LiveJobError, redis_client
@@ -128,6 +128,7 @@ class LiveJobRun:
         self.capacity: Dict[int, float] = {}
         self.arrivals_plan: np.ndarray = np.zeros(0, dtype=int)
         self.engine: Optional[DockerJobEngine] = None
+        self.orphans_removed: List[str] = []  # containers of killed runs removed at the start
         self.loop: Optional[JobLoop] = None
 
     def now(self) -> float:
@@ -169,6 +170,7 @@ class LiveJobRun:
     def _connect_engine(self) -> None:
         engine_url = self.live.engines[0].url
         self.docker = connect(engine_url)
+        self.orphans_removed = reap_orphans(self.docker)  # containers of a killed run on this machine
         missing = missing_images(self.docker, [self.settings.image])
         if missing:
             raise EngineError(engine_url, f"image {missing[0]} missing: build it with `bash infra/images.sh` "
@@ -290,7 +292,7 @@ class LiveJobRun:
                     + accounting.queued_workers, "measured_worker_rate": self._measured_rate(), "live": True},
             "prefix": self.prefix, "accounting": accounting.as_dict(), "instances": self.engine.workers.log,
             "recoveries": [_recovery(r) for r in self.ledger.recoveries], "given_up": self.ledger.given_up,
-            "time_compression": self.settings.time_compression}
+            "time_compression": self.settings.time_compression, "orphans_removed": self.orphans_removed}
         controller = self.policy.run_details()
         if controller is not None:
             details["controller"] = controller

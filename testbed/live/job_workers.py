@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from operators.keyed_job import redis_key, worker_name
 from testbed.job.engine import Clock
 from testbed.job_config import LiveJobConfig
-from testbed.live.engines import INSTANCE_LABEL, RUN_LABEL, docker_name
+from testbed.live.engines import INSTANCE_LABEL, OWNER_LABEL, RUN_LABEL, docker_name, owner
 from testbed.live.job_cpu import find_usage_path
 from testbed.live.job_faults import LiveJobError
 from testbed.live.job_routing import last_log_line
@@ -71,7 +71,8 @@ class Workers:
     def _start_one(self, w: int, name: str, t: float) -> WorkerContainer:
         c = self.docker.containers.run(
             self.settings.image, entrypoint=WORKER_ENTRYPOINT, detach=True, init=True, name=name,
-            environment=self.env(w), labels={RUN_LABEL: self.prefix, INSTANCE_LABEL: worker_name(w)},
+            environment=self.env(w),
+            labels={RUN_LABEL: self.prefix, INSTANCE_LABEL: worker_name(w), OWNER_LABEL: owner()},
             nano_cpus=int(self.settings.cpus * 1e9), network_mode=self.network_mode)
         return WorkerContainer(w, c, find_usage_path(c.id), t)
 

@@ -88,7 +88,7 @@ def check(run_dir: Path, seen: Dict[str, Any], taskmanager: str, why: str, n: in
     [rec] = m.details["recoveries"]
     assert rec["taskmanager"] == taskmanager and why in rec["why"], rec
     # found after the signal, then the job ran at n again (during the run, or its drain)
-    assert rec["t_s"] >= seen["t_s"] and rec["downtime_s"] > 0, rec
+    assert rec["t_s"] >= seen["t_s"] - 0.05 and rec["downtime_s"] > 0, rec  # t_s is rounded to 0.1 s
     assert list(actions[actions.action == "replace"].instance) == [taskmanager]
     lost = inst[inst.t_s > actions[actions.action == "replace"].t_s.iloc[0]]
     assert (lost.instances < n).any()  # the rows show the job running without the lost TaskManager

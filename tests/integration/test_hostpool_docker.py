@@ -131,7 +131,7 @@ def test_lifecycle_labels_drain_crash_release(make_pool, client):
 
     attrs = client.api.inspect_container(a)
     assert attrs["Config"]["Labels"] == {"testbed.run": pool.run_id, "testbed.host": host,
-                                         "testbed.operator": "O1", "testbed.instance": a}
+                                         "testbed.operator": "O1", "testbed.instance": a, OWNER_LABEL: owner()}
     assert attrs["HostConfig"]["CpuShares"] == 660 and attrs["HostConfig"]["MemoryReservation"] == 452 * 2**20
     assert attrs["HostConfig"]["Memory"] == 0  # a reservation, no hard limit
     assert attrs["HostConfig"]["NetworkMode"] == "none" and attrs["Config"]["Image"] == f"{PREFIX}o1:{TAG}"

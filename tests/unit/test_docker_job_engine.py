@@ -197,12 +197,13 @@ def test_a_worker_killed_while_the_world_stops_for_a_scale_out_is_replaced_withi
     engine, world, broker = started_engine(2, {"stop": [1]})
     engine.rescale(9, 3)
     assert engine.n == 3 and sorted(engine.workers.current) == [0, 1, 2]
-    assert [w for w, _ in world.started[2:]] == [1, 2]  # w1 again, under a new container, and the new w2
+    # w1 again, under a new container, and the new w2: started side by side, in either order
+    assert sorted(w for w, _ in world.started[2:]) == [1, 2]
     assert broker.drops == [frozenset({101})]  # what w1's last checkpoint committed is dropped, not processed again
     [rec] = engine.ledger.recoveries
     assert rec.worker == "w1" and rec.details["exit_code"] == 137 and rec.details["container"] == "p-w-1-1"
     assert rec.details["during"] == "the stop-the-world of the restart 2 -> 3"
-    assert rec.downtime_s == engine.ledger.rescales["downtime_s"][0] and rec.replaced_by == world.started[2][1]
+    assert rec.downtime_s == engine.ledger.rescales["downtime_s"][0] and rec.replaced_by == dict(world.started[2:])[1]
     replace, restart = engine.ledger.records
     assert (replace.action, replace.instance, restart.action) == ("replace", "w1", "restart")
     assert "code 137 (SIGKILL)" in replace.reason and "replaced within the restart" in replace.reason
@@ -293,7 +294,8 @@ def test_a_lost_worker_is_replaced_by_a_restart_at_the_same_parallelism() -> Non
     loop = loop_on(engine, Scripted(), 20, kill=[(7, 1)])
     loop.run()
     assert loop.fault is None and len(loop.series) == 20 and engine.n == 2
-    assert [w for w, _ in world.started] == [0, 1, 1]  # w1 again, under a new container
+    started = [w for w, _ in world.started]  # workers start side by side: in either order within a phase
+    assert sorted(started[:2]) == [0, 1] and started[2:] == [1]  # w1 again, under a new container
     assert broker.drops[-1] == frozenset({101})  # what its last checkpoint committed is not processed again
     [rec] = loop.ledger.recoveries
     assert (rec.worker, rec.replaced_by) == ("w1", world.started[2][1]) and rec.t_s == pytest.approx(7.0, abs=1.0)
@@ -310,7 +312,8 @@ def test_workers_lost_together_are_replaced_by_one_restart() -> None:
     engine, broker = engine_on(world)
     loop = loop_on(engine, Scripted(), 20, kill=[(7, 0), (7, 1)])
     loop.run()
-    assert loop.fault is None and [w for w, _ in world.started] == [0, 1, 0, 1]
+    started = [w for w, _ in world.started]  # workers start side by side: in either order within a phase
+    assert loop.fault is None and sorted(started[:2]) == sorted(started[2:]) == [0, 1]
     assert len(broker.drops) == 1 and broker.drops[0] == frozenset({100, 101})  # one restart
     assert [(r.worker, r.details["container"]) for r in loop.ledger.recoveries] == [("w0", "p-w-0-0"),
                                                                                     ("w1", "p-w-1-1")]

@@ -28,7 +28,7 @@ def _stat(pid: int) -> List[str]:
 
 def _tree_cpu_s(root: int) -> float:
     """CPU seconds of `root` and every descendant still running (or reaped by them)."""
-    parents: Dict[int, int] = {}
+    children: Dict[int, List[int]] = {}
     ticks: Dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -37,14 +37,13 @@ def _tree_cpu_s(root: int) -> float:
             fields = _stat(int(entry))
         except (OSError, ValueError):
             continue  # exited meanwhile
-        parents[int(entry)] = int(fields[1])
+        children.setdefault(int(fields[1]), []).append(int(entry))
         ticks[int(entry)] = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
     tree, frontier = {root}, [root]
     while frontier:
-        pid = frontier.pop()
-        children = [child for child, parent in parents.items() if parent == pid and child not in tree]
-        tree.update(children)
-        frontier.extend(children)
+        below = [c for c in children.get(frontier.pop(), []) if c not in tree]
+        tree.update(below)
+        frontier.extend(below)
     return sum(ticks.get(pid, 0) for pid in tree) / TICKS
 
 

@@ -2,6 +2,7 @@
 check (reachable, operator images present), and the container an operator instance runs in."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ OWNER_LABEL = "testbed.owner"
 log = logging.getLogger(__name__)
 
 
+@functools.cache  # fixed for the process's life: read once, not per container
 def _machine() -> str:
     try:
         return Path("/etc/machine-id").read_text().strip() or socket.gethostname()
@@ -45,7 +47,11 @@ def _start_ticks(pid: int) -> Optional[str]:
 
 def owner(pid: Optional[int] = None) -> str:
     """The owner label's value for process `pid` (default: this one) on this machine."""
-    pid = os.getpid() if pid is None else pid
+    return _own_label(os.getpid()) if pid is None else f"{_machine()}/{pid}/{_start_ticks(pid)}"
+
+
+@functools.cache  # keyed on the pid: a forked child gets its own
+def _own_label(pid: int) -> str:
     return f"{_machine()}/{pid}/{_start_ticks(pid)}"
 
 

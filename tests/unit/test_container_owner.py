@@ -31,4 +31,4 @@ def test_an_owner_on_another_machine_or_an_unknown_label_is_left_alone(monkeypat
     assert not owner_gone("not a label this code wrote")
     assert not owner_gone("")
     monkeypatch.setattr(engines, "_machine", lambda: "machine-b")
-    assert owner().startswith("machine-b/")
+    assert owner(1).startswith("machine-b/1/")

@@ -138,24 +138,32 @@ class EmulatedNetwork(ExactNetwork):
             self._dispatch(q, send, origin, sender, 1, f"pending@{sender}")
 
     def _serve_instance(self, q: _ExactQueue, instance: str, t1: float, s: float, instances: Sequence[str]) -> None:
-        inbox, free, host = self.inbox[instance], self.free[instance], self.hosts[instance]
+        free, host = self.free[instance], self.hosts[instance]
         if not free:
             return
-        started, busy = 0, 0.0
-        while inbox:
-            arrival, _, send, origin, _ = inbox[0]
-            start = max(free[0], arrival)
-            if start >= t1:
-                break
-            heapq.heappop(inbox)
-            served = self._take(q, free, start, send, origin, s, instances)
-            if served is None:
-                continue
-            service, out = served
-            started += 1
-            busy += service
-            if out:
-                for d in q.outputs:
-                    self.flows.send(q.name, d.name, out)
-                    self._dispatch(d, start + service, origin, host, out, instance)
+
+        def forward(finish: float, origin: float, out: int) -> None:
+            for d in q.outputs:
+                self.flows.send(q.name, d.name, out)
+                self._dispatch(d, finish, origin, host, out, instance)
+
+        started, busy = self._serve_items(q, _Inbox(self.inbox[instance]), free, t1, s, instances, forward)
         self.flows.serve(q.name, [instance], started, busy)
+
+
+class _Inbox:
+    """One instance's queue: a heap of items by arrival (the hop and the emulated delay included)."""
+
+    __slots__ = ("heap",)
+
+    def __init__(self, heap: List[Item]):
+        self.heap = heap
+
+    def head(self) -> Optional[Tuple[float, float, float]]:
+        if not self.heap:
+            return None
+        arrival, _, send, origin, _ = self.heap[0]
+        return arrival, send, origin
+
+    def pop(self) -> None:
+        heapq.heappop(self.heap)

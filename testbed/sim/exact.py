@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Collection, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Collection, Deque, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -27,6 +27,38 @@ class _ExactQueue:
         self.owed = 0.0
         self.outputs: List["_ExactQueue"] = []
         self.processed = 0
+
+
+class Waiting(Protocol):
+    """The items waiting for a queue's slots, oldest arrival first: `head` is the first one's
+    (arrival, send time, origin), None when none waits; `pop` removes it."""
+
+    def head(self) -> Optional[Tuple[float, float, float]]: ...
+
+    def pop(self) -> None: ...
+
+
+Forward = Callable[[float, float, int], None]  # (finish, origin, count): a served item's outputs sent on
+
+
+class _Fifo:
+    """An operator's one queue, in send order: an item arrives one broker hop after it was sent."""
+
+    __slots__ = ("q", "hop_s")
+
+    def __init__(self, q: _ExactQueue, hop_s: float):
+        self.q = q
+        self.hop_s = hop_s
+
+    def head(self) -> Optional[Tuple[float, float, float]]:
+        if not self.q.items:
+            return None
+        send = self.q.items[0]
+        return send + self.hop_s, send, self.q.origins[0]
+
+    def pop(self) -> None:
+        self.q.items.popleft()
+        self.q.origins.popleft()
 
 
 class ExactNetwork(SteppedInPython):
@@ -120,27 +152,36 @@ class ExactNetwork(SteppedInPython):
         q.free = free
 
     def _serve(self, q: _ExactQueue, t1: float, s: float, instances: Sequence[str]) -> None:
-        hop, items, free = self.hop_s, q.items, q.free
+        def forward(finish: float, origin: float, out: int) -> None:
+            for d in q.outputs:
+                # Items reach a queue in the order they were sent (finish times interleave).
+                self._insert(d, finish, origin, out)
+                self.flows.send(q.name, d.name, out)
+
+        started, busy = self._serve_items(q, _Fifo(q, self.hop_s), q.free, t1, s, instances, forward)
+        self.flows.serve(q.name, instances, started, busy)
+
+    def _serve_items(self, q: _ExactQueue, waiting: Waiting, free: List[float], t1: float, s: float,
+                     instances: Sequence[str], forward: Forward) -> Tuple[int, float]:
+        """Serves q's waiting items, oldest arrival first, as long as a slot of `free` (not empty)
+        starts one before t1; what a served item sends on goes to `forward(finish, origin, count)`.
+        The items started and their busy time."""
         started, busy = 0, 0.0
-        while items:
-            send = items[0]
-            start = max(free[0], send + hop)
+        while (head := waiting.head()) is not None:
+            arrival, send, origin = head
+            start = max(free[0], arrival)
             if start >= t1:
                 break
-            items.popleft()
-            origin = q.origins.popleft()
+            waiting.pop()
             served = self._take(q, free, start, send, origin, s, instances)
             if served is None:
                 continue
             service, out = served
             started += 1
             busy += service
-            for d in q.outputs:
-                # Items reach a queue in the order they were sent (finish times interleave).
-                self._insert(d, start + service, origin, out)
-                if out:
-                    self.flows.send(q.name, d.name, out)
-        self.flows.serve(q.name, instances, started, busy)
+            if out:
+                forward(start + service, origin, out)
+        return started, busy
 
     def _take(self, q: _ExactQueue, free: List[float], start: float, send: float, origin: float, s: float,
               instances: Sequence[str]) -> Optional[Tuple[float, int]]:

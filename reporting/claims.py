@@ -15,12 +15,13 @@ simulated twin's.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 import pandas as pd
 
-from testbed.claim_spec import KIND_NAMES, ClaimSpec, validate
+from testbed.claim_spec import EACH, KIND_NAMES, ClaimSpec, validate
 from testbed.eventlog import split_run_config
 
 HOLDS, FAILS, NOT_EVALUABLE = "holds", "does not hold", "not evaluable"
@@ -35,8 +36,8 @@ class Verdict(NamedTuple):
     detail: str
 
 
-def _num(v: float) -> str:
-    return f"{v:.2f}"
+def _num(v: float, spec: ClaimSpec) -> str:
+    return f"{v:.{spec.decimals}f}"
 
 
 def _btu_of(config: str) -> str:
@@ -67,9 +68,15 @@ def _one_pair(spec: ClaimSpec, v: Values, better: Callable[[float, float], bool]
     if a is None or b is None:
         return _missing([f"{n} {metric}" for n, x in ((config, a), (against, b)) if x is None])
     if not better(a, b):
-        return Verdict(FAILS, f"{_num(a)} {'>=' if word == 'lower' else '<='} {_num(b)}")
+        return Verdict(FAILS, f"{_num(a, spec)} {'>=' if word == 'lower' else '<='} {_num(b, spec)}")
+    if _below_floor(spec, a):
+        return Verdict(FAILS, f"{_num(a, spec)} below {spec.at_least:g}")
     change = 100.0 * abs(b - a) / b if b else float("nan")
-    return Verdict(HOLDS, f"{_num(a)} vs {_num(b)} ({change:.0f} % {word})")
+    return Verdict(HOLDS, f"{_num(a, spec)} vs {_num(b, spec)} ({change:.0f} % {word})")
+
+
+def _below_floor(spec: ClaimSpec, a: float) -> bool:
+    return spec.at_least is not None and a < spec.at_least
 
 
 def _ordered(spec: ClaimSpec, v: Values, better: Callable[[float, float], bool], sign: str) -> Verdict:
@@ -86,7 +93,9 @@ def _ordered(spec: ClaimSpec, v: Values, better: Callable[[float, float], bool],
         if a is None:
             missing.append(f"{config} {metric}")
         elif not better(a, b):
-            fails.append(f"{config} {_label(spec, metric)} {_num(a)} {sign} {_num(b)}")
+            fails.append(f"{config} {_label(spec, metric)} {_num(a, spec)} {sign} {_num(b, spec)}")
+        elif _below_floor(spec, a):
+            fails.append(f"{config} {_label(spec, metric)} {_num(a, spec)} below {spec.at_least:g}")
     if missing:
         return _missing(missing)
     return Verdict(FAILS, "; ".join(fails)) if fails else Verdict(HOLDS, spec.holds)
@@ -111,7 +120,8 @@ def not_greater(spec: ClaimSpec, v: Values) -> Verdict:
             if a is None or b is None:
                 missing += [f"{n} {metric}" for n, x in ((config, a), (against, b)) if x is None]
             elif a > b:
-                above.append((f"{config} {metric}", f"{config} {_label(spec, metric)} {_num(a)} > {_num(b)}"))
+                above.append((f"{config} {metric}",
+                              f"{config} {_label(spec, metric)} {_num(a, spec)} > {_num(b, spec)}"))
     if missing:
         return _missing(missing)
     listed = "; ".join(text for _, text in above)
@@ -130,7 +140,7 @@ def monotone_increasing(spec: ClaimSpec, v: Values) -> Verdict:
             continue
         seq = [float(x) for x in values if x is not None]
         if not (all(a <= b for a, b in zip(seq[:-1], seq[1:], strict=True)) and seq[0] < seq[-1]):
-            fails.append(f"{_label(spec, metric)} " + ", ".join(_num(x) for x in seq))
+            fails.append(f"{_label(spec, metric)} " + ", ".join(_num(x, spec) for x in seq))
     if missing:
         return _missing(missing)
     return Verdict(FAILS, "; ".join(fails)) if fails else Verdict(HOLDS, spec.holds)
@@ -145,7 +155,7 @@ def _ratio_like(spec: ClaimSpec, v: Values, ok: Callable[[float, float], bool],
             missing += [f"{n} {metric}" for n, x in ((config, a), (against, b)) if x is None]
             continue
         good &= ok(a, b)
-        results.append(f"{config} {_label(spec, metric)} {_num(a)} vs {_num(b)} ({what(a, b)})")
+        results.append(f"{config} {_label(spec, metric)} {_num(a, spec)} vs {_num(b, spec)} ({what(a, b)})")
     if missing:
         return _missing(missing)
     return Verdict(HOLDS if good else FAILS, "; ".join(results))
@@ -183,13 +193,60 @@ def values(table: pd.DataFrame, pattern: str) -> Dict[Tuple[str, str], float]:
             if not pd.isna(x)}
 
 
+def judge(spec: ClaimSpec, v: Values) -> Verdict:
+    """The claim's verdict on one pattern's values; where a value it needs is missing, on its
+    `fallback` metrics if they have every value (the detail then ends with `fallback_note`)."""
+    verdict = KINDS[spec.compare](spec, v)
+    if verdict.status != NOT_EVALUABLE or not spec.fallback:
+        return verdict
+    alternative = KINDS[spec.compare](replace(spec, metrics=[spec.fallback.get(m, m) for m in spec.metrics]), v)
+    if alternative.status == NOT_EVALUABLE:
+        return verdict
+    return Verdict(alternative.status, f"{alternative.detail} {spec.fallback_note}".rstrip())
+
+
+def members(spec: ClaimSpec, measured: Collection[str]) -> List[str]:
+    """The members of the claim's family (`each`) among the measured configurations: the family
+    itself first, then its variants <family>-<name> by name. None measured: the family itself
+    if another configuration the claim names was measured, else none (the pattern is not the claim's)."""
+    family = spec.each
+    found = sorted({c for c in measured if c == family or (c.startswith(f"{family}-") and "@" not in c)},
+                   key=lambda c: (c != family, c))
+    named = {*spec.configs, spec.against} - {EACH}
+    return found or ([family] if named & set(measured) else [])
+
+
+def bind(spec: ClaimSpec, member: str, suffix: str) -> ClaimSpec:
+    """The claim about one member of its family (named for `{each}`), `suffix` added to its id and text."""
+    return replace(spec, id=spec.id + suffix, text=spec.text + suffix, against=spec.against.replace(EACH, member),
+                   configs=[c.replace(EACH, member) for c in spec.configs])
+
+
+def _bound(specs: Sequence[ClaimSpec], mine: Values) -> List[Tuple[ClaimSpec, ClaimSpec]]:
+    """(the claim on the measured values, on the paper's) of every claim on one pattern: a family's
+    claims once per member measured, member by member, suffixed with its name when there are
+    several; the paper's side always names the family."""
+    measured = {c for c, _ in mine}
+    rows: List[Tuple[int, ClaimSpec, ClaimSpec]] = []
+    for spec in specs:
+        if not spec.each:
+            rows.append((0, spec, spec))
+            continue
+        found = members(spec, measured)
+        for k, member in enumerate(found):
+            suffix = f" ({member})" if len(found) > 1 else ""
+            rows.append((k, bind(spec, member, suffix), bind(spec, spec.each, suffix)))
+    rows.sort(key=lambda row: row[0])  # stable: within a member, the claims in their declared order
+    return [(on_measured, on_paper) for _, on_measured, on_paper in rows]
+
+
 def check(specs: Sequence[ClaimSpec], measured: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     """Per measured pattern and claim: the verdict on the paper's own numbers and on the measured ones."""
     rows = []
     for pattern in sorted(set(measured["pattern"].astype(str))):
         mine, paper = values(measured, pattern), values(reference, pattern)
-        for spec in specs:
-            on_paper, on_measured = KINDS[spec.compare](spec, paper), KINDS[spec.compare](spec, mine)
+        for spec, paper_spec in _bound(specs, mine):
+            on_paper, on_measured = judge(paper_spec, paper), judge(spec, mine)
             rows.append({"pattern": pattern, "claim": spec.id, "text": spec.text,
                          "paper": on_paper.status, "paper_detail": on_paper.detail,
                          "measured": on_measured.status, "measured_detail": on_measured.detail})

@@ -27,6 +27,7 @@ def settings_digest(cfg: ExperimentConfig) -> str:
         plain.pop(key, None)
     plain["evaluation"].pop("only", None)
     plain["evaluation"].pop("fidelity", None)  # how a profile is calibrated, not how a run runs
+    plain["evaluation"]["claims"] = []  # what the report checks, not how a run runs
     plain["billing"].pop("btu_minutes", None)
     # a live run sits beside its simulated twin by design (its configurations are named ...-live)
     plain["backend"].pop("name", None)

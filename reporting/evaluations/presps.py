@@ -27,11 +27,11 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from reporting.evaluations import CLAIM_COLUMNS, EvaluationReport, SectionInputs, register_report
+from reporting.claims import claim_checker
+from reporting.evaluations import EvaluationReport, SectionInputs, register_report
 from testbed.eventlog import split_run_config
 
 REFERENCE = Path(__file__).resolve().parents[2] / "experiments" / "reference" / "paper_presps_results.csv"
-HOLDS, FAILS, NOT_EVALUABLE = "holds", "does not hold", "not evaluable"
 DELTAS = {"scale_up": 1, "scale_down": -1, "activate": 1, "deactivate": -1}
 METRICS: Tuple[str, ...] = (
     "saved_resources", "throughput_degradation", "processed_ratio", "latency_ms",
@@ -193,58 +193,14 @@ def _values(table: pd.DataFrame, pattern: str) -> Dict[Tuple[str, str], float]:
     return {(c, m): float(v) for c, m, v in zip(configs, rows["metric"], rows["mean"], strict=True) if not pd.isna(v)}
 
 
-FALLBACK = {"throughput_degradation": "throughput_degradation_30s"}  # monitoring longer than 5 s (OEE: 15 s)
-
-
-def _claim(v: Mapping[Tuple[str, str], float], metric: str, test, text, baseline: str = "dabs") -> Tuple[str, str]:
-    a, b = v.get(("presps", metric)), v.get((baseline, metric))
-    other = FALLBACK.get(metric)
-    if (a is None or b is None) and other and ("presps", other) in v and (baseline, other) in v:
-        status, detail = _claim(v, other, test, text, baseline)
-        return status, f"{detail} (30 s windows: the 5 s ones are shorter than the monitoring interval)"
-    if a is None or b is None:
-        return NOT_EVALUABLE, "missing: " + ", ".join(f"{c} {metric}" for c, x in (("presps", a), (baseline, b))
-                                                      if x is None)
-    return (HOLDS if test(a, b) else FAILS), text(a, b)
-
-
 def baselines(values: Mapping[Tuple[str, str], Any]) -> List[str]:
     """The DABS-like systems measured (`dabs`, and variants named dabs-<something>), `dabs` first."""
     return sorted({c for c, _ in values if c == "dabs" or c.startswith("dabs-")}, key=lambda c: (c != "dabs", c))
 
 
-def _rel(a: float, b: float) -> str:
-    return f"{100.0 * (a - b) / b:+.1f} %" if b else "n/a"
-
-
-CLAIMS = (
-    ("P1", "PRESPS saves more resources than the DABS-like baseline", "saved_resources",
-     lambda a, b: a > b, lambda a, b: f"{a:.4f} vs {b:.4f} ({_rel(a, b)} relative)"),
-    ("P2", "PRESPS has the lower throughput degradation (per 5 s window)", "throughput_degradation",
-     lambda a, b: a < b, lambda a, b: f"{a:.4f} vs {b:.4f} ({_rel(a, b)})"),
-    ("P3", "PRESPS processes >= 99 % of what it receives, the baseline clearly less", "processed_ratio",
-     lambda a, b: a >= 0.99 and b < a, lambda a, b: f"{a:.4f} vs {b:.4f} (baseline {100 * (a - b) / a:.2f} % fewer)"),
-    ("P4", "The baseline has the lower mean latency", "latency_ms",
-     lambda a, b: b < a, lambda a, b: f"{b:.0f} ms vs {a:.0f} ms ({_rel(b, a)})"),
-)
-
-
-def check_claims(summary: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
-    """P1-P4 for every DABS-like baseline measured (the paper's side is always its DABS-Storm row)."""
-    rows = []
-    for pattern in sorted(set(summary["pattern"].astype(str))):
-        mine, paper = _values(summary, pattern), _values(reference, pattern)
-        measured = baselines(mine)
-        if "presps" not in {c for c, _ in mine} and not measured:
-            continue
-        for baseline in measured or ["dabs"]:
-            suffix = f" ({baseline})" if len(measured) > 1 else ""
-            for claim_id, text, metric, test, detail in CLAIMS:
-                ps, pd_ = _claim(paper, metric, test, detail)
-                ms, md = _claim(mine, metric, test, detail, baseline)
-                rows.append({"pattern": pattern, "claim": claim_id + suffix, "text": text + suffix, "paper": ps,
-                             "paper_detail": pd_, "measured": ms, "measured_detail": md})
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+# P1-P4 as presps.yaml declares them, for every DABS-like baseline measured (the paper's side is always
+# its DABS-Storm row); presps_live and presps_oee check the same claims
+check_claims = claim_checker("presps")
 
 
 # ---- sections -----------------------------------------------------------------------------------

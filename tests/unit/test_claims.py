@@ -17,6 +17,7 @@ from reporting.claims import (
     declared,
     declared_sources,
     greater,
+    judge,
     less,
     monotone_increasing,
     not_greater,
@@ -125,6 +126,16 @@ def test_check_reads_configurations_as_paper_comparison_names_them() -> None:
      r"evaluation.claims\[0\].configs: monotone_increasing needs at least two"),
     (ClaimSpec(id="c", compare="within", metrics=["x"], configs=["a"], against="b"),
      r"evaluation.claims\[0\].bound: within needs a bound > 0"),
+    (ClaimSpec(id="c", compare="less", metrics=["x"], configs=["a"], against="b", each="b"),
+     r"evaluation.claims\[0\].each: name \{each\} in configs or against"),
+    (ClaimSpec(id="c", compare="less", metrics=["x"], configs=["a"], against="{each}"),
+     r"evaluation.claims\[0\].each: \{each\} is named; say which family"),
+    (ClaimSpec(id="c", compare="less", metrics=["x"], configs=["a"], against="b", fallback={"y": "z"}),
+     r"evaluation.claims\[0\].fallback: 'y' is not one of the claim's metrics"),
+    (ClaimSpec(id="c", compare="within", metrics=["x"], configs=["a"], against="b", bound=1.0, at_least=0.5),
+     r"evaluation.claims\[0\].at_least: only greater and less"),
+    (ClaimSpec(id="c", compare="less", metrics=["x"], configs=["a"], against="b", decimals=-1),
+     r"evaluation.claims\[0\].decimals: -1 is not in"),
 ])
 def test_spec_errors_name_the_key(spec: ClaimSpec, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -156,3 +167,60 @@ def test_declared_claims_and_sources(tmp_path: Path) -> None:
                                         "configs: [p], against: q, threshold: 3}\n")
     with pytest.raises(ValueError, match=r"evaluation.claims\[0\].threshold: no such key of a claim"):
         declared("mine", tmp_path)
+
+
+def _long(pattern: str, cells: dict) -> pd.DataFrame:
+    """A measured long table of one pattern from {(config, metric): mean}, BTU-free values."""
+    return pd.DataFrame([{"pattern": pattern, "approach": c, "config": c, "btu_minutes": pd.NA, "metric": m,
+                          "mean": v} for (c, m), v in cells.items()])
+
+
+FAMILY = ClaimSpec(id="P", text="lower", compare="less", metrics=["x"], configs=["new"], against="{each}", each="old")
+
+
+def test_a_family_claim_is_checked_per_member_measured_and_against_the_family_on_paper() -> None:
+    second = ClaimSpec(id="Q", text="higher", compare="greater", metrics=["y"], configs=["{each}"], against="new",
+                       each="old")
+    measured = _long("p", {("new", "x"): 1.0, ("old-b", "x"): 0.5, ("old", "x"): 2.0, ("new", "y"): 3.0,
+                           ("old", "y"): 4.0, ("old-b", "y"): 5.0, ("other-c", "x"): 9.0})
+    paper = pd.DataFrame({"pattern": "p", "approach": ["new", "old"], "btu_minutes": pd.NA, "metric": "x",
+                          "mean": [1.0, 3.0]})
+    rows = check([FAMILY, second], measured, paper)
+    # member by member (the family itself first), the claims in their order within each
+    assert rows["claim"].tolist() == ["P (old)", "Q (old)", "P (old-b)", "Q (old-b)"]
+    assert rows["text"].tolist()[2] == "lower (old-b)"
+    assert rows["measured"].tolist() == [HOLDS, HOLDS, FAILS, HOLDS]
+    assert rows["measured_detail"].tolist()[2] == "1.00 >= 0.50"
+    assert rows["paper"].tolist() == [HOLDS, NOT_EVALUABLE] * 2  # the paper's `old`, whatever was measured
+    # one member measured: no suffix; none but the claim's other configuration: the family, not evaluable
+    assert check([FAMILY], _long("p", {("new", "x"): 1.0, ("old-b", "x"): 2.0}), paper)["claim"].tolist() == ["P"]
+    alone = check([FAMILY], _long("p", {("new", "x"): 1.0}), paper)
+    assert alone[["claim", "measured", "measured_detail"]].values.tolist() == [["P", NOT_EVALUABLE, "missing: old x"]]
+    # a pattern with none of the claim's configurations is not the claim's: no row
+    assert check([FAMILY], _long("q", {("third", "x"): 1.0}), paper).empty
+
+
+def test_fallback_floor_and_decimals() -> None:
+    spec = ClaimSpec(id="f", compare="less", metrics=["x5"], configs=["a"], against="b", fallback={"x5": "x30"},
+                     fallback_note="(30 s)", decimals=3)
+    assert judge(spec, {("a", "x5"): 1.0, ("b", "x5"): 2.0}) == (HOLDS, "1.000 vs 2.000 (50 % lower)")
+    assert judge(spec, {("a", "x30"): 1.0, ("b", "x30"): 2.0, ("a", "x5"): 1.0}) == (
+        HOLDS, "1.000 vs 2.000 (50 % lower) (30 s)")
+    # neither metric complete: missing, named by the claim's own metric
+    assert judge(spec, {("a", "x30"): 1.0}) == (NOT_EVALUABLE, "missing: a x5, b x5")
+    floor = ClaimSpec(id="g", compare="greater", metrics=["r"], configs=["a"], against="b", at_least=0.99,
+                      decimals=4)
+    assert greater(floor, {("a", "r"): 0.995, ("b", "r"): 0.9}) == (HOLDS, "0.9950 vs 0.9000 (11 % higher)")
+    assert greater(floor, {("a", "r"): 0.98, ("b", "r"): 0.9}) == (FAILS, "0.9800 below 0.99")
+    two = ClaimSpec(id="h", compare="greater", metrics=["r"], configs=["a", "c"], against="b", at_least=0.99)
+    assert greater(two, {("a", "r"): 0.995, ("c", "r"): 0.98, ("b", "r"): 0.9}) == (FAILS, "c r 0.98 below 0.99")
+
+
+def test_claims_are_not_part_of_a_runs_folders_settings() -> None:
+    from testbed.runs_folder import settings_digest
+
+    cfg = compose_config("evaluation=presps")
+    assert cfg.evaluation.claims  # P1-P4 are declared
+    bare = compose_config("evaluation=presps")
+    bare.evaluation.claims = []
+    assert settings_digest(cfg) == settings_digest(bare)

@@ -1,8 +1,16 @@
 """Claims D1-D10 of the Daedalus paper (docs/papers/daedalus.md#claims) on the long results of
-reporting.evaluations.daedalus.measures (pattern, config, metric, against, mean). They stay code:
-each compares several configurations and metrics at once in the paper's own terms (between the
-HPAs, the highest of four, within 1.5 s), which the declarative kinds of reporting/claims.py do not
-express; each claim is one small function."""
+reporting.evaluations.daedalus.measures (pattern, config, metric, against, mean). They stay code,
+each one small function, because the claim engine (reporting/claims.py) compares values of one
+pattern's table, one comparison per claim:
+* D1-D3 join a workers comparison against every HPA (the paper's chart, `-r50`, where it was
+  measured, else the plain one) and static with a latency condition of the paper's own wording
+  (between the two HPAs, the highest of four within 1.5 s, every autoscaler below static);
+* D4 joins five comparisons on ks_sine (fewer and more workers, keeping up, the lowest latency);
+* D5 is not measured at all (Phoebe is out of scope);
+* D6-D8 hold over every workload measured, on Daedalus' own thresholds (5 %, 50 %, 90 %), with one row
+  for all of them;
+* D9 and D10 join conditions across workloads and engines (every Flink workload, Kafka Streams).
+"""
 from __future__ import annotations
 
 import math

@@ -1,6 +1,12 @@
 """The ODP paper's claims O2, O3, O7 (§7.1) and O6 (§7.2) on the measured means. They stay code:
-each joins several metrics of two configurations with its own tolerance (A = 0.99^k, k = 0 and
-A = 1 and a slower ODP_A), which the declarative kinds of reporting/claims.py do not express."""
+the paper's side of each is a statement its table does not carry as values (the engine of
+reporting/claims.py judges both sides on table values), and each joins metrics of two
+configurations with a rule of its own:
+* O2: k = 0 and A = 1 for ODP_A beside a slower ODP_A than ODP_R;
+* O3: the model's availability A = 0.99^k, a formula of the same run's k;
+* O6: at least two reassignment events beside a 1 % tolerance on the traffic;
+* O7: the slowest solve of both configurations below the paper's 420 ms.
+Rows are written only for a pattern where both configurations of the section were measured."""
 from __future__ import annotations
 
 import math

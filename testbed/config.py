@@ -276,6 +276,9 @@ def register() -> None:
     store.store(name="schema", node=ExperimentConfig)
     for name in known:
         store.store(group="policy", name=name, node=PolicySelection(name=name))
+    stored = store.repo.get("backend")
+    for stale in set(stored) - {f"{name}.yaml" for name in engines} if isinstance(stored, dict) else ():
+        del stored[stale]  # a backend registered earlier in this process, gone since (a test's plug-in)
     for name in engines:  # a backend without a YAML of its own: `backend=<name>` selects its defaults
         store.store(group="backend", name=name, node={"name": name})
 

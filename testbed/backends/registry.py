@@ -215,10 +215,15 @@ def settings_of(node: Any, entry: BackendEntry) -> Any:
 
 def run_configuration(manifest: "Manifest") -> str:
     """The configuration a run ran, without what its backend adds to the folder's name (`hpa-80` for
-    the Flink run `hpa-80-flink`): the manifest's backend says what that is. A run of a backend that
-    is not registered here keeps its name."""
+    the Flink run `hpa-80-flink`): the manifest's backend says what that is. For a backend that is
+    not registered in this process (a plug-in the reader does not load), the one configuration of
+    the resolved config that the name starts with."""
     known = backends().get(manifest.backend)
-    return manifest.config.removesuffix(known.suffix) if known is not None and known.suffix else manifest.config
+    if known is not None:
+        return manifest.config.removesuffix(known.suffix) if known.suffix else manifest.config
+    ran = (manifest.resolved_config.get("evaluation") or {}).get("configurations") or [{}]
+    name = ran[0].get("name") if len(ran) == 1 and isinstance(ran[0], dict) else None
+    return name if isinstance(name, str) and name and manifest.config.startswith(name) else manifest.config
 
 
 def split_run_config(config: str) -> Tuple[str, str]:

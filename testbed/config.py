@@ -24,11 +24,10 @@ from testbed.claim_spec import ClaimSpec
 from testbed.claim_spec import validate as validate_claims
 from testbed.fidelity_spec import FidelitySpec
 from testbed.fidelity_spec import validate as validate_fidelity
-from testbed.job_config import JobConfig, LiveJobConfig
+from testbed.job_config import JobConfig
 from testbed.placement.base import PlacementConfig, placements
 from testbed.policies.registry import policies as registered_policies
 from testbed.workloads.patterns import PatternConfig, PatternError, kind_settings, pattern_node
-from testbed.workloads.payloads import PayloadConfig
 from testbed.workloads.registry import workload_kinds
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "experiments" / "conf"
@@ -52,11 +51,6 @@ class EmissionMode(str, Enum):
 
     ratio = "ratio"  # ratio_out outputs per ratio_in inputs, evenly (every ratio_in-th input for a 50:1 filter)
     incident = "incident"  # one output per new incident (live: the operator's rule; simulated: a seeded process)
-
-
-class TransportName(str, Enum):
-    rabbitmq = "rabbitmq"
-    kafka = "kafka"
 
 
 class BillingMode(str, Enum):
@@ -178,45 +172,6 @@ class InfrastructureConfig:
 
 
 @dataclass
-class EngineConfig:
-    """One Docker engine of the live host pool; it carries up to ``max_hosts`` logical hosts."""
-
-    url: str = "unix:///var/run/docker.sock"  # or tcp://host:2375, ssh://user@host
-    max_hosts: int = 10
-
-
-@dataclass
-class LiveConfig:
-    """The live testbed (backend=docker). Host capacity, lease delay, container start and pull
-    bandwidth come from `infrastructure`, prices from `billing`."""
-
-    engines: List[EngineConfig] = field(default_factory=lambda: [EngineConfig()])
-    transport: TransportName = TransportName.rabbitmq
-    amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/%2F"
-    management_url: str = "http://127.0.0.1:15672"  # RabbitMQ management API (credentials from amqp_url)
-    kafka_bootstrap: str = "127.0.0.1:9092"
-    kafka_partitions: int = 8  # per topic: the most instances of one operator type that share work on Kafka
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    image_prefix: str = "testbed-"  # operator images are <prefix><operator, lower case>:<image_tag>
-    image_tag: str = "latest"
-    network_mode: str = "host"  # containers reach the broker and Redis at the addresses above
-    prefetch: int = 5
-    parallel: int = 1  # items in process at once per instance
-    # a stopping instance's allowance for confirms, metrics flush and exit; its drain deadline adds
-    # 3 x parallel x the slowest service time seen in the run (testbed/live/hostpool.py)
-    stop_timeout_s: float = 15.0
-    emulate_pull: bool = True  # hosts sharing one engine: wait image_mb / pull_mb_per_s on first use
-    cgroup_parent: bool = False  # enforce each logical host's CPU and memory with a cgroup parent
-    work_ms: Dict[str, float] = field(default_factory=dict)  # optional emulated work per operator
-    keep_broker_state: bool = False  # keep the run's queues and Redis keys after it (debugging)
-    report_operator: str = "O9"  # its PDF reports go to <run folder>/reports (engines on this machine)
-    job: LiveJobConfig = field(default_factory=LiveJobConfig)  # job mode's keyed workers (testbed/live/job.py)
-    # what the provider's readings hold (defect and temperature incidents, production): live O2/O6
-    # warn once per new incident, so these rates decide how many items reach the sink
-    payloads: PayloadConfig = field(default_factory=PayloadConfig)
-
-
-@dataclass
 class RuntimeConfig:
     monitoring_s: float = 15.0
     reasoning_s: float = 60.0
@@ -277,8 +232,9 @@ def register() -> None:
     for name in known:
         store.store(group="policy", name=name, node=PolicySelection(name=name))
     stored = store.repo.get("backend")
-    for stale in set(stored) - {f"{name}.yaml" for name in engines} if isinstance(stored, dict) else ():
-        del stored[stale]  # a backend registered earlier in this process, gone since (a test's plug-in)
+    if isinstance(stored, dict):  # a backend registered earlier in this process, gone since (a test's plug-in)
+        for stale in set(stored) - {f"{name}.yaml" for name in engines}:
+            del stored[stale]
     for name in engines:  # a backend without a YAML of its own: `backend=<name>` selects its defaults
         store.store(group="backend", name=name, node={"name": name})
 

@@ -9,8 +9,9 @@ from typing import Any
 
 from testbed.arguments import ConfigError
 from testbed.backends.registry import Backend, RunInputs, register_backend
-from testbed.config import EmissionMode, LiveConfig, TopologyConfig, TransportName
+from testbed.config import EmissionMode, TopologyConfig
 from testbed.emulation import AvailabilityMode
+from testbed.live_config import LiveConfig, TransportName
 from testbed.run_result import RunResult
 from testbed.workloads.payloads import PayloadConfigError, validate_payloads
 

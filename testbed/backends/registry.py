@@ -44,6 +44,7 @@ __all__ = ["Backend", "BackendEntry", "RunInputs", "backend_entry", "backends", 
 ENTRY_POINT_GROUP = "testbed.backends"
 MODULES_VARIABLE = "TESTBED_BACKEND_MODULES"
 MODES = ("operator", "job")
+EMISSIONS = ("sim", "live")  # the modes an operator's emission setting names (testbed.config.EmissionConfig)
 DEFAULT_BACKEND = "sim"  # the node's name when nothing chose one (experiments/conf/config.yaml chooses it too)
 
 BackendClass = TypeVar("BackendClass", bound=type)
@@ -105,13 +106,15 @@ _REGISTRY: Dict[str, BackendEntry] = {}
 _classes: Dict[Tuple[str, ...], type] = {}  # the `backend` node's class per set of registered backends
 
 
-def _check_declaration(name: str, settings: Type[Any], key: str, modes: Tuple[str, ...]) -> None:
+def _check_declaration(name: str, settings: Type[Any], key: str, modes: Tuple[str, ...], emission: str) -> None:
     if not is_dataclass(settings):
         raise TypeError(f"backend {name!r}: its settings must be a dataclass, got {settings!r}")
     if not modes or any(m not in MODES for m in modes):
         raise ValueError(f"backend {name!r}: modes must be some of {MODES}, got {modes!r}")
     if key and not key.isidentifier():
         raise ValueError(f"backend {name!r}: its settings key must be a name, got {key!r}")
+    if emission not in EMISSIONS:
+        raise ValueError(f"backend {name!r}: emission must be one of {EMISSIONS}, got {emission!r}")
 
 
 def register_backend(name: str, settings: Type[Any], key: str, modes: Tuple[str, ...] = MODES,
@@ -119,7 +122,7 @@ def register_backend(name: str, settings: Type[Any], key: str, modes: Tuple[str,
                      emission: str = "sim") -> Callable[[BackendClass], BackendClass]:
     """Class decorator: make a backend (a `Backend` subclass) known under `name` (see the module's
     docstring for what each argument declares)."""
-    _check_declaration(name, settings, key, tuple(modes))
+    _check_declaration(name, settings, key, tuple(modes), emission)
 
     def add(cls: BackendClass) -> BackendClass:
         if not (isinstance(cls, type) and issubclass(cls, Backend)):
@@ -204,11 +207,6 @@ def backend_node_class() -> type:
 def backend_node() -> Any:
     """The `backend` node of a config: every registered backend's settings at their defaults."""
     return backend_node_class()()
-
-
-def settings_of(node: Any, entry: BackendEntry) -> Any:
-    """A backend's settings in a config's `backend` node (the node itself for flat settings)."""
-    return getattr(node, entry.key) if entry.key else node
 
 
 # ---- run folders -----------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tup
 
 import pandas as pd
 
+from testbed.backends.registry import split_run_config
 from testbed.claim_spec import KIND_NAMES, ClaimSpec, validate
-from testbed.eventlog import split_run_config
 
 HOLDS, FAILS, NOT_EVALUABLE = "holds", "does not hold", "not evaluable"
 CLAIM_COLUMNS = ["pattern", "claim", "text", "paper", "paper_detail", "measured", "measured_detail"]

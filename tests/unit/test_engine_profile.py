@@ -221,7 +221,7 @@ def test_the_committed_flink_profile_composes_with_the_evaluation_in_the_simulat
         pytest.skip("no measured profile yet (testbed engine-profile writes it)")
     job = yaml.safe_load(path.read_text())["job"]
     cfg = compose_config("evaluation=daedalus_flink", "backend=sim", f"profile={name}", f"out={tmp_path}")
-    assert cfg.profile == name and cfg.backend.name.value == "sim"
+    assert cfg.profile == name and cfg.backend.name == "sim"
     assert cfg.job.start_delay_s == job.get("start_delay_s", [0.0, 0.0])
     assert cfg.job.downtime_out_s == job["downtime_out_s"] and cfg.job.base_latency_ms == job["base_latency_ms"]
     assert cfg.job.max_scaleout == 4 and cfg.job.capacity_workers == 2  # the evaluation's, not the profile's

@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 
 from reporting.evaluations.daedalus import measures as dd
-from testbed.eventlog import EventLog, read_manifest, split_run_config
+from testbed.backends.registry import run_configuration
+from testbed.eventlog import EventLog, Manifest, read_manifest
 
-ENGINE = "-flink"
+SIM, ENGINE = "sim", "flink"  # the backends compared, as run manifests name them
 # (column, header, decimals, gap: "diff" = sim - Flink, "ratio" = sim / Flink)
 MEASURES: Tuple[Tuple[str, str, int, str], ...] = (
     ("mean_workers", "workers", 2, "diff"), ("rescales", "rescales", 1, "diff"),
@@ -25,11 +26,10 @@ MEASURES: Tuple[Tuple[str, str, int, str], ...] = (
     ("downtime_out_s", "downtime out s", 0, "ratio"), ("downtime_in_s", "downtime in s", 0, "ratio"))
 
 
-def run_figures(run_dir: Path) -> Dict[str, float]:
+def run_figures(run_dir: Path, m: Manifest) -> Dict[str, float]:
     """One run's figures in the paper's time: mean workers, rescales, latency mean and p95 (ms), mean
     measured rescale downtime per direction (s)."""
-    m = read_manifest(run_dir)
-    f = float(m.details.get("time_compression", 1.0)) if split_run_config(m.config)[1] == ENGINE else 1.0
+    f = float(m.details.get("time_compression", 1.0)) if m.backend == ENGINE else 1.0
     met = dd.run_metrics(Path(run_dir))
     out = {"mean_workers": met["mean_workers"], "rescales": met["rescales"],
            "latency_ms": met["latency_ms"] * f, "latency_p95_ms": met["latency_p95_ms"] * f}
@@ -44,19 +44,20 @@ def run_figures(run_dir: Path) -> Dict[str, float]:
 
 def pairs(runs: Iterable[Tuple[str, str, Path]]) -> pd.DataFrame:
     """Per run (pattern, config, run_dir) of a configuration that exists both simulated and on Flink in
-    its workload: pattern, config (without the suffix), side (sim | flink) and run_figures."""
-    runs = list(runs)
-    have = {(p, c) for p, c, _ in runs}
+    its workload (as the runs' manifests say): pattern, config (the configuration, without what the
+    backend adds to the folder's name), side (sim | flink) and run_figures."""
+    found = [(p, Path(d), read_manifest(d)) for p, _, d in runs]
+    have = {(p, run_configuration(m), m.backend) for p, _, m in found}
     rows = []
-    for p, c, d in runs:
-        base, suffix = split_run_config(c)
-        if suffix == ENGINE and (p, base) in have:
+    for p, d, m in found:
+        base = run_configuration(m)
+        if m.backend == ENGINE and (p, base, SIM) in have:
             side = "flink"
-        elif suffix == "" and (p, base + ENGINE) in have:
+        elif m.backend == SIM and (p, base, ENGINE) in have:
             side = "sim"
         else:
             continue
-        rows.append({"pattern": p, "config": base, "side": side, **run_figures(Path(d))})
+        rows.append({"pattern": p, "config": base, "side": side, **run_figures(d, m)})
     return pd.DataFrame(rows)
 
 

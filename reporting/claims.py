@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tup
 
 import pandas as pd
 
-from testbed.backends.registry import split_run_config
+from testbed.backend_registry import split_run_config
 from testbed.claim_spec import KIND_NAMES, ClaimSpec, validate
 
 HOLDS, FAILS, NOT_EVALUABLE = "holds", "does not hold", "not evaluable"

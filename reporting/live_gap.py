@@ -29,7 +29,7 @@ from reporting.fidelity_gaps import UNITS, kind_gap
 from reporting.report_document import Block, Section, Table
 from reporting.run_catalog import RunInfo
 from testbed.arguments import flatten
-from testbed.backends.registry import run_configuration
+from testbed.backend_registry import run_configuration
 from testbed.eventlog import EventLog, Manifest
 from testbed.fidelity_spec import CELL_KINDS
 from testbed.policies.base import INITIAL_DEPLOYMENT

@@ -19,7 +19,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from testbed.arguments import ConfigError, flatten
-from testbed.backends.registry import backend_entry, backend_node, backends
+from testbed.backend_registry import backend_entry, backend_node, backends
 from testbed.claim_spec import ClaimSpec
 from testbed.claim_spec import validate as validate_claims
 from testbed.fidelity_spec import FidelitySpec
@@ -198,7 +198,7 @@ class ExperimentConfig:
     policy: PolicySelection = field(default_factory=PolicySelection)
     policies: Any = field(default_factory=_policies_node)  # parameters of every registered policy
     placement: PlacementConfig = field(default_factory=PlacementConfig)
-    # `name` (a registered backend) and every registered backend's settings (testbed/backends/registry.py)
+    # `name` (a registered backend) and every registered backend's settings (testbed/backend_registry.py)
     backend: Any = field(default_factory=backend_node)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     billing: BillingConfig = field(default_factory=BillingConfig)

@@ -15,7 +15,7 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from testbed import runs_folder
-from testbed.backends.registry import RunInputs, backend_entry
+from testbed.backend_registry import RunInputs, backend_entry
 from testbed.config import (
     BillingMode,
     ConfigError,

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Sequence
 
-from testbed.backends.registry import backends
+from testbed.backend_registry import backends
 from testbed.config import ConfigError, ExperimentConfig, to_plain
 from testbed.eventlog import EventLogError, find_runs, read_manifest
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from testbed import runs_folder
-from testbed.backends.registry import backend_entry
+from testbed.backend_registry import backend_entry
 from testbed.config import ConfigError, ExperimentConfig, to_plain
 from testbed.eventlog import EventLogError, read_manifest
 from testbed.progress import Outcome, Progress

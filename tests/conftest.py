@@ -9,7 +9,7 @@ from typing import Callable, Dict, Tuple
 import pytest
 from hydra import compose, initialize_config_dir
 
-from testbed.backends.registry import backends
+from testbed.backend_registry import backends
 from testbed.config import CONF_DIR, ExperimentConfig, register, to_typed, validate
 from testbed.placement.base import placements
 from testbed.policies.registry import policies as registered_policies

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from reporting.evaluations import CLAIM_COLUMNS, EvaluationReport, SectionInputs, register_report
-from testbed.backends.registry import split_run_config
+from testbed.backend_registry import split_run_config
 
 REFERENCE = Path(__file__).resolve().parents[2] / "experiments" / "reference" / "paper_presps_results.csv"
 HOLDS, FAILS, NOT_EVALUABLE = "holds", "does not hold", "not evaluable"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from testbed.arguments import ConfigError
-from testbed.backends.registry import Backend, RunInputs, register_backend
+from testbed.backend_registry import Backend, RunInputs, register_backend
 from testbed.config import EmissionMode, TopologyConfig
 from testbed.emulation import AvailabilityMode
 from testbed.live_config import LiveConfig, TransportName

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from testbed.arguments import ConfigError
-from testbed.backends.registry import Backend, RunInputs, register_backend
+from testbed.backend_registry import Backend, RunInputs, register_backend
 from testbed.job_config import FlinkJobConfig
 from testbed.run_result import RunResult
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from testbed.arguments import ConfigError
-from testbed.backends.registry import Backend, RunInputs, register_backend
+from testbed.backend_registry import Backend, RunInputs, register_backend
 from testbed.emulation import EmulationConfig, validate_emulation
 from testbed.run_result import RunResult
 

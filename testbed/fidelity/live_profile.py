@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from testbed.arguments import ConfigError
-from testbed.backends.registry import run_configuration
+from testbed.backend_registry import run_configuration
 from testbed.config import validate_cores
 from testbed.eventlog import EventLog, EventLogError, Manifest, billing_mode, read_manifest
 from testbed.fidelity.measured_runs import complete_runs, spread

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed import backend_registry as registry
 from testbed import discovery
 from testbed.arguments import ConfigError
-from testbed.backends import registry
-from testbed.backends.registry import Backend, register_backend, run_configuration, split_run_config
+from testbed.backend_registry import Backend, register_backend, run_configuration, split_run_config
 from testbed.config import to_plain
 from testbed.eventlog import EventLog, read_manifest
 from testbed.experiment import config_for, plan_runs
@@ -31,7 +31,7 @@ import copy
 from dataclasses import dataclass
 
 from testbed.arguments import ConfigError
-from testbed.backends.registry import Backend, register_backend
+from testbed.backend_registry import Backend, register_backend
 
 
 @dataclass

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from reporting.evaluations.daedalus import measures as dd
-from testbed.backends.registry import run_configuration
+from testbed.backend_registry import run_configuration
 from testbed.eventlog import EventLog, Manifest, read_manifest
 
 SIM, ENGINE = "sim", "flink"  # the backends compared, as run manifests name them

@@ -126,7 +126,7 @@ def register_backend(name: str, settings: Type[Any], key: str, modes: Tuple[str,
 
     def add(cls: BackendClass) -> BackendClass:
         if not (isinstance(cls, type) and issubclass(cls, Backend)):
-            raise TypeError(f"backend {name!r}: {cls!r} must subclass testbed.backends.registry.Backend")
+            raise TypeError(f"backend {name!r}: {cls!r} must subclass testbed.backend_registry.Backend")
         known = _REGISTRY.get(name)
         claim("backend", name, cls.__module__, known.module if known is not None else None)
         _check_keys(name, settings, key, cls.__module__)

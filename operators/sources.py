@@ -281,6 +281,7 @@ class _EdgeState:
     next_offset: Dict[Any, int] = field(default_factory=dict)  # partition -> after the last polled
     committed: Dict[Any, int] = field(default_factory=dict)
     generation: Dict[Any, int] = field(default_factory=dict)  # bumped when a partition is revoked
+    rewind: Dict[Any, int] = field(default_factory=dict)  # revoked partition -> its lowest unsettled offset
     settled: Deque[Tuple[Any, int, int]] = field(default_factory=collections.deque)  # (tp, gen, offset)
     held: int = 0
     idle: threading.Event = field(default_factory=threading.Event)  # saw the pause: delivers no more
@@ -409,9 +410,10 @@ class KafkaSource:
             def on_partitions_revoked(self, revoked: Iterable[Any]) -> None:
                 source._apply_settled(state)
                 source._commit(consumer, state)
-                source._forget(state, revoked)  # records still held come again to the new owner
+                source._forget(state, revoked, rewind=True)  # records still held come again
 
             def on_partitions_assigned(self, assigned: Iterable[Any]) -> None:
+                source._rewind(consumer, state, assigned)
                 ready.set()
 
         try:
@@ -460,19 +462,33 @@ class KafkaSource:
                 self._on_delivery(Delivery(  # type: ignore[misc]
                     body=r.value, edge=state.edge, token=(index, tp, gen, r.offset)))
 
-    def _forget(self, state: _EdgeState, partitions: Iterable[Any]) -> None:
+    def _forget(self, state: _EdgeState, partitions: Iterable[Any], rewind: bool = False) -> None:
         """The partitions are no longer ours: what is held there is stale, uncommitted records
-        come again to their next owner."""
+        come again to their next owner. With `rewind`, where each partition's unsettled records
+        begin is kept for `_rewind`, in case the partition comes straight back to us."""
         for tp in partitions:
+            held, nxt = state.outstanding.get(tp), state.next_offset.get(tp)
+            if rewind and (held or nxt is not None):
+                state.rewind[tp] = min(held) if held else nxt  # type: ignore[assignment]
             state.generation[tp] = state.generation.get(tp, 0) + 1
             state.held -= len(state.outstanding.pop(tp, []))
             state.next_offset.pop(tp, None)
             state.committed.pop(tp, None)
 
+    def _rewind(self, consumer: Any, state: _EdgeState, assigned: Iterable[Any]) -> None:
+        """A partition revoked and assigned back in the same rebalance keeps the client's fetch
+        position, past the records it held then (now stale): fetch again from the first of them,
+        else they would never be processed. Partitions new to us start at the group's commit."""
+        for tp in assigned:
+            if tp in state.rewind:
+                consumer.seek(tp, state.rewind[tp])
+        state.rewind.clear()
+
     def _leave(self, consumer: Any, state: _EdgeState) -> None:
         """Leave the group after the caller's commit (released records stay below it); kafka-python's
         unsubscribe does not call the rebalance listener, so the partitions are forgotten here."""
         self._forget(state, set(state.outstanding) | set(state.next_offset))
+        state.rewind.clear()  # a later assignment starts at the group's commit, others may have moved on
         consumer.unsubscribe()
 
     def _apply_settled(self, state: _EdgeState) -> None:

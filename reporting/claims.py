@@ -21,8 +21,8 @@ from typing import Any, Callable, Collection, Dict, List, Mapping, NamedTuple, S
 
 import pandas as pd
 
+from testbed.backend_registry import split_run_config
 from testbed.claim_spec import EACH, KIND_NAMES, ClaimSpec, validate
-from testbed.eventlog import split_run_config
 
 HOLDS, FAILS, NOT_EVALUABLE = "holds", "does not hold", "not evaluable"
 CLAIM_COLUMNS = ["pattern", "claim", "text", "paper", "paper_detail", "measured", "measured_detail"]

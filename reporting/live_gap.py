@@ -1,6 +1,6 @@
 """Simulator vs live: when a runs folder holds a configuration both simulated (`X`) and run on the
-live testbed (`X-live`, docs/event-log.md) on the same pattern, their metrics side by side, with
-the gap and whether it is within target.
+live testbed (`X-live`, docs/event-log.md; which run is which, its manifest says) on the same
+pattern, their metrics side by side, with the gap and whether it is within target.
 
 The live runs are the reference, the simulated ones the measurement: the simulated runs' mean is
 compared with the live runs' median (one live run differs from the next by what else the machine
@@ -29,12 +29,13 @@ from reporting.fidelity_gaps import UNITS, kind_gap
 from reporting.report_document import Block, Section, Table
 from reporting.run_catalog import RunInfo
 from testbed.arguments import flatten
-from testbed.eventlog import RUN_SUFFIXES, EventLog, split_run_config
+from testbed.backend_registry import run_configuration
+from testbed.eventlog import EventLog, Manifest
 from testbed.fidelity_spec import CELL_KINDS
 from testbed.policies.base import INITIAL_DEPLOYMENT
 from testbed.runs_folder import NOT_SETTINGS
 
-LIVE = RUN_SUFFIXES["docker"]  # "-live"
+SIM, LIVE = "sim", "docker"  # the backends compared, as run manifests name them
 # the policy's scale-ups and scale-downs after the initial deployment (the report's scale_ups count
 # the deployment's too, which both sides share: a quiet run would match by them alone)
 SCALING_ACTIONS = "scaling_actions"
@@ -97,19 +98,37 @@ class LiveGap:
         return frame
 
 
-def pair_configs(keys: Iterable[Tuple[str, str]]) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]]]:
-    """From (pattern, config) keys: the (pattern, X) with both X and X-live, and the (pattern, X-live)
-    without a simulated X, each in first-seen order."""
-    keys = list(dict.fromkeys(keys))
-    have = set(keys)
-    paired: List[Tuple[str, str]] = []
-    unpaired: List[Tuple[str, str]] = []
-    for pattern, config in keys:
-        base, suffix = split_run_config(config)
-        if suffix != LIVE:
+RunKey = Tuple[str, str]  # (pattern, the run folder's configuration name)
+Sides = Mapping[RunKey, Tuple[str, str]]  # -> (the configuration it ran, its backend)
+
+
+def run_sides(manifests: Iterable[Manifest]) -> Dict[RunKey, Tuple[str, str]]:
+    """What each run's manifest says it ran: the configuration (without the backend's part of the
+    folder's name) and the backend."""
+    return {(m.pattern, m.config): (run_configuration(m), m.backend) for m in manifests}
+
+
+@dataclass(frozen=True)
+class Pair:
+    pattern: str
+    config: str  # the configuration X
+    sim: str  # the name of its simulated runs
+    live: str  # the name of its live runs
+
+
+def pair_configs(keys: Iterable[RunKey], sides: Sides) -> Tuple[List[Pair], List[RunKey]]:
+    """From (pattern, config) keys and what their manifests say (`run_sides`): the configurations run
+    both simulated and live on a pattern, and the live runs' keys without a simulated twin, each in
+    first-seen order. A key without a manifest is a simulated run of its name."""
+    named = {(p, c): sides.get((p, c), (c, SIM)) for p, c in dict.fromkeys(keys)}
+    simulated = {(p, base): c for (p, c), (base, backend) in named.items() if backend == SIM}
+    paired: List[Pair] = []
+    unpaired: List[RunKey] = []
+    for (pattern, config), (base, backend) in named.items():
+        if backend != LIVE:
             continue
-        if (pattern, base) in have:
-            paired.append((pattern, base))
+        if (pattern, base) in simulated:
+            paired.append(Pair(pattern, base, simulated[(pattern, base)], config))
         else:
             unpaired.append((pattern, config))
     return paired, unpaired
@@ -143,34 +162,35 @@ def _gap(kind: str, live: float, sim: float) -> Tuple[float, float, Optional[boo
     return gap, normalised, bool(normalised <= 1.0)
 
 
-def live_gap(per_run: pd.DataFrame, metrics: Sequence[GapMetric] = METRICS) -> LiveGap:
+def live_gap(per_run: pd.DataFrame, sides: Sides, metrics: Sequence[GapMetric] = METRICS) -> LiveGap:
     """The side-by-side table from per-run metrics in the report's long format (PER_RUN_COLUMNS of
-    reporting.report_metrics: pattern, config, rep, btu_minutes, metric, value): per pattern, pair of
-    X and X-live, metric and BTU length (costs of a re-billed configuration, one per BTU length),
+    reporting.report_metrics: pattern, config, rep, btu_minutes, metric, value) and what the runs'
+    manifests say (`run_sides`): per pattern, configuration X run simulated and live, metric and BTU
+    length (costs of a re-billed configuration, one per BTU length),
     the simulated runs' mean, the live runs' median and range, the number of repetitions on each side,
     the gap (sim mean vs live median) and whether it is within target. Metrics neither side has are
     left out; a side without a value has NaN (not measurable)."""
     if per_run.empty:
         return LiveGap()
     paired, unpaired = pair_configs(zip(per_run["pattern"].astype(str), per_run["config"].astype(str),
-                                        strict=True))
+                                        strict=True), sides)
     out = LiveGap(unpaired=unpaired)
     if not paired:
         return out
     frame = per_run
     btu = frame["btu_minutes"].astype("Float64")
-    for pattern, base in paired:
-        rows = frame[(frame["pattern"] == pattern) & frame["config"].isin([base, base + LIVE])]
-        sides = {c: rows[rows["config"] == c] for c in (base, base + LIVE)}
-        n_sim, n_live = (int(sides[c]["rep"].nunique()) for c in (base, base + LIVE))
+    for pair in paired:
+        pattern, base = pair.pattern, pair.config
+        rows = frame[(frame["pattern"] == pattern) & frame["config"].isin([pair.sim, pair.live])]
+        n_sim, n_live = (int(rows[rows["config"] == c]["rep"].nunique()) for c in (pair.sim, pair.live))
         for m in metrics:
             these = rows[rows["metric"] == m.metric]
             if these.empty or these["value"].isna().all():
                 continue
             for b in dict.fromkeys(btu[these.index].fillna(-1).tolist()):
                 one = these[btu[these.index].fillna(-1) == b]
-                sim = float(one[one["config"] == base]["value"].astype(float).mean())
-                live = LiveValues.of(one[one["config"] == base + LIVE]["value"].astype(float))
+                sim = float(one[one["config"] == pair.sim]["value"].astype(float).mean())
+                live = LiveValues.of(one[one["config"] == pair.live]["value"].astype(float))
                 gap, normalised, within = _gap(m.kind, live.median, sim)
                 out.rows.append(GapRow(pattern, base, m.metric, m.label, None if b < 0 else int(b), m.kind,
                                        UNITS[m.kind], CELL_KINDS[m.kind], sim, n_sim, live.median, live.low,
@@ -202,13 +222,14 @@ def run_extras(run_dir: Path) -> Dict[str, float]:
     return out
 
 
-def add_extras(per_run: pd.DataFrame, run_dirs: Mapping[Tuple[str, str, int], Path]) -> pd.DataFrame:
+def add_extras(per_run: pd.DataFrame, run_dirs: Mapping[Tuple[str, str, int], Path], sides: Sides) -> pd.DataFrame:
     """per_run plus EXTRA_METRICS rows (run_extras) for the runs of paired configurations that do not
     have them; run_dirs maps (pattern, config, rep) to the run folder."""
     if per_run.empty:
         return per_run
-    paired, _ = pair_configs(zip(per_run["pattern"].astype(str), per_run["config"].astype(str), strict=True))
-    wanted = {(p, c) for p, base in paired for c in (base, base + LIVE)}
+    paired, _ = pair_configs(zip(per_run["pattern"].astype(str), per_run["config"].astype(str), strict=True),
+                             sides)
+    wanted = {(pair.pattern, c) for pair in paired for c in (pair.sim, pair.live)}
     have = set(zip(per_run["pattern"], per_run["config"], per_run["rep"], per_run["metric"], strict=True))
     rows = []
     for (pattern, config, rep), run_dir in run_dirs.items():
@@ -287,16 +308,17 @@ _SIDE_KEYS = ("backend.", "seed", *NOT_SETTINGS)
 
 
 def config_differences(runs: Iterable[RunInfo], gaps: LiveGap) -> Dict[Tuple[str, str], List[str]]:
-    """Per pair (pattern, X): the resolved-config keys on which X's first run and X-live's first run
-    differ, apart from the backend, seeds and the keys that only say which runs go where (output
-    folder, repetitions, workers, mix) (e.g. a live run at another load_scale: its effective
+    """Per pair (pattern, X): the resolved-config keys on which X's first simulated run and its first
+    live run differ, apart from the backend, seeds and the keys that only say which runs go where
+    (output folder, repetitions, workers, mix) (e.g. a live run at another load_scale: its effective
     topology.tick_ms differs)."""
-    first: Dict[Tuple[str, str], Dict[str, object]] = {}
+    first: Dict[Tuple[str, str, str], Dict[str, object]] = {}
     for r in runs:
-        first.setdefault((r.pattern, r.config), flatten(r.manifest.resolved_config))
+        key = (r.pattern, run_configuration(r.manifest), r.manifest.backend)
+        first.setdefault(key, flatten(r.manifest.resolved_config))
     out: Dict[Tuple[str, str], List[str]] = {}
     for pattern, base in dict.fromkeys((r.pattern, r.config) for r in gaps.rows):
-        sim, live = first.get((pattern, base)), first.get((pattern, base + LIVE))
+        sim, live = first.get((pattern, base, SIM)), first.get((pattern, base, LIVE))
         if sim is None or live is None:
             continue
         keys = [k for k in sorted(set(sim) | set(live)) if sim.get(k) != live.get(k)
@@ -328,7 +350,7 @@ def sections(gaps: LiveGap, sim_profiles: Sequence[str] = (),
         heads, rows = table_rows(gaps, pattern)
         blocks.append(Table(f"{pattern}: simulator vs live", heads, rows))
     for (pattern, base), keys in (differences or {}).items():
-        blocks.append(f"{pattern}/{base} and {base}{LIVE} ran with different settings, so their gaps are not "
+        blocks.append(f"{pattern}/{base} ran with different settings simulated and live, so its gaps are not "
                       f"the simulator's alone: {', '.join(f'`{k}`' for k in keys)}.")
     if gaps.unpaired:
         blocks.append("Live configurations without a simulated twin in this folder: "
@@ -347,7 +369,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args or any("=" in a for a in args):
         print("usage: python -m reporting.live_gap RUNS_DIR [RUNS_DIR ...]", file=sys.stderr)
         return 2
-    rows, dirs = [], {}
+    rows, dirs, manifests = [], {}, []
     reps: Dict[Tuple[str, str], int] = {}
     for run_dir in (d for folder in args for d in find_runs(folder)):
         m = read_manifest(run_dir)
@@ -358,10 +380,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         independent = [k for k in values if k != "by_btu" and not isinstance(values[k], dict)]
         rows += [{**r, "rep": rep} for r in long_rows(m, values, Path(run_dir), independent=independent)]
         dirs[(m.pattern, m.config, rep)] = Path(run_dir)
+        manifests.append(m)
     per_run = pd.DataFrame(rows)
     if not per_run.empty:
         per_run["btu_minutes"] = pd.array(per_run["btu_minutes"], dtype="Int64")
-    gaps = live_gap(add_extras(per_run, dirs))
+    sides = run_sides(manifests)
+    gaps = live_gap(add_extras(per_run, dirs, sides), sides)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_rows", 500):
         print(gaps.frame().drop(columns=["label", "unit", "tolerance"]).to_string(index=False) if gaps.rows
               else "no configuration ran both simulated and live")

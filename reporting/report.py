@@ -34,7 +34,7 @@ from reporting.fidelity_section import acceptance_gaps, fidelity_section, load_f
 from reporting.figure_data import FigureData, figure_data
 from reporting.figure_drawing import FigureWorkers
 from reporting.html_report import write_html
-from reporting.live_gap import add_extras, config_differences, live_gap, profiles
+from reporting.live_gap import add_extras, config_differences, live_gap, profiles, run_sides
 from reporting.live_gap import sections as live_gap_sections
 from reporting.markdown_report import write_markdown
 from reporting.report_config import ReportConfig, ReportConfigError, parse_overrides
@@ -198,7 +198,9 @@ def _render(runs_dir: PathLike, out: Path, cfg: ReportConfig, catalog: RunCatalo
         if not entry.platform_pattern_sections:
             own_patterns += sorted({r.pattern for r in runs})
     # a configuration run both simulated (X) and live (X-live): side by side (reporting.live_gap)
-    gaps = live_gap(add_extras(metrics.per_run, {(r.pattern, r.config, r.rep): r.run_dir for r in catalog.complete}))
+    sides = run_sides(r.manifest for r in catalog.complete)
+    gaps = live_gap(add_extras(metrics.per_run, {(r.pattern, r.config, r.rep): r.run_dir for r in catalog.complete},
+                               sides), sides)
     if gaps.rows or gaps.unpaired:
         files["live_gap"] = out / "tables" / "live_gap.csv"
         gaps.frame().to_csv(files["live_gap"], index=False)

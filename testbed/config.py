@@ -19,16 +19,15 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from testbed.arguments import ConfigError, flatten
+from testbed.backend_registry import backend_entry, backend_node, backends
 from testbed.claim_spec import ClaimSpec
 from testbed.claim_spec import validate as validate_claims
-from testbed.emulation import AvailabilityMode, EmulationConfig, validate_emulation
 from testbed.fidelity_spec import FidelitySpec
 from testbed.fidelity_spec import validate as validate_fidelity
-from testbed.job_config import FlinkJobConfig, JobConfig, LiveJobConfig
+from testbed.job_config import JobConfig
 from testbed.placement.base import PlacementConfig, placements
 from testbed.policies.registry import policies as registered_policies
 from testbed.workloads.patterns import PatternConfig, PatternError, kind_settings, pattern_node
-from testbed.workloads.payloads import PayloadConfig, PayloadConfigError, validate_payloads
 from testbed.workloads.registry import workload_kinds
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "experiments" / "conf"
@@ -52,17 +51,6 @@ class EmissionMode(str, Enum):
 
     ratio = "ratio"  # ratio_out outputs per ratio_in inputs, evenly (every ratio_in-th input for a 50:1 filter)
     incident = "incident"  # one output per new incident (live: the operator's rule; simulated: a seeded process)
-
-
-class BackendName(str, Enum):
-    sim = "sim"
-    docker = "docker"  # the live testbed: operator containers on Docker hosts (testbed/live)
-    flink = "flink"  # job mode on a real Apache Flink in reactive mode (testbed/flink)
-
-
-class TransportName(str, Enum):
-    rabbitmq = "rabbitmq"
-    kafka = "kafka"
 
 
 class BillingMode(str, Enum):
@@ -184,62 +172,6 @@ class InfrastructureConfig:
 
 
 @dataclass
-class EngineConfig:
-    """One Docker engine of the live host pool; it carries up to ``max_hosts`` logical hosts."""
-
-    url: str = "unix:///var/run/docker.sock"  # or tcp://host:2375, ssh://user@host
-    max_hosts: int = 10
-
-
-@dataclass
-class LiveConfig:
-    """The live testbed (backend=docker). Host capacity, lease delay, container start and pull
-    bandwidth come from `infrastructure`, prices from `billing`."""
-
-    engines: List[EngineConfig] = field(default_factory=lambda: [EngineConfig()])
-    transport: TransportName = TransportName.rabbitmq
-    amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/%2F"
-    management_url: str = "http://127.0.0.1:15672"  # RabbitMQ management API (credentials from amqp_url)
-    kafka_bootstrap: str = "127.0.0.1:9092"
-    kafka_partitions: int = 8  # per topic: the most instances of one operator type that share work on Kafka
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    image_prefix: str = "testbed-"  # operator images are <prefix><operator, lower case>:<image_tag>
-    image_tag: str = "latest"
-    network_mode: str = "host"  # containers reach the broker and Redis at the addresses above
-    prefetch: int = 5
-    parallel: int = 1  # items in process at once per instance
-    # a stopping instance's allowance for confirms, metrics flush and exit; its drain deadline adds
-    # 3 x parallel x the slowest service time seen in the run (testbed/live/hostpool.py)
-    stop_timeout_s: float = 15.0
-    emulate_pull: bool = True  # hosts sharing one engine: wait image_mb / pull_mb_per_s on first use
-    cgroup_parent: bool = False  # enforce each logical host's CPU and memory with a cgroup parent
-    work_ms: Dict[str, float] = field(default_factory=dict)  # optional emulated work per operator
-    keep_broker_state: bool = False  # keep the run's queues and Redis keys after it (debugging)
-    report_operator: str = "O9"  # its PDF reports go to <run folder>/reports (engines on this machine)
-    job: LiveJobConfig = field(default_factory=LiveJobConfig)  # job mode's keyed workers (testbed/live/job.py)
-    # what the provider's readings hold (defect and temperature incidents, production): live O2/O6
-    # warn once per new incident, so these rates decide how many items reach the sink
-    payloads: PayloadConfig = field(default_factory=PayloadConfig)
-
-
-@dataclass
-class BackendConfig:
-    name: BackendName = BackendName.sim
-    step_ms: float = 480.0  # simulation step; one tick by default
-    hop_latency_ms: float = 5.0  # broker hop from the upstream send to the queue
-    cpu_contention: bool = False  # slow service when busy slots need more cores than the host has
-    exact: bool = False  # per-item reference model instead of the cohort model (slow; validation)
-    # cores all logical hosts of a run share (the live machine's; 0: none). When the busy slots of
-    # every instance need more, each runs slower by demand / shared_cores. Cohort model only; with
-    # cpu_contention both apply, per host first (docs/architecture.md#shared-cores)
-    shared_cores: float = 0.0
-    live: LiveConfig = field(default_factory=LiveConfig)
-    # inter-host delay and availability (ODP experiments); enabled: the per-item model with per-instance queues
-    emulation: EmulationConfig = field(default_factory=EmulationConfig)
-    flink: FlinkJobConfig = field(default_factory=FlinkJobConfig)
-
-
-@dataclass
 class RuntimeConfig:
     monitoring_s: float = 15.0
     reasoning_s: float = 60.0
@@ -266,7 +198,8 @@ class ExperimentConfig:
     policy: PolicySelection = field(default_factory=PolicySelection)
     policies: Any = field(default_factory=_policies_node)  # parameters of every registered policy
     placement: PlacementConfig = field(default_factory=PlacementConfig)
-    backend: BackendConfig = field(default_factory=BackendConfig)
+    # `name` (a registered backend) and every registered backend's settings (testbed/backend_registry.py)
+    backend: Any = field(default_factory=backend_node)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     billing: BillingConfig = field(default_factory=BillingConfig)
     infrastructure: InfrastructureConfig = field(default_factory=InfrastructureConfig)
@@ -291,19 +224,27 @@ def register() -> None:
     known = registered_policies()
     placements()
     workload_kinds()
+    engines = [name for name in backends() if not (CONF_DIR / "backend" / f"{name}.yaml").is_file()]
     store = ConfigStore.instance()
-    if _stored(store, known):  # storing builds every schema node again: a third of a config load
+    if _stored(store, known, engines):  # storing builds every schema node again: a third of a config load
         return
     store.store(name="schema", node=ExperimentConfig)
     for name in known:
         store.store(group="policy", name=name, node=PolicySelection(name=name))
+    stored = store.repo.get("backend")
+    if isinstance(stored, dict):  # a backend registered earlier in this process, gone since (a test's plug-in)
+        for stale in set(stored) - {f"{name}.yaml" for name in engines}:
+            del stored[stale]
+    for name in engines:  # a backend without a YAML of its own: `backend=<name>` selects its defaults
+        store.store(group="backend", name=name, node={"name": name})
 
 
-def _stored(store: ConfigStore, policies: Iterable[str]) -> bool:
-    """The schema and exactly these policies' options are in Hydra's store already."""
-    group = store.repo.get("policy")
-    return ("schema.yaml" in store.repo and isinstance(group, dict)
-            and set(group) == {f"{name}.yaml" for name in policies})
+def _stored(store: ConfigStore, policies: Iterable[str], engines: Iterable[str]) -> bool:
+    """The schema and exactly these policies' and backends' options are in Hydra's store already."""
+    group, stored_engines = store.repo.get("policy"), store.repo.get("backend", {})
+    return ("schema.yaml" in store.repo and isinstance(group, dict) and isinstance(stored_engines, dict)
+            and set(group) == {f"{name}.yaml" for name in policies}
+            and set(stored_engines) == {f"{name}.yaml" for name in engines})
 
 
 def unknown_keys(node: Any, path: str = "") -> List[str]:
@@ -370,14 +311,14 @@ def measurement_settings(cfg: ExperimentConfig) -> Dict[str, Any]:
     in job mode (a keyed job samples by `job.latency_samples`)."""
     if cfg.job.enabled:
         return {}
-    rt, live = cfg.runtime, cfg.backend.name == BackendName.docker
+    rt, applied = cfg.runtime, backend_entry(cfg.backend.name).emission
     emission: Dict[str, Any] = {}
     for o, op in sorted(cfg.topology.operators.items()):
-        mode = op.emission.live if live else op.emission.sim
+        mode = getattr(op.emission, applied)
         entry: Dict[str, Any] = {"mode": mode.value}
         if mode == EmissionMode.ratio:
             entry["ratio"] = f"{op.ratio_in}:{op.ratio_out}"
-        elif not live:
+        elif applied == "sim":  # the simulated incident process (live: the operators' own rule)
             entry["items_per_incident"] = op.emission.items_per_incident
         emission[o] = entry
     return {"latency_sampling": {"rule": rt.sampling.value, "every": rt.sample_every,
@@ -498,23 +439,32 @@ def _validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _positive("infrastructure.pull_mb_per_s", infra.pull_mb_per_s)
     _range("infrastructure.lease_delay_s", infra.lease_delay_s)
     _range("infrastructure.container_start_s", infra.container_start_s)
-    _positive("backend.step_ms", cfg.backend.step_ms)
-    if cfg.backend.hop_latency_ms < 0:
-        raise ConfigError("backend.hop_latency_ms", "must be >= 0")
-    _validate_shared_cores(cfg.backend, cfg.job.enabled)
+    selected = _validate_backends(cfg)
     _validate_runtime(cfg.runtime)
     _validate_topology(cfg.topology, infra)
     _validate_scale(cfg)
     problem = cfg.job.validate()
     if problem is not None:
         raise ConfigError(*problem)
-    if cfg.job.enabled and cfg.backend.name == BackendName.docker:
-        _validate_live_job(cfg)
-    if cfg.backend.name == BackendName.docker:
-        _validate_live(cfg)
-    if cfg.backend.name == BackendName.flink:
-        _validate_flink(cfg)
+    if selected.key:  # flat settings (directly under `backend`) were checked with the others'
+        selected.backend.validate(cfg)
     return cfg
+
+
+def _validate_backends(cfg: ExperimentConfig) -> Any:
+    """The selected backend (its registry entry) after checking that it is registered and runs the
+    config's mode, and the settings every run's node shares (those directly under `backend`)."""
+    known = backends()
+    if cfg.backend.name not in known:
+        raise ConfigError("backend.name", f"no such backend {cfg.backend.name!r}; registered: {sorted(known)}")
+    selected, mode = known[cfg.backend.name], "job" if cfg.job.enabled else "operator"
+    if mode not in selected.modes:
+        raise ConfigError("backend", f"backend={selected.name} runs {' and '.join(selected.modes)} mode only, not "
+                                     f"{mode} mode (job mode: job.enabled=true, e.g. evaluation=daedalus)")
+    for entry in known.values():  # every node has them, and _validate_scale needs the step
+        if not entry.key:
+            entry.backend.validate(cfg)
+    return selected
 
 
 def _validate_workload(cfg: ExperimentConfig) -> None:
@@ -570,23 +520,6 @@ def validate_cores(key: str, cores: Any, allow_off: bool = True) -> float:
     return float(cores)
 
 
-def _validate_shared_cores(backend: BackendConfig, job_mode: bool) -> None:
-    """backend.shared_cores: a finite number >= 0, and > 0 only in the cohort model (the per-item
-    models, backend.exact and backend.emulation, and job mode's model do not share cores: rejected
-    rather than ignored). The live backend ignores it: it describes the live machine."""
-    cores = validate_cores("backend.shared_cores", backend.shared_cores)
-    if cores > 0 and backend.exact:
-        raise ConfigError("backend.shared_cores", "the per-item model (backend.exact=true) does not share "
-                                                  "cores between hosts: set backend.shared_cores=0 or exact=false")
-    if cores > 0 and backend.emulation.enabled:
-        raise ConfigError("backend.shared_cores", "the emulated network (backend.emulation.enabled=true) runs the "
-                                                  "per-item model, which does not share cores between hosts: set "
-                                                  "backend.shared_cores=0")
-    if cores > 0 and job_mode and backend.name == BackendName.sim:
-        raise ConfigError("backend.shared_cores", "job mode's simulator (job.enabled=true) does not share cores "
-                                                  "between hosts: set backend.shared_cores=0")
-
-
 def _validate_policies(cfg: ExperimentConfig) -> None:
     known = registered_policies()
     for name, params in cfg.policies.items():
@@ -605,7 +538,7 @@ def _validate_policies(cfg: ExperimentConfig) -> None:
 
 
 def _validate_odp(cfg: ExperimentConfig) -> None:
-    """placement.odp, placement.pins, placement.tstorm_*, backend.emulation."""
+    """placement.odp, placement.pins, placement.tstorm_*."""
     from testbed.emulation import host_index
 
     odp = cfg.placement.odp
@@ -637,17 +570,6 @@ def _validate_odp(cfg: ExperimentConfig) -> None:
         raise ConfigError("placement.tstorm_first_s", "must be >= 0")
     if cfg.placement.tstorm_period_s < 0:
         raise ConfigError("placement.tstorm_period_s", "must be >= 0")
-    problem = validate_emulation(cfg.backend.emulation)
-    if problem is not None:
-        raise ConfigError(*problem)
-    if cfg.backend.emulation.enabled and cfg.backend.name == BackendName.docker:
-        # live: per-instance queues and delayed publishes (testbed/live/netem.py), on RabbitMQ
-        if cfg.backend.live.transport != TransportName.rabbitmq:
-            raise ConfigError("backend.emulation.enabled", "the live emulated network needs "
-                                                           "backend.live.transport=rabbitmq (per-instance queues)")
-        if cfg.backend.emulation.mode != AvailabilityMode.tuple:
-            raise ConfigError("backend.emulation.mode", "the live backend emulates availability per item only "
-                                                        "(tuple); outage runs in the simulator")
 
 
 def _check_params(key: str, params: Any) -> None:
@@ -767,55 +689,6 @@ def runtime_config(cfg: ExperimentConfig, overrides: Dict[str, Any], key: str = 
     return _overridden(cfg.runtime, overrides, key)
 
 
-def _validate_live(cfg: ExperimentConfig) -> None:
-    live = cfg.backend.live
-    if not live.engines:
-        raise ConfigError("backend.live.engines", "at least one Docker engine is needed")
-    for i, engine in enumerate(live.engines):
-        if engine.url.split("://", 1)[0] not in ("unix", "tcp", "ssh", "http", "https"):
-            raise ConfigError(f"backend.live.engines[{i}].url",
-                              f"{engine.url!r} is not a Docker engine URL (unix://, tcp://, ssh://)")
-        _positive(f"backend.live.engines[{i}].max_hosts", engine.max_hosts)
-    for key in ("amqp_url", "redis_url", "management_url"):
-        if "://" not in getattr(live, key):
-            raise ConfigError(f"backend.live.{key}", f"{getattr(live, key)!r} is not a URL")
-    _positive("backend.live.prefetch", live.prefetch)
-    _positive("backend.live.kafka_partitions", live.kafka_partitions)
-    _positive("backend.live.parallel", live.parallel)
-    if live.stop_timeout_s < 0:
-        raise ConfigError("backend.live.stop_timeout_s", "must be >= 0")
-    try:
-        validate_payloads(live.payloads, "backend.live.payloads")
-    except PayloadConfigError as exc:
-        raise ConfigError(exc.key, str(exc)[len(exc.key) + 2:]) from None
-    for o, ms in live.work_ms.items():
-        if o not in cfg.topology.operators:
-            raise ConfigError(f"backend.live.work_ms.{o}", "unknown operator")
-        if ms < 0:
-            raise ConfigError(f"backend.live.work_ms.{o}", "must be >= 0")
-    if not cfg.job.enabled:
-        _validate_live_emission(cfg.topology)
-
-
-def _validate_flink(cfg: ExperimentConfig) -> None:
-    """A real Flink runs one job: job mode only."""
-    if not cfg.job.enabled:
-        raise ConfigError("backend", "backend=flink runs job mode (job.enabled=true, e.g. evaluation=daedalus_flink)")
-    problem = cfg.backend.flink.validate()
-    if problem is not None:
-        raise ConfigError(*problem)
-
-
-def _validate_live_job(cfg: ExperimentConfig) -> None:
-    """Job mode on the live backend (testbed/live/job.py): keyed workers on RabbitMQ only."""
-    problem = cfg.backend.live.job.validate(cfg.job.max_scaleout)
-    if problem is not None:
-        raise ConfigError(*problem)
-    if cfg.backend.live.transport != TransportName.rabbitmq:
-        raise ConfigError("backend.live.transport", "job mode routes keys with RabbitMQ's consistent-hash exchange: "
-                                                    "use rabbitmq")
-
-
 def _validate_topology(topo: TopologyConfig, infra: InfrastructureConfig) -> None:
     if not topo.operators:
         raise ConfigError("topology.operators", "no operators defined")
@@ -867,25 +740,6 @@ def _validate_emission(key: str, op: OperatorConfig) -> None:
     for backend in ("sim", "live"):
         if getattr(em, backend) == EmissionMode.incident and not op.downstream:
             raise ConfigError(f"{key}.{backend}", "incident: the operator has no downstream operator to warn")
-
-
-def _validate_live_emission(topo: TopologyConfig) -> None:
-    """Live, `incident` needs an implementation with an incident rule; `ratio` on such an operator
-    publishes one item per ratio_in-th input to every downstream operator, as the simulator does
-    only if ratio_out is the number of downstream operators (O2, O6: 1:1 per edge)."""
-    from operators.oee.emission import INCIDENT_OPERATORS
-
-    for o, op in topo.operators.items():
-        key = f"topology.operators.{o}.emission.live"
-        if o not in INCIDENT_OPERATORS:
-            if op.emission.live == EmissionMode.incident:
-                raise ConfigError(key, f"incident: the live implementation of {o} has no incident rule (those of "
-                                       f"{', '.join(sorted(INCIDENT_OPERATORS))} have); use ratio")
-        elif op.emission.live == EmissionMode.ratio and op.ratio_out != len(op.downstream):
-            raise ConfigError(f"topology.operators.{o}.ratio_out",
-                              f"live ratio emission publishes one item per {op.ratio_in} inputs to each of the "
-                              f"{len(op.downstream)} downstream operator(s): ratio_out must be {len(op.downstream)}, "
-                              f"got {op.ratio_out}")
 
 
 def _check_acyclic(topo: TopologyConfig) -> None:

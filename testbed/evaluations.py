@@ -36,7 +36,7 @@ def describe(cfg: ExperimentConfig) -> str:
 
 
 USAGE = ("usage: testbed evaluations [NAME [workload|backend]]  (workload: print only its default workload; "
-         "backend: only its backend, sim, docker or flink)")
+         "backend: only its backend, e.g. sim, docker or flink)")
 
 
 def main(argv: List[str]) -> int:
@@ -46,7 +46,7 @@ def main(argv: List[str]) -> int:
         return 2
     if len(argv) == 2:
         cfg = load_evaluation(argv[0])
-        print(cfg.pattern.name if argv[1] == "workload" else cfg.backend.name.value)
+        print(cfg.pattern.name if argv[1] == "workload" else cfg.backend.name)
         return 0
     for name in argv or names:
         print(describe(load_evaluation(name)))

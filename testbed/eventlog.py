@@ -35,18 +35,6 @@ ACTIONS = ("lease", "prolong", "release", "scale_up", "scale_down", "migrate", "
            "restart")
 STATUSES = ("running", "complete", "incomplete")
 BILLING_MODES = ("own", "rebill")
-# a run on a real engine is named <configuration><suffix> by its backend, beside the simulated runs
-RUN_SUFFIXES = {"docker": "-live", "flink": "-flink"}
-
-
-def split_run_config(config: str) -> Tuple[str, str]:
-    """("hpa-80", "-flink") for the run configuration "hpa-80-flink": the configuration and its suffix."""
-    for suffix in RUN_SUFFIXES.values():
-        if config.endswith(suffix):
-            return config.removesuffix(suffix), suffix
-    return config, ""
-
-
 def billing_mode(manifest: "Manifest") -> str:
     """The manifest's billing mode; runs older than the field: the BTU policy billed itself."""
     return manifest.billing or ("own" if manifest.policy == "btu" else "rebill")

@@ -15,8 +15,8 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from testbed import runs_folder
+from testbed.backend_registry import RunInputs, backend_entry
 from testbed.config import (
-    BackendName,
     BillingMode,
     ConfigError,
     ExperimentConfig,
@@ -28,7 +28,6 @@ from testbed.config import (
     to_plain,
 )
 from testbed.eventlog import (
-    RUN_SUFFIXES,
     TABLES,
     EventLog,
     EventLogError,
@@ -110,9 +109,9 @@ def check_initial_deployment(cfg: ExperimentConfig) -> None:
 def plan_runs(cfg: ExperimentConfig) -> List[RunSpec]:
     """The runs of a validated config, after the check of its initial deployment (ConfigError)."""
     check_initial_deployment(cfg)
-    runs, settings = [], runs_folder.settings_digest(cfg)
+    runs, settings, backend = [], runs_folder.settings_digest(cfg), backend_entry(cfg.backend.name)
     for conf in configurations(cfg):
-        name = conf.name + RUN_SUFFIXES.get(cfg.backend.name.value, "")  # beside simulated ones
+        name = backend.folder_name(conf.name)  # a real engine's runs beside the simulated ones
         btu = conf.btu_minutes if conf.btu_minutes is not None else cfg.billing.btu_minutes
         for rep in range(1, cfg.reps + 1):
             runs.append(RunSpec(cfg.pattern.name, name, conf.policy, btu, rep, run_seed(cfg.seed, rep),
@@ -121,9 +120,8 @@ def plan_runs(cfg: ExperimentConfig) -> List[RunSpec]:
 
 
 def configuration_of(cfg: ExperimentConfig, spec: RunSpec) -> RunConfiguration:
-    name = spec.config.removesuffix(RUN_SUFFIXES.get(cfg.backend.name.value, "")) \
-        if cfg.backend.name.value in RUN_SUFFIXES else spec.config
-    return next(c for c in configurations(cfg) if c.name == name)
+    backend = backend_entry(cfg.backend.name)
+    return next(c for c in configurations(cfg) if backend.folder_name(c.name) == spec.config)
 
 
 def config_for(cfg: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
@@ -142,7 +140,7 @@ def config_for(cfg: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
     # load_scale is applied here, once: the run's resolved config holds the effective tick
     run_cfg.topology.tick_ms = cfg.topology.tick_ms / cfg.load_scale
     run_cfg.load_scale = 1.0
-    if run_cfg.job.enabled and run_cfg.backend.name.value in RUN_SUFFIXES:
+    if run_cfg.job.enabled and time_compression(run_cfg) != 1:
         # job mode on a real engine: the config's times are the paper's, compressed here (recorded as resolved)
         from testbed.live.job_compression import compress_config
 
@@ -151,12 +149,8 @@ def config_for(cfg: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
 
 
 def time_compression(run_cfg: ExperimentConfig) -> float:
-    """f of a job-mode run on a real engine (1 in the simulator)."""
-    if run_cfg.backend.name == BackendName.flink:
-        return run_cfg.backend.flink.time_compression
-    if run_cfg.backend.name == BackendName.docker:
-        return run_cfg.backend.live.job.time_compression
-    return 1.0
+    """f of a job-mode run: what its backend divides the configured times by (1: none)."""
+    return backend_entry(run_cfg.backend.name).backend.time_compression(run_cfg)
 
 
 def policy_for(run_cfg: ExperimentConfig) -> Policy:
@@ -180,9 +174,8 @@ def _clear(run_dir: Path) -> None:
 
 
 def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
-    """One run into its folder. Whatever stops it, the manifest says complete or incomplete."""
-    from testbed.sim.simulator import Simulation
-
+    """One run into its folder, by the config's backend. Whatever stops it, the manifest says complete
+    or incomplete."""
     run_cfg = config_for(cfg, spec)
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     _clear(spec.run_dir)
@@ -191,32 +184,14 @@ def execute(cfg: ExperimentConfig, spec: RunSpec) -> Path:
         run_id=spec.run_id, experiment=cfg.evaluation.name, pattern=spec.pattern,
         config=spec.label or spec.config, policy=spec.policy, btu_minutes=spec.btu_minutes, rep=spec.rep,
         billing=run_cfg.evaluation.configurations[0].billing.value, settings_digest=spec.settings,
-        seed=spec.seed, seeds={"run": spec.seed, "pattern": pattern_seed}, backend=cfg.backend.name.value,
+        seed=spec.seed, seeds={"run": spec.seed, "pattern": pattern_seed}, backend=cfg.backend.name,
         resolved_config=to_plain(run_cfg), code_revision=code_revision(), versions=package_versions(),
         started_at=utc_now(), status="running", details=measurement_settings(run_cfg),
     ))
     try:
         pattern = build_pattern(run_cfg.pattern, cfg.seed)
-        policy = policy_for(run_cfg)
-        if run_cfg.backend.name == BackendName.flink:  # job mode on a real Apache Flink
-            from testbed.live.flink_job import FlinkJobRun
-
-            result = FlinkJobRun(run_cfg, policy, pattern, spec.run_id, spec.run_dir).run()
-        elif run_cfg.backend.name == BackendName.docker and run_cfg.job.enabled:
-            from testbed.live.job import LiveJobRun  # job mode, live (keyed worker containers)
-
-            result = LiveJobRun(run_cfg, policy, pattern, spec.seed, spec.run_id, spec.run_dir).run()
-        elif run_cfg.backend.name == BackendName.docker:
-            from testbed.live.run import LiveRun
-
-            result = LiveRun(run_cfg, policy, pattern, spec.seed, spec.btu_minutes,
-                             spec.run_id, spec.run_dir).run()
-        elif run_cfg.job.enabled:  # job mode: the Daedalus paper's keyed job (testbed/sim/job.py)
-            from testbed.sim.job import JobSimulation
-
-            result = JobSimulation(run_cfg, policy, pattern, spec.seed).run()
-        else:
-            result = Simulation(run_cfg, policy, pattern, spec.seed, spec.btu_minutes).run()
+        result = backend_entry(run_cfg.backend.name).backend.run(RunInputs(
+            run_cfg, policy_for(run_cfg), pattern, spec.seed, spec.btu_minutes, spec.run_id, spec.run_dir))
         log = EventLog(spec.run_dir)
         for table, columns in sorted(result.tables.items()):
             log.write(table, columns)
@@ -319,8 +294,8 @@ def _mark_interrupted(specs: List[RunSpec]) -> None:
 
 def _run_all(cfg: ExperimentConfig, specs: List[RunSpec]) -> List[Path]:
     workers = min(cfg.workers or os.cpu_count() or 1, len(specs))
-    if cfg.backend.name.value in RUN_SUFFIXES:
-        workers = 1  # live runs share the machine's engine, broker and cores: one at a time
+    if backend_entry(cfg.backend.name).shares_machine:
+        workers = 1  # runs on the machine's engine, broker and cores: one at a time
     print(f"{len(specs)} run(s) of pattern {cfg.pattern.name} into {cfg.out}/ with {workers} worker(s)",
           file=sys.stderr)
     previous = signal.signal(signal.SIGTERM, _interrupt)

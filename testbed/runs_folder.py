@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Sequence
 
+from testbed.backend_registry import backends
 from testbed.config import ConfigError, ExperimentConfig, to_plain
 from testbed.eventlog import EventLogError, find_runs, read_manifest
 
@@ -29,11 +30,13 @@ def settings_digest(cfg: ExperimentConfig) -> str:
     plain["evaluation"].pop("fidelity", None)  # how a profile is calibrated, not how a run runs
     plain["evaluation"]["claims"] = []  # what the report checks, not how a run runs
     plain["billing"].pop("btu_minutes", None)
-    # a live run sits beside its simulated twin by design (its configurations are named ...-live)
+    # a run of a backend that declares itself a twin sits beside its simulated twin by design (its
+    # configurations are named with the backend's suffix): its settings and emission are not settings
     plain["backend"].pop("name", None)
-    plain["backend"].pop("live", None)
-    for op in plain["topology"]["operators"].values():  # what a live operator emits is live's setting too
-        op.get("emission", {}).pop("live", None)
+    for twin in (b for b in backends().values() if b.twin):
+        plain["backend"].pop(twin.key, None)
+        for op in plain["topology"]["operators"].values():
+            op.get("emission", {}).pop(twin.emission, None)
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from testbed import runs_folder
-from testbed.config import BackendName, ConfigError, ExperimentConfig, to_plain
+from testbed.backend_registry import backend_entry
+from testbed.config import ConfigError, ExperimentConfig, to_plain
 from testbed.eventlog import EventLogError, read_manifest
 from testbed.progress import Outcome, Progress
 
@@ -134,8 +135,9 @@ def plan_sweep(overrides: Sequence[str]) -> Tuple[Path, List[SweepRun]]:
     out: Optional[Path] = None
     for point in points:
         cfg = compose(point)
-        if cfg.backend.name != BackendName.sim:
-            raise ConfigError("backend", "a sweep runs the simulator (live runs share the machine: use experiment)")
+        if backend_entry(cfg.backend.name).shares_machine:
+            raise ConfigError("backend", f"a sweep runs independent runs side by side; backend={cfg.backend.name}'s "
+                                         f"share the machine: use experiment")
         folder = Path(cfg.out).resolve()
         if out is not None and folder != out:
             raise ConfigError("out", f"one sweep writes into one folder, not {out} and {folder}")

@@ -9,6 +9,7 @@ from typing import Callable, Dict, Tuple
 import pytest
 from hydra import compose, initialize_config_dir
 
+from testbed.backend_registry import backends
 from testbed.config import CONF_DIR, ExperimentConfig, register, to_typed, validate
 from testbed.placement.base import placements
 from testbed.policies.registry import policies as registered_policies
@@ -22,12 +23,12 @@ _composed: Dict[Tuple, ExperimentConfig] = {}
 
 def _inputs(overrides: Tuple[str, ...]) -> Tuple:
     """Everything a composed config depends on besides the config files: the overrides, the
-    registered policies, workload kinds and placements (tests register their own), the environment."""
+    registered policies, workload kinds, placements and backends (tests register their own), the environment."""
     def names(registry) -> Tuple:
         return tuple(sorted((name, id(value)) for name, value in registry.items()))
 
     return (overrides, names(registered_policies()), names(workload_kinds()), names(placements()),
-            tuple(os.environ.get(v) for v in CONFIG_ENV))
+            names(backends()), tuple(os.environ.get(v) for v in CONFIG_ENV))
 
 
 def compose_config(*overrides: str) -> ExperimentConfig:

@@ -29,7 +29,7 @@ import pandas as pd
 
 from reporting.claims import claim_checker
 from reporting.evaluations import EvaluationReport, SectionInputs, register_report
-from testbed.eventlog import split_run_config
+from testbed.backend_registry import split_run_config
 
 REFERENCE = Path(__file__).resolve().parents[2] / "experiments" / "reference" / "paper_presps_results.csv"
 DELTAS = {"scale_up": 1, "scale_down": -1, "activate": 1, "deactivate": -1}

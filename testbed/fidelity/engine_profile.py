@@ -43,7 +43,7 @@ from testbed.eventlog import EventLog, EventLogError, read_manifest
 from testbed.fidelity.measured_runs import complete_runs, spread
 from testbed.fidelity.profile_file import target_argument
 
-ENGINE_SUFFIX = "-flink"
+ENGINE = "flink"  # the backend whose runs are measured, as manifests name it
 LOW_LOAD = 0.3  # offered load / the deployed TaskManagers' capacity up to which a second counts as low load
 USAGE = ("usage: testbed engine-profile RUNS_DIR name=NAME [out=FILE.yaml] [low_load=0.3] "
          "[downtime=rescale|stop|split] [force=true]")
@@ -104,7 +104,7 @@ class Measured:
 
 def engine_runs(root: Path) -> List[Path]:
     """The complete runs below root that ran on Flink (named `<configuration>-flink`)."""
-    return complete_runs(root, ENGINE_SUFFIX, lambda m: bool(m.details.get("flink")))
+    return complete_runs(root, ENGINE, lambda m: bool(m.details.get("flink")))
 
 
 def _time_compression(details: Dict[str, Any], cfg: Dict[str, Any]) -> float:
@@ -219,7 +219,7 @@ def measure(root: Path, low_load: float = LOW_LOAD) -> Measured:
         raise ProfileError(f"{root}: no such folder")
     runs = engine_runs(root)
     if not runs:
-        raise ProfileError(f"{root}: no complete Flink runs (configurations named <name>{ENGINE_SUFFIX})")
+        raise ProfileError(f"{root}: no complete Flink runs (backend {ENGINE} in their manifests)")
     try:
         per_run = [_measure_run(d) for d in runs]
     except (EventLogError, KeyError) as exc:

@@ -49,12 +49,13 @@ import numpy as np
 import pandas as pd
 
 from testbed.arguments import ConfigError
+from testbed.backend_registry import run_configuration
 from testbed.config import validate_cores
-from testbed.eventlog import EventLog, EventLogError, Manifest, billing_mode, read_manifest, split_run_config
+from testbed.eventlog import EventLog, EventLogError, Manifest, billing_mode, read_manifest
 from testbed.fidelity.measured_runs import complete_runs, spread
 from testbed.fidelity.profile_file import target_argument
 
-LIVE_SUFFIX = "-live"
+LIVE = "docker"  # the backend whose runs are measured, as manifests name it
 INCIDENT_OPERATORS = ("O2", "O6")  # the live filters that emit on a new incident only
 MIN_INTERVALS = 3  # intervals with work for a service mean
 MIN_CV_INTERVALS = 5  # ... for its cv
@@ -179,7 +180,7 @@ class Measured:
 
 def live_runs(root: Path) -> List[Path]:
     """The complete runs below root that ran live (named `<configuration>-live`)."""
-    return complete_runs(root, LIVE_SUFFIX)
+    return complete_runs(root, LIVE)
 
 
 def _cfg(m: Manifest, *path: str, default: Any = None) -> Any:
@@ -351,7 +352,7 @@ def twin_command(m: Manifest, out: Path) -> str:
     """The overrides that simulate a live run's configuration on its pattern, duration and effective
     tick into its runs folder: a configuration made by `policy=` alone (no parameters of its own) by
     that policy, another by its evaluation's `evaluation.only`."""
-    base = split_run_config(m.config)[0]
+    base = run_configuration(m)
     confs = _cfg(m, "evaluation", "configurations", default=[]) or [{}]
     conf = confs[0] if isinstance(confs[0], dict) else {}
     own = billing_mode(m) == "own"
@@ -487,7 +488,7 @@ def _live_manifests(roots: Sequence[Path]) -> Tuple[List[Path], List[Any], str, 
             raise ProfileError(f"{root}: no such folder")
         found = live_runs(root)
         if not found:
-            raise ProfileError(f"{root}: no complete live runs (configurations named <name>{LIVE_SUFFIX})")
+            raise ProfileError(f"{root}: no complete live runs (backend {LIVE} in their manifests)")
         runs += [d for d in found if d not in runs]
     manifests = [read_manifest(d) for d in runs]
     measurements = {str(_cfg(m, "runtime", "measurement", default="milliseconds")) for m in manifests}

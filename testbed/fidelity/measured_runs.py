@@ -8,19 +8,19 @@ from typing import Callable, List
 
 import numpy as np
 
-from testbed.eventlog import EventLogError, Manifest, find_runs, read_manifest, split_run_config
+from testbed.eventlog import EventLogError, Manifest, find_runs, read_manifest
 
 
-def complete_runs(root: Path, suffix: str, also: Callable[[Manifest], bool] = lambda m: True) -> List[Path]:
-    """The complete runs below root whose configuration carries the backend's suffix (`-live`,
-    `-flink`) and that `also` accepts; folders without a readable manifest are passed over."""
+def complete_runs(root: Path, backend: str, also: Callable[[Manifest], bool] = lambda m: True) -> List[Path]:
+    """The complete runs below root whose manifest names the backend (`docker`, `flink`) and that
+    `also` accepts; folders without a readable manifest are passed over."""
     found = []
     for d in find_runs(root):
         try:
             m = read_manifest(d)
         except EventLogError:
             continue
-        if m.status == "complete" and split_run_config(m.config)[1] == suffix and also(m):
+        if m.status == "complete" and m.backend == backend and also(m):
             found.append(d)
     return found
 

@@ -12,7 +12,7 @@ from testbed.flink.cluster import FlinkClusterError
 from testbed.flink.engine import JOBMANAGER, Engine
 from testbed.flink.faults import TERMINAL_STATES, change_bound_s, exit_status, find_losses, unregistered
 from testbed.flink.faults import Loss as FlinkLoss
-from testbed.flink.metrics import JobReading, rates
+from testbed.flink.metrics import JobReading, SourceReading, rates
 from testbed.flink.settings import FlinkSettings
 from testbed.job.engine import Clock, Loss, Second
 from testbed.job.ledger import Change, JobLedger
@@ -36,6 +36,9 @@ class FlinkJobEngine:
         self.slowest_start_s = 0.0  # the longest start measured: TaskManagers launched -> the job runs with them
         self.prev: Optional[JobReading] = None
         self.cur: Optional[JobReading] = None
+        # the last reading that had the source's metrics: a second without them counts no arrivals
+        # and the next that has them counts the arrivals of both, so none is lost
+        self.last_source: Optional[SourceReading] = None
         self.exited: Dict[str, Optional[int]] = {}
         self.lat_t: List[float] = []
         self.lat_ms: List[float] = []
@@ -53,6 +56,7 @@ class FlinkJobEngine:
         self.cur = self.prev = self.wait(lambda r: _runs_at(r, n) and r.source is not None,
                                          f"the job runs at parallelism {n}", self.settings.start_timeout_s)
         self.slowest_start_s = self.clock.now() - launched
+        self.last_source = self.cur.source
         self.n = n
         self.ready_from = {name: 0.0 for name in self.engine.taskmanagers()}
         self.started_at = {name: 0.0 for name in self.engine.taskmanagers()}
@@ -117,7 +121,7 @@ class FlinkJobEngine:
             thr[w] = r.throughput.get(name, 0.0) * r.dt / self.wps
             if name in r.busy:
                 cpu[w] = r.busy[name]
-        src0, src1 = prev.source, cur.source
+        arrivals = self._arrivals(cur)
         backlog = cur.backlog(self.wps)
         self.lag = backlog if math.isfinite(backlog) else self.lag
         up = _runs_at(cur, self.n)
@@ -126,9 +130,15 @@ class FlinkJobEngine:
         self.up = up
         self._latency(k, prev, cur)
         self.prev = cur
-        return Second(arrivals=src1.scheduled - src0.scheduled if src0 is not None and src1 is not None else 0.0,
-                      thr=thr, cpu=cpu, lag=self.lag, uptime=k + 1.0 - self.up_since if up else 0.0,
+        return Second(arrivals=arrivals, thr=thr, cpu=cpu, lag=self.lag, uptime=k + 1.0 - self.up_since if up else 0.0,
                       parallel=self.n, running=min(cur.parallelism, self.n) if cur.status == "RUNNING" else 0)
+
+    def _arrivals(self, cur: JobReading) -> float:
+        """Sentences due since the last reading with the source's metrics (0 while they are missing)."""
+        if cur.source is None:
+            return 0.0
+        last, self.last_source = self.last_source, cur.source
+        return cur.source.scheduled - last.scheduled if last is not None else 0.0
 
     def _latency(self, k: int, prev: JobReading, cur: JobReading) -> None:
         """The mean latency of the words counted in second k (same task attempts in both readings)."""

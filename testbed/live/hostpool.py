@@ -25,7 +25,7 @@ import requests
 from docker import DockerClient
 
 from testbed.billing import price_per_btu
-from testbed.config import EngineConfig, ExperimentConfig, InfrastructureConfig, LiveConfig
+from testbed.config import ExperimentConfig, InfrastructureConfig
 from testbed.leasing import Host, leases_table
 from testbed.live.engines import (
     HOST_LABEL,
@@ -43,6 +43,7 @@ from testbed.live.engines import (
     reap_orphans,
     run_holder,
 )
+from testbed.live_config import EngineConfig, LiveConfig
 from testbed.model import HostView, InstanceState, InstanceView, OperatorType
 from testbed.rng import stream
 from testbed.topology import Topology

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from operators.wiring import Wiring
-from testbed.config import ExperimentConfig, LiveConfig, TransportName
+from testbed.config import ExperimentConfig
 from testbed.live.job_routing import Outage, redis_loss
 from testbed.live.metrics_reader import InstanceActivity, MetricsReader, Sample, edge_counts, utilisation
 from testbed.live.rabbit_management import ManagementClient, PassiveDepthReader, RunDepths
+from testbed.live_config import LiveConfig, TransportName
 from testbed.messages import one_line
 from testbed.model import HostView, InstanceView, Snapshot
 from testbed.monitoring import (

@@ -32,7 +32,7 @@ from operators.oee.emission import INCIDENT_OPERATORS
 from operators.transports import create_topics, declare_wiring
 from operators.wiring import Wiring, kafka_topics, wiring_for
 from testbed.actions import actions_table
-from testbed.config import ExperimentConfig, LiveConfig, TransportName
+from testbed.config import ExperimentConfig
 from testbed.live.executor import LiveExecutor
 from testbed.live.machine_load import MachineLoad
 from testbed.live.monitor import (
@@ -48,6 +48,7 @@ from testbed.live.netem import LiveNetwork, new_traffic_table
 from testbed.live.provider_thread import ProviderThread
 from testbed.live.rabbit_management import ManagementError, RunDepths
 from testbed.live.switchboard import RedisSwitchboard
+from testbed.live_config import LiveConfig, TransportName
 from testbed.messages import one_line
 from testbed.model import InstanceState
 from testbed.monitoring import Observer, SnapshotSettings, new_monitor_tables

@@ -3,7 +3,8 @@ model is testbed/policies/ds2_core.py.
 
 Every `policy_interval_s` DS2 reads the last observation window and computes every operator's
 optimal parallelism at once. A rescale is followed by `warm_up_s` in which no decision is taken
-(the new deployment's rates are not yet representative), and a rescale needs `activation`
+(the new deployment's rates are not yet representative; in job mode counted from when the job runs
+again after its restart), and a rescale needs `activation`
 evaluations since the previous one. The paper's claim of converging in at most three steps is a
 property of the model (exact when rates scale linearly with instances), not a mechanism.
 
@@ -92,11 +93,16 @@ class Ds2Policy(Policy):
         self.interval_s = params.policy_interval_s
         self.state = Ds2State()
 
-    def due(self, t: float) -> bool:
+    def due(self, t: float, running_s: float = math.inf) -> bool:
         """Whether DS2 acts at t: an interval since the last evaluation, out of warm-up, and (the
-        evaluation then counted) `activation` evaluations since the last rescale."""
+        evaluation then counted) `activation` evaluations since the last rescale. `running_s` is how
+        long the deployment has run (job mode: the job's uptime, 0 while it restarts): warm-up counts
+        from the later of the rescale and the deployment's start, as the new deployment's rates are
+        representative only once it runs."""
         p, st = self.params, self.state
-        if t - st.last_evaluation < p.policy_interval_s - 1e-9 or t - st.last_rescale < p.warm_up_s - 1e-9:
+        if t - st.last_evaluation < p.policy_interval_s - 1e-9:
+            return False
+        if min(t - st.last_rescale, running_s) < p.warm_up_s - 1e-9:
             return False
         st.last_evaluation = t
         st.evaluations += 1
@@ -126,7 +132,7 @@ class Ds2Policy(Policy):
         return actions + [ReleaseHost(h, "no instance left on the host") for h in plan.empty_hosts()]
 
     def decide_job(self, s: JobSnapshot) -> List[Action]:
-        if not self.due(s.t):
+        if not self.due(s.t, float(s.uptime[-1]) if len(s.uptime) else 0.0):
             return []
         window, rate = job_window(s, self.params.policy_interval_s)
         e = self.estimate([window], [(SOURCE, JOB_OPERATOR)], {(SOURCE, JOB_OPERATOR): rate})[JOB_OPERATOR]

@@ -16,9 +16,10 @@ from typing import Callable, Iterator
 import docker
 import pytest
 
-from testbed.config import EngineConfig, ExperimentConfig
+from testbed.config import ExperimentConfig
 from testbed.live.engines import OWNER_LABEL, RUN_LABEL, EngineError, owner
 from testbed.live.hostpool import HostPool
+from testbed.live_config import EngineConfig
 from testbed.model import InstanceState
 from tests.conftest import compose_config
 from tests.integration.conftest import BASE_IMAGE, ROOT, name_of

@@ -10,8 +10,8 @@ from operators.api import seen_key
 from operators.envelope import Envelope
 from operators.transports import declare_wiring
 from operators.wiring import delete, make_wiring
-from testbed.config import LiveConfig
 from testbed.live.run import finished_in_queues
+from testbed.live_config import LiveConfig
 
 pytestmark = pytest.mark.integration
 

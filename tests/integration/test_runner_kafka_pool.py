@@ -23,16 +23,6 @@ TOPOLOGY = {"sources": {"S": ["A"]}, "operators": {"A": ["sink"], "sink": []}}
 REBALANCE_S = 120.0  # a group change on tansu takes ~20 s; on a loaded machine several of them
 
 
-# A known defect, seen in 2 of 3 runs on 2026-11-28 and never before: when the switched-on replica
-# rejoins, the other one may hold an input of a partition revoked from it (counted `stale`, not
-# processed), and the rejoined replica starts past it, so the input is never processed. Every other
-# check of the test still has to pass; the last one fails while the defect is there.
-class InputLeftBehind(AssertionError):
-    """The last wait's failure: an input never processed (the defect above)."""
-
-
-@pytest.mark.xfail(reason="an input in flight at a partition revoked on rejoin is skipped by its new owner",
-                   strict=False, raises=InputLeftBehind)
 def test_a_kafka_replica_switched_off_leaves_its_group_and_joins_again_when_switched_on(
         kafka_bootstrap, redis_client, unique_prefix, tmp_path):
     from kafka import KafkaProducer
@@ -93,9 +83,9 @@ def test_a_kafka_replica_switched_off_leaves_its_group_and_joins_again_when_swit
             time.sleep(1.0)
         try:
             wait_for("every input", lambda: processed() == sent, timeout_s=REBALANCE_S, proc=pool["A-0"])
-        except AssertionError as exc:  # the input left behind may be either replica's: both logs
+        except AssertionError as exc:  # an input left behind may be either replica's: both logs
             left = f"processed {read_activity()} of {sent}"
-            raise InputLeftBehind(f"{exc}\n{left}\n--- A-1\n{pool['A-1'].log()}") from None
+            raise AssertionError(f"{exc}\n{left}\n--- A-1\n{pool['A-1'].log()}") from None
         for p in pool.values():
             p.signal(signal.SIGTERM)
             assert p.wait(30) == 0, p.log()

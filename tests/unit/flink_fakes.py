@@ -58,6 +58,7 @@ class FakeFlink:
         self.epoch_members: Tuple[str, ...] = ()  # those the job last (re)started with
         self.changed_at = 0.0
         self.jobmanager_status: Optional[int] = None
+        self.source_missing: List[Tuple[float, float]] = []  # clock intervals whose readings lack the source
 
     # -- the Engine interface ------------------------------------------------------------------------
     def start(self, n: int) -> None:
@@ -139,5 +140,7 @@ class FakeFlink:
             source = SourceReading(scheduled, scheduled, 0.0, 0.0, self.replayed) if i == 0 else None
             tms.append(TaskManagerReading(name, 0.1, 1.0, 100.0, (subtask,) if running else (), source))
         source = tms[0].source if tms else None
+        if any(a <= now < b for a, b in self.source_missing):  # its metrics not reported (yet)
+            source = None
         return JobReading(now, "RUNNING" if running else "RESTARTING", len(registered) if running else 0,
                           registered, tuple(tms), source, {})

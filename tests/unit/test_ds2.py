@@ -165,6 +165,19 @@ def test_job_mode_is_one_vertex_fed_by_the_arrivals():
     assert policy.decide_job(job(130.0, 4, 800.0, 200.0, 0.25))[0].n == 1
 
 
+def test_job_mode_warms_up_from_when_the_job_runs_again():
+    """A job rescale restarts the job: its warm-up counts from the restart's end (the uptime), not
+    from the decision, so the restart's seconds never feed the next decision."""
+    policy = Ds2Policy(Ds2Params(policy_interval_s=10.0, warm_up_s=20.0))
+    assert policy.decide_job(job(100.0, 2, 3000.0, 400.0, 0.5))[0].n == 4  # rescaled at t=100
+    restarting = dataclasses.replace(job(130.0, 4, 3000.0, 750.0, 0.9375), uptime=np.full(10, 0.0))
+    assert policy.decide_job(restarting) == []  # 30 s after the decision, but the job is not up
+    up_5s = dataclasses.replace(job(140.0, 4, 6000.0, 750.0, 0.9375), uptime=np.arange(-4.0, 6.0).clip(0))
+    assert policy.decide_job(up_5s) == []  # up for 5 s of the 20 s warm-up
+    up_20s = dataclasses.replace(job(155.0, 4, 6000.0, 750.0, 0.9375), uptime=np.arange(11.0, 21.0))
+    assert policy.decide_job(up_20s)[0].n == 8  # warmed up: 6000/s over 800/s per worker
+
+
 def test_job_mode_ignores_seconds_a_worker_was_not_running_and_caps_at_max_scaleout():
     s = job(100.0, 1, 100_000.0, 100.0, 0.5)
     cpu = s.cpu["w0"].copy()

@@ -198,6 +198,27 @@ def test_the_comparison_pairs_a_simulated_configuration_with_its_flink_run(tmp_p
     assert r.mean_workers_gap == pytest.approx(r.mean_workers_sim - r.mean_workers_flink)
 
 
+def test_the_flink_side_is_the_median_of_its_runs_with_their_range(tmp_path):
+    """Three Flink runs of one configuration, at latency floors 100, 150 and 900 ms: the Flink column
+    is their median (not pulled by the odd one), the range is shown, the gap is against the median."""
+    flinks = [_flink_run(tmp_path, rep=k, floor_ms=f) for k, f in ((1, 100.0), (2, 150.0), (3, 900.0))]
+    _sim_run(tmp_path)
+    runs = [(d.parts[-3], d.parts[-2], d) for d in sorted(tmp_path.glob("*/*/*"))]
+    [r] = engine_gap.side_by_side(engine_gap.pairs(runs)).itertuples()
+    latencies = sorted(_mean_latency(d) * F for d in flinks)
+    assert r.n_flink == 3 and r.latency_ms_flink == pytest.approx(latencies[1])
+    assert r.latency_ms_flink_min == pytest.approx(latencies[0])
+    assert r.latency_ms_flink_max == pytest.approx(latencies[2])
+    assert r.latency_ms_gap == pytest.approx(r.latency_ms_sim / latencies[1])
+    rows = [{"pattern": d.parts[-3], "config": d.parts[-2], "rep": 1, "run_dir": str(d)}
+            for d in sorted(tmp_path.glob("*/*/*"))]
+    [section] = engine_gap.sections(pd.DataFrame(rows))
+    [table] = [b for b in section.blocks if not isinstance(b, str)]
+    cell = table.rows[0][table.headers.index("latency ms Flink")]
+    assert cell == f"{latencies[1]:,.0f} ({latencies[0]:,.0f}–{latencies[2]:,.0f})"
+    assert table.rows[0][table.headers.index("workers Flink")].count("(") == 0  # the same in every run: no range
+
+
 def test_the_report_section_has_one_table_per_workload_and_none_without_pairs(tmp_path):
     _flink_run(tmp_path)
     _sim_run(tmp_path)
@@ -221,7 +242,7 @@ def test_the_committed_flink_profile_composes_with_the_evaluation_in_the_simulat
         pytest.skip("no measured profile yet (testbed engine-profile writes it)")
     job = yaml.safe_load(path.read_text())["job"]
     cfg = compose_config("evaluation=daedalus_flink", "backend=sim", f"profile={name}", f"out={tmp_path}")
-    assert cfg.profile == name and cfg.backend.name.value == "sim"
+    assert cfg.profile == name and cfg.backend.name == "sim"
     assert cfg.job.start_delay_s == job.get("start_delay_s", [0.0, 0.0])
     assert cfg.job.downtime_out_s == job["downtime_out_s"] and cfg.job.base_latency_ms == job["base_latency_ms"]
     assert cfg.job.max_scaleout == 4 and cfg.job.capacity_workers == 2  # the evaluation's, not the profile's

@@ -103,6 +103,19 @@ def test_a_killed_taskmanager_is_found_recorded_replaced_and_the_run_balances(tm
     assert result.details["parallelism"] == {"mode": "job", "scheduler": "reactive"}  # how decisions were applied
 
 
+def test_seconds_without_the_source_metrics_lose_no_arrivals(tmp_path):
+    """A reading without the source's metrics counts no arrivals; the next one with them counts the
+    arrivals of both seconds, so the arrivals recorded still add up to what the schedule made due."""
+    missing = (T0 + 20.5, T0 + 23.5)
+    run, result, fake = make_run(tmp_path, setup=lambda f: f.source_missing.append(missing))
+    assert result.incomplete is None, result.incomplete
+    arrivals, t0 = run.loop.series.arrivals, run.loop.t0
+    gap = [k for k in range(len(arrivals)) if missing[0] <= t0 + k + 1 < missing[1]]  # row k read at t0 + k + 1
+    assert len(gap) == 3 and all(arrivals[k] == 0 for k in gap)
+    assert arrivals[gap[-1] + 1] > arrivals[gap[0] - 1]  # the next second counts the gap's arrivals too
+    assert arrivals.sum() == pytest.approx(result.details["accounting"]["scheduled"])
+
+
 def test_the_only_taskmanager_lost_is_replaced_and_its_sentences_counted(tmp_path):
     run, result, fake = make_run(tmp_path, policy=Scripted(1),
                                  setup=lambda f: f.kills.append((T0 + 30.5, "tm-1")))

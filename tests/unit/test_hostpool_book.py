@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from testbed.config import EngineConfig, InfrastructureConfig
+from testbed.config import InfrastructureConfig
 from testbed.live.engines import EngineError, container_name
 from testbed.live.hostpool import HostPool, PoolBook, PoolError
+from testbed.live_config import EngineConfig
 from testbed.model import InstanceState, LeaseHost, OperatorType, ProlongHost, ReleaseHost
 from testbed.sim.cluster import SimCluster
 from testbed.topology import Topology

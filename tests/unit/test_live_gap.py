@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import pandas as pd
 import pytest
@@ -44,21 +44,49 @@ def _per_run() -> pd.DataFrame:
     )
 
 
+BACKENDS = {"-live": "docker", "-flink": "flink"}  # what the manifests of runs named so would say
+
+
+def _side(config: str) -> Tuple[str, str]:
+    return next(((config.removesuffix(s), b) for s, b in BACKENDS.items() if config.endswith(s)), (config, "sim"))
+
+
+def _sides(frame: pd.DataFrame) -> Dict[Tuple[str, str], Tuple[str, str]]:
+    """(pattern, config) -> (configuration, backend), as run_sides reads them from the manifests."""
+    if frame.empty:
+        return {}
+    return {(p, c): _side(c) for p, c in zip(frame["pattern"], frame["config"], strict=True)}
+
+
+def _gap(frame: pd.DataFrame) -> lg.LiveGap:
+    return lg.live_gap(frame, _sides(frame))
+
+
 def _row(gaps: lg.LiveGap, metric: str, pattern: str = "stepwise") -> lg.GapRow:
     [row] = [r for r in gaps.rows if r.metric == metric and r.pattern == pattern]
     return row
 
 
-def test_pairs_by_name_and_pattern() -> None:
-    paired, unpaired = lg.pair_configs([("stepwise", "btu-10"), ("stepwise", "btu-10-live"),
-                                        ("sine", "btu-10-live"), ("sine", "threshold"),
-                                        ("stepwise", "threshold-flink")])
-    assert paired == [("stepwise", "btu-10")]
+def test_pairs_by_configuration_backend_and_pattern() -> None:
+    keys = [("stepwise", "btu-10"), ("stepwise", "btu-10-live"), ("sine", "btu-10-live"), ("sine", "threshold"),
+            ("stepwise", "threshold-flink")]
+    paired, unpaired = lg.pair_configs(keys, {(p, c): _side(c) for p, c in keys})
+    assert paired == [lg.Pair("stepwise", "btu-10", "btu-10", "btu-10-live")]
     assert unpaired == [("sine", "btu-10-live")]
 
 
+def test_the_manifests_say_which_run_is_live_not_the_names() -> None:
+    """A simulated configuration whose name ends in -live is no live run; a live run pairs with the
+    simulated runs of the configuration its manifest names."""
+    keys = [("stepwise", "x-live"), ("stepwise", "x"), ("stepwise", "on-engine")]
+    sides = {("stepwise", "x-live"): ("x-live", "sim"), ("stepwise", "x"): ("x", "sim"),
+             ("stepwise", "on-engine"): ("x", "docker")}
+    paired, unpaired = lg.pair_configs(keys, sides)
+    assert paired == [lg.Pair("stepwise", "x", "x", "on-engine")] and unpaired == []
+
+
 def test_gaps_and_within_target() -> None:
-    gaps = lg.live_gap(_per_run())
+    gaps = _gap(_per_run())
     assert {(r.pattern, r.config) for r in gaps.rows} == {("stepwise", "btu-10")}
     assert gaps.unpaired == [("sine", "btu-10-live")]
 
@@ -96,7 +124,7 @@ def test_the_live_side_is_the_median_of_its_runs_with_their_range() -> None:
         *(_rows("stepwise", "btu-10-live", rep, {"realtime_compliance_pct": rt, "paid_btus": btus,
                                                  "latency_ms": lat}, btu=10)
           for rep, rt, btus, lat in ((1, 60.0, 11.0, 100.0), (2, 90.0, 9.0, math.nan), (3, 72.0, 10.0, 300.0))))
-    gaps = lg.live_gap(per_run)
+    gaps = _gap(per_run)
     rt = _row(gaps, "realtime_compliance_pct")
     assert (rt.sim_mean, rt.n_sim, rt.live_median, rt.live_min, rt.live_max, rt.n_live) == (80.0, 2, 72.0, 60.0,
                                                                                              90.0, 3)
@@ -115,7 +143,7 @@ def test_the_live_side_is_the_median_of_its_runs_with_their_range() -> None:
 
 
 def test_one_live_run_shows_no_range() -> None:
-    _, rows = lg.table_rows(lg.live_gap(_per_run()), "stepwise")
+    _, rows = lg.table_rows(_gap(_per_run()), "stepwise")
     [cell] = [r[3] for r in rows if r[1].startswith("real-time")]
     assert cell == "72.0 (1)"
 
@@ -124,7 +152,7 @@ def test_ratio_metrics_and_missing_side() -> None:
     per_run = _frame(_rows("p", "hpa-80", 1, {"latency_ms": 130.0, "latency_p95_ms": 400.0}, btu=None),
                      _rows("p", "hpa-80-live", 1, {"latency_ms": 100.0, "latency_p95_ms": math.nan,
                                                    "mean_queue_depth": 3.0}, btu=None))
-    gaps = lg.live_gap(per_run)
+    gaps = _gap(per_run)
     lat = _row(gaps, "latency_ms", "p")
     assert lat.kind == "ratio" and lat.gap == pytest.approx(1.3) and lat.within is True
     assert lat.btu_minutes is None
@@ -135,13 +163,13 @@ def test_ratio_metrics_and_missing_side() -> None:
 
 
 def test_section_only_with_a_pair() -> None:
-    assert lg.sections(lg.live_gap(_per_run()[lambda d: d.config != "btu-10"])) == []
-    assert lg.sections(lg.live_gap(pd.DataFrame())) == []
-    no_pair = lg.live_gap(_frame(_rows("sine", "btu-10-live", 1, {"realtime_compliance_pct": 50.0})))
+    assert lg.sections(_gap(_per_run()[lambda d: d.config != "btu-10"])) == []
+    assert lg.sections(_gap(pd.DataFrame())) == []
+    no_pair = _gap(_frame(_rows("sine", "btu-10-live", 1, {"realtime_compliance_pct": 50.0})))
     assert no_pair.rows == [] and no_pair.unpaired == [("sine", "btu-10-live")]
     assert lg.sections(no_pair) == []
 
-    [section] = lg.sections(lg.live_gap(_per_run()), ["paper_calibrated"])
+    [section] = lg.sections(_gap(_per_run()), ["paper_calibrated"])
     assert section.title == "Simulator vs live"
     text = " ".join(b for b in section.blocks if isinstance(b, str))
     assert "`paper_calibrated`" in text and "sine/btu-10-live" in text
@@ -168,7 +196,7 @@ def test_extras_from_the_event_logs(tmp_path: Path) -> None:
         dirs[("stepwise", config, 1)] = run_dir
     plain = {k: v for k, v in SIM.items() if k != lg.SCALING_ACTIONS}
     per_run = _frame(_rows("stepwise", "btu-10", 1, plain), _rows("stepwise", "btu-10-live", 1, plain))
-    gaps = lg.live_gap(lg.add_extras(per_run, dirs))
+    gaps = _gap(lg.add_extras(per_run, dirs, _sides(per_run)))
     depth_row = _row(gaps, "mean_queue_depth")
     assert (depth_row.sim_mean, depth_row.live_median) == (3.0, 6.0) and depth_row.gap == pytest.approx(0.5)
     assert depth_row.within is False
@@ -178,14 +206,15 @@ def test_extras_from_the_event_logs(tmp_path: Path) -> None:
 
 
 def _run(config: str, cfg: dict) -> SimpleNamespace:
-    return SimpleNamespace(pattern="stepwise", config=config, manifest=SimpleNamespace(resolved_config=cfg))
+    manifest = SimpleNamespace(resolved_config=cfg, config=config, backend=_side(config)[1])
+    return SimpleNamespace(pattern="stepwise", config=config, manifest=manifest)
 
 
 def test_profiles_and_setting_differences() -> None:
     sim = {"profile": "paper_calibrated", "backend": {"name": "sim"}, "topology": {"tick_ms": 480.0}, "reps": 2}
     live = {"profile": "paper_calibrated", "backend": {"name": "docker"}, "topology": {"tick_ms": 1920.0}, "reps": 1}
     runs = [_run("btu-10", sim), _run("btu-10", sim), _run("btu-10-live", live), _run("threshold", {"profile": "x"})]
-    gaps = lg.live_gap(_per_run())
+    gaps = _gap(_per_run())
     assert lg.profiles(runs, {("stepwise", "btu-10")}) == ["paper_calibrated"]  # type: ignore[arg-type]
     diffs = lg.config_differences(runs, gaps)  # type: ignore[arg-type]
     assert diffs == {("stepwise", "btu-10"): ["topology.tick_ms"]}  # backend and reps differ by design
@@ -202,5 +231,5 @@ def test_mix_and_the_other_keys_of_where_runs_go_are_no_setting_difference() -> 
     live = {"profile": "paper_calibrated", "backend": {"name": "docker"}, "mix": False, "out": "runs", "workers": 0}
     sim = {**live, "profile": "live_measured", "backend": {"name": "sim"}, "mix": True, "out": "/elsewhere",
            "workers": 2}
-    diffs = lg.config_differences([_run("btu-10", sim), _run("btu-10-live", live)], lg.live_gap(_per_run()))  # type: ignore[list-item]
+    diffs = lg.config_differences([_run("btu-10", sim), _run("btu-10-live", live)], _gap(_per_run()))  # type: ignore[list-item]
     assert diffs == {("stepwise", "btu-10"): ["profile"]}

@@ -114,7 +114,8 @@ def _live_run(root: Path, config: str = "btu-10-live", measurement: str = "milli
            "topology": {"operators": OPERATORS}}
     write_manifest(run_dir, Manifest(
         run_id=f"stepwise/{config}/{rep}", experiment="btu", pattern="stepwise", config=config, policy="btu",
-        btu_minutes=10, rep=rep, seed=1, seeds={}, backend="docker", resolved_config=cfg, code_revision="test",
+        btu_minutes=10, rep=rep, seed=1, seeds={}, backend="docker" if config.endswith("-live") else "sim",
+        resolved_config=cfg, code_revision="test",
         versions={}, status=status, details=details))
     return run_dir
 
@@ -214,10 +215,10 @@ def test_bad_arguments_fail_with_status_2(tmp_path, capsys, args):
 
 
 def test_the_committed_live_profile_composes_in_the_simulator(tmp_path):
-    from testbed.config import BackendConfig
+    from testbed.backends.sim import SimSettings
 
     path = PROFILE_DIR / "live_measured.yaml"
-    if not path.is_file() or "shared_cores" not in BackendConfig.__dataclass_fields__:
+    if not path.is_file() or "shared_cores" not in SimSettings.__dataclass_fields__:
         pytest.skip("no measured profile, or a simulator without backend.shared_cores")
     from tests.conftest import compose_config
 

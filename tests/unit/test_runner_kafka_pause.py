@@ -28,6 +28,11 @@ class FakeConsumer:
         self.log, self.committed, self.calls = log, committed, calls
         self.listener = None
         self.position = None  # None: not assigned
+        self.rebalance = threading.Event()  # set: the next poll revokes the partition and assigns it back
+
+    def seek(self, tp, offset):
+        self.calls.append(("seek", offset))
+        self.position = offset
 
     def subscribe(self, topics, listener):
         self.calls.append("subscribe")
@@ -38,6 +43,10 @@ class FakeConsumer:
             raise AssertionError("poll without a subscription")
         if self.position is None:
             self.position = self.committed.get(TP, 0)
+            self.listener.on_partitions_assigned([TP])
+        elif self.rebalance.is_set():  # as kafka-python does: a kept partition keeps its position
+            self.rebalance.clear()
+            self.listener.on_partitions_revoked([TP])
             self.listener.on_partitions_assigned([TP])
         records = [Record(o, self.log[o]) for o in range(self.position, min(len(self.log),
                                                                              self.position + max_records))]
@@ -69,7 +78,8 @@ class FakeKafkaSource(KafkaSource):
         self.log = log
 
     def _new_consumer(self, state):
-        return FakeConsumer(self.log, self.committed, self.calls)
+        self.consumer = FakeConsumer(self.log, self.committed, self.calls)
+        return self.consumer
 
 
 @pytest.fixture
@@ -128,3 +138,18 @@ def test_started_paused_it_joins_no_group_until_resumed():
         assert src.calls[0] == "subscribe"
     finally:
         src.close()
+
+
+def test_a_partition_revoked_and_assigned_back_is_read_again_from_its_first_unsettled_input(source):
+    """A rebalance that gives the partition straight back leaves the client's position past what was
+    held: those deliveries are stale, so the source must fetch them again or they are never processed."""
+    wait_until(lambda: len(source.got) == 3)
+    first = list(source.got)
+    source.settle(first[0], Outcome.ACK)
+    source.consumer.rebalance.set()
+    source.settle(first[1], Outcome.RELEASE)  # room for the next poll, which rebalances
+    wait_until(lambda: len(source.got) >= 5)
+    assert not source.current(first[1]) and not source.current(first[2])  # held across the revocation
+    assert ("seek", 1) in source.calls and source.committed[TP] == 1  # committed and read from the first unsettled
+    again = source.got[3:5]
+    assert offsets(again) == [1, 2] and all(source.current(d) for d in again)

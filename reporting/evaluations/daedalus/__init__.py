@@ -22,7 +22,7 @@ from reporting.evaluations.daedalus import measures as dd
 from reporting.evaluations.daedalus.claims import check_claims
 from reporting.evaluations.daedalus.claims import fmt as _fmt
 from reporting.evaluations.daedalus.figures import figures
-from testbed.eventlog import split_run_config
+from testbed.backend_registry import split_run_config
 
 METRICS = tuple(m for m in dd.METRICS if m != "workers_per_12") + ("workers_per_12",)
 SUMMARY = (("workers", "mean_workers", 2), ("latency ms", "latency_ms", 0), ("p95 ms", "latency_p95_ms", 0),

@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 
 from reporting.evaluations.daedalus import measures as dd
-from testbed.eventlog import EventLog, read_manifest, split_run_config
+from testbed.backend_registry import run_configuration
+from testbed.eventlog import EventLog, Manifest, read_manifest
 
-ENGINE = "-flink"
+SIM, ENGINE = "sim", "flink"  # the backends compared, as run manifests name them
 # (column, header, decimals, gap: "diff" = sim - Flink, "ratio" = sim / Flink)
 MEASURES: Tuple[Tuple[str, str, int, str], ...] = (
     ("mean_workers", "workers", 2, "diff"), ("rescales", "rescales", 1, "diff"),
@@ -25,11 +26,10 @@ MEASURES: Tuple[Tuple[str, str, int, str], ...] = (
     ("downtime_out_s", "downtime out s", 0, "ratio"), ("downtime_in_s", "downtime in s", 0, "ratio"))
 
 
-def run_figures(run_dir: Path) -> Dict[str, float]:
+def run_figures(run_dir: Path, m: Manifest) -> Dict[str, float]:
     """One run's figures in the paper's time: mean workers, rescales, latency mean and p95 (ms), mean
     measured rescale downtime per direction (s)."""
-    m = read_manifest(run_dir)
-    f = float(m.details.get("time_compression", 1.0)) if split_run_config(m.config)[1] == ENGINE else 1.0
+    f = float(m.details.get("time_compression", 1.0)) if m.backend == ENGINE else 1.0
     met = dd.run_metrics(Path(run_dir))
     out = {"mean_workers": met["mean_workers"], "rescales": met["rescales"],
            "latency_ms": met["latency_ms"] * f, "latency_p95_ms": met["latency_p95_ms"] * f}
@@ -44,27 +44,31 @@ def run_figures(run_dir: Path) -> Dict[str, float]:
 
 def pairs(runs: Iterable[Tuple[str, str, Path]]) -> pd.DataFrame:
     """Per run (pattern, config, run_dir) of a configuration that exists both simulated and on Flink in
-    its workload: pattern, config (without the suffix), side (sim | flink) and run_figures."""
-    runs = list(runs)
-    have = {(p, c) for p, c, _ in runs}
+    its workload (as the runs' manifests say): pattern, config (the configuration, without what the
+    backend adds to the folder's name), side (sim | flink) and run_figures."""
+    found = [(p, Path(d), read_manifest(d)) for p, _, d in runs]
+    have = {(p, run_configuration(m), m.backend) for p, _, m in found}
     rows = []
-    for p, c, d in runs:
-        base, suffix = split_run_config(c)
-        if suffix == ENGINE and (p, base) in have:
+    for p, d, m in found:
+        base = run_configuration(m)
+        if m.backend == ENGINE and (p, base, SIM) in have:
             side = "flink"
-        elif suffix == "" and (p, base + ENGINE) in have:
+        elif m.backend == SIM and (p, base, ENGINE) in have:
             side = "sim"
         else:
             continue
-        rows.append({"pattern": p, "config": base, "side": side, **run_figures(Path(d))})
+        rows.append({"pattern": p, "config": base, "side": side, **run_figures(d, m)})
     return pd.DataFrame(rows)
 
 
 def side_by_side(per_run: pd.DataFrame) -> pd.DataFrame:
-    """Per pattern and configuration: n runs per side, then <measure>_sim, <measure>_flink and
-    <measure>_gap (sim - Flink for workers and rescales, sim / Flink for latencies and downtimes)."""
+    """Per pattern and configuration: n runs per side, then <measure>_sim (the simulated runs' mean),
+    <measure>_flink (the Flink runs' median: one Flink run differs from the next by what else the
+    machine ran, and the median is not pulled by one odd run), <measure>_flink_min and _flink_max
+    (their range) and <measure>_gap (sim - Flink for workers and rescales, sim / Flink for latencies
+    and downtimes, against the median)."""
     cols = ["pattern", "config", "n_sim", "n_flink"] + [f"{m}_{side}" for m, *_ in MEASURES
-                                                        for side in ("sim", "flink", "gap")]
+                                                        for side in ("sim", "flink", "flink_min", "flink_max", "gap")]
     if per_run.empty:
         return pd.DataFrame(columns=cols)
     rows = []
@@ -72,11 +76,19 @@ def side_by_side(per_run: pd.DataFrame) -> pd.DataFrame:
         sim, fl = g[g.side == "sim"], g[g.side == "flink"]
         row: Dict[str, Any] = {"pattern": p, "config": c, "n_sim": len(sim), "n_flink": len(fl)}
         for m, _, _, gap in MEASURES:
-            a, b = float(sim[m].mean()), float(fl[m].mean())  # NaN of an empty side or no value
-            row[f"{m}_sim"], row[f"{m}_flink"] = a, b
+            a = float(sim[m].mean())  # NaN of an empty side or no value
+            b, low, high = _median_range(fl[m])
+            row.update({f"{m}_sim": a, f"{m}_flink": b, f"{m}_flink_min": low, f"{m}_flink_max": high})
             row[f"{m}_gap"] = a - b if gap == "diff" else (a / b if b else math.nan)
         rows.append(row)
     return pd.DataFrame(rows, columns=cols)
+
+
+def _median_range(values: pd.Series) -> Tuple[float, float, float]:
+    """Median, min and max of the runs that have the value (NaN for none)."""
+    v = values.to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    return (float(np.median(v)), float(v.min()), float(v.max())) if v.size else (math.nan, math.nan, math.nan)
 
 
 def _fmt(v: float, decimals: int) -> str:
@@ -89,6 +101,15 @@ def _gap(v: float, kind: str, decimals: int) -> str:
     return f"{v:+.{decimals}f}" if kind == "diff" else f"×{v:.2f}"
 
 
+def _flink_cell(r: Any, m: str, decimals: int) -> str:
+    """The Flink runs' median, with their range where there are several."""
+    cell = _fmt(r[f"{m}_flink"], decimals)
+    low, high = r[f"{m}_flink_min"], r[f"{m}_flink_max"]
+    if r.n_flink > 1 and math.isfinite(low) and high > low:
+        cell += f" ({_fmt(low, decimals)}–{_fmt(high, decimals)})"
+    return cell
+
+
 def table_rows(table: pd.DataFrame, pattern: str) -> Tuple[List[str], List[List[str]]]:
     heads = ["configuration", "runs sim / Flink"]
     for _, h, _, kind in MEASURES:
@@ -97,7 +118,7 @@ def table_rows(table: pd.DataFrame, pattern: str) -> Tuple[List[str], List[List[
     for _, r in table[table.pattern == pattern].iterrows():
         cells = [r.config, f"{r.n_sim} / {r.n_flink}"]
         for m, _, dec, kind in MEASURES:
-            cells += [_fmt(r[f"{m}_sim"], dec), _fmt(r[f"{m}_flink"], dec), _gap(r[f"{m}_gap"], kind, dec)]
+            cells += [_fmt(r[f"{m}_sim"], dec), _flink_cell(r, m, dec), _gap(r[f"{m}_gap"], kind, dec)]
         rows.append(cells)
     return heads, rows
 
@@ -113,7 +134,9 @@ def sections(runs: pd.DataFrame) -> List[Any]:
     if table.empty:
         return []
     blocks: List[Block] = [
-        "Each configuration simulated and run on a real Flink in reactive mode, mean over repetitions. "
+        "Each configuration simulated (mean over repetitions) and run on a real Flink in reactive mode "
+        "(median over the Flink runs, their range in brackets where there are several: one run on the "
+        "engine is no measurement, it differs from the next by what else the machine ran). "
         "Times are the paper's: a Flink run's latencies and downtimes, measured in real time at a time "
         "compression f, are multiplied by f. Downtime = from the controller's action until the job runs "
         "at the new parallelism (the rescales table); the gap is sim − Flink for workers and rescales, "

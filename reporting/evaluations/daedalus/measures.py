@@ -26,7 +26,8 @@ from typing import Dict
 import numpy as np
 import pandas as pd
 
-from testbed.eventlog import EventLog, EventLogError, find_runs, read_manifest, split_run_config
+from testbed.backend_registry import split_run_config
+from testbed.eventlog import EventLog, EventLogError, find_runs, read_manifest
 
 PROJECT = Path(__file__).resolve().parents[3]
 REFERENCE = PROJECT / "experiments" / "reference" / "paper_daedalus_results.csv"

@@ -36,7 +36,18 @@ class JobConfig:
     start_delay_s: List[float] = field(default_factory=lambda: [0.0, 0.0])
     checkpoint_s: float = 30.0  # a restart replays everything since the last checkpoint
     cpu_noise: float = 0.01  # sd of the per-second CPU reading
+    # the CPU reading as an engine's metric gives it: the utilisation of cpu_lag_s seconds ago plus
+    # cpu_bias (Flink's busy time lags the load by seconds and is off by a bias); 0, 0 = the true utilisation
+    cpu_lag_s: float = 0.0
+    cpu_bias: float = 0.0
     base_latency_ms: float = 250.0  # processing and transport without queueing (Decision)
+    # queueing below capacity (docs/papers/daedalus.md#queueing-below-capacity): the job's capacity
+    # in each second varies by this coefficient of variation (pauses, throttling, other load), so a
+    # backlog forms and drains before saturation; and a record waits batch_wait_ms x the second's
+    # utilisation for the records that arrived with it (a sentence's words, a network buffer's flush).
+    # 0, 0 = a fluid that queues only above capacity
+    service_cv: float = 0.0
+    batch_wait_ms: float = 0.0
     latency_samples: int = 200_000  # about this many items per run are sampled for latency (every N-th)
     window_s: int = 61  # the seconds a controller sees per decision
 
@@ -66,7 +77,11 @@ class JobConfig:
         for key in ("checkpoint_s", "latency_samples", "window_s"):
             if not getattr(self, key) > 0:
                 return f"job.{key}", f"must be > 0, got {getattr(self, key)}"
-        for key in ("cpu_noise", "base_latency_ms"):
+        if not -1.0 <= self.cpu_bias <= 1.0:
+            return "job.cpu_bias", f"must be in [-1, 1], got {self.cpu_bias}"
+        if self.service_cv > 1.0:
+            return "job.service_cv", f"must be <= 1, got {self.service_cv}"
+        for key in ("cpu_noise", "base_latency_ms", "cpu_lag_s", "service_cv", "batch_wait_ms"):
             if getattr(self, key) < 0:
                 return f"job.{key}", f"must be >= 0, got {getattr(self, key)}"
         return None

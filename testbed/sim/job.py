@@ -18,6 +18,15 @@
   the end of its processing (FIFO through the source backlog, items evenly spread within a second)
   plus `job.base_latency_ms`; an item processed before a restart and processed again counts once,
   at its final processing (exactly-once sinks commit at checkpoints).
+* **Queueing below capacity** (`job.service_cv`, `job.batch_wait_ms`; both 0 by default, a fluid
+  that queues only above capacity): the job's capacity in second t is C·(1 + cv·ε_t), ε_t standard
+  normal from the stream `job/service` (at least 0), so the source backlog forms and drains in the
+  seconds where the load meets a slow second, which raises latency before saturation; and an item
+  processed in a second of utilisation ρ waits `batch_wait_ms`·ρ more for the items that arrived
+  in the same batch (a sentence's words, a network buffer's flush).
+* **The CPU reading** of worker w is its true utilisation T·s_w/μ of `job.cpu_lag_s` seconds
+  before (whole seconds), plus `job.cpu_bias` and the white noise `job.cpu_noise`, in [0, 1]: an
+  engine's busy-time metric lags the load and is off by a bias.
 * **Controllers** see a `JobSnapshot` (testbed/policies/job_inputs.py) every `policy.interval_s`
   seconds (Daedalus 60 s, HPA 15 s; a static deployment is never asked). The model is an engine of
   the job loop (testbed/job/loop.py) on a virtual clock: `SimJobEngine` below.
@@ -62,6 +71,7 @@ class JobSimulation:
         self.cfg = cfg
         self.job: JobConfig = cfg.job
         self.policy = policy
+        self.seed = seed
         self.duration = int(round(cfg.duration_min * 60.0))
         rates = getattr(pattern, "rates", None)
         if rates is None:
@@ -116,9 +126,10 @@ class JobSimulation:
             details["controller"] = controller
         return details
 
-    def sample_latency(self, p0: float, p1: float, t: int, N: float, ks: list, ts: list, ms: list) -> None:
+    def sample_latency(self, p0: float, p1: float, t: int, N: float, ks: list, ts: list, ms: list,
+                       extra_ms: float = 0.0) -> None:
         """Every N-th item among those processed in second t (items p0..p1): when it was done, and
-        its latency since its arrival plus the base latency."""
+        its latency since its arrival plus the base latency and `extra_ms`."""
         first = math.ceil(p0 / N) * N
         if first >= p1:
             return
@@ -127,7 +138,7 @@ class JobSimulation:
         s = np.searchsorted(self.cum, k, side="right")  # the second item k arrived in
         before = np.where(s > 0, self.cum[np.maximum(s - 1, 0)], 0.0)
         arrived = s + (k - before) / np.maximum(self.arrivals[np.minimum(s, len(self.arrivals) - 1)], 1.0)
-        lat = np.maximum(done - arrived, 0.0) * 1000.0 + self.job.base_latency_ms
+        lat = np.maximum(done - arrived, 0.0) * 1000.0 + (self.job.base_latency_ms + extra_ms)
         ks.extend(k.tolist())
         ts.extend(done.tolist())
         ms.extend(lat.tolist())
@@ -141,6 +152,12 @@ class SimJobEngine:
         self.sim, self.job, self.ledger = sim, sim.job, ledger
         self.top = sim.job.max_scaleout
         self.noise = sim.rng_cpu.standard_normal((sim.duration, self.top)) * sim.job.cpu_noise
+        j = sim.job
+        # the capacity's factor per second (drawn only when asked for: the other streams stay as they were)
+        self.service = (np.maximum(0.0, 1.0 + stream(sim.seed, "job/service").standard_normal(sim.duration)
+                                   * j.service_cv) if j.service_cv > 0 else None)
+        self.cpu_lag = int(round(j.cpu_lag_s))
+        self.util = np.zeros((sim.duration, self.top)) if self.cpu_lag > 0 else None  # the true utilisation
         self.n = n
         self.shares = worker_shares(sim.weights, sim.key_group, n, sim.job.key_groups)
         self.cap = sim.mu / self.shares.max()  # the job's capacity at n workers
@@ -233,16 +250,27 @@ class SimJobEngine:
         """Second t at the current parallelism: processes what it can, samples latency, checkpoints;
         returns the uptime."""
         n, sim = self.n, self.sim
-        T = min(sim.cum[t] - self.P, self.cap)
+        cap = self.cap if self.service is None else self.cap * self.service[t]
+        T = min(sim.cum[t] - self.P, cap)
         if T > 0:
-            sim.sample_latency(self.P, self.P + T, t, sim.sample_every, self.lat_k, self.lat_t, self.lat_ms)
+            wait = self.job.batch_wait_ms * min(1.0, T / cap) if self.job.batch_wait_ms > 0 else 0.0
+            sim.sample_latency(self.P, self.P + T, t, sim.sample_every, self.lat_k, self.lat_t, self.lat_ms, wait)
         self.P += T
         thr[:n] = T * self.shares
-        cpu[:n] = np.clip(T * self.shares / sim.mu + self.noise[t, :n], 0.0, 1.0)
+        cpu[:n] = self._cpu_reading(t, T * self.shares / sim.mu)
         if t + 1 >= self.next_ckpt:
             self.ckpt_offset = self.P
             self.next_ckpt += self.job.checkpoint_s
         return t + 1 - self.up_since
+
+    def _cpu_reading(self, t: int, util: np.ndarray) -> np.ndarray:
+        """What the controllers read as CPU in second t: the utilisation `cpu_lag_s` before (the
+        current one while the run is younger), the bias and the noise, in [0, 1]."""
+        n = len(util)
+        if self.util is not None:
+            self.util[t, :n] = util
+            util = self.util[t - self.cpu_lag, :n] if t >= self.cpu_lag else util
+        return np.clip(util + self.job.cpu_bias + self.noise[t, :n], 0.0, 1.0)
 
     def _restart(self, t: int, target: int, started_s: int = 0) -> int:
         """Stop the world after second t: roll back to the checkpoint, stay down for the drawn

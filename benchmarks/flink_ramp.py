@@ -55,7 +55,7 @@ def interval(prev: Tuple[float, JobReading], cur: Tuple[float, JobReading], s: F
         return None
     dt = w1 - w0
     return Interval(t=w1 - r1.source.start_ms / 1000.0, words=b[1] - a[1], latency_sum_ms=b[2] - a[2],
-                    busy=b[3] / 1000.0, cpu_share=(cgroup_s(r1) - cgroup_s(r0)) / dt / s.tm_cpu_limit)
+                    busy=b[3] / 1000.0, cpu_share=(cgroup_s(r1) - cgroup_s(r0)) / dt / s.tm_cpu_limit, dt=dt)
 
 
 def run_ramp(spec: RampSpec, settings: FlinkSettings, work: Path) -> Dict[str, object]:

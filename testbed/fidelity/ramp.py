@@ -67,6 +67,7 @@ class Interval:
     latency_sum_ms: float
     busy: float = math.nan  # the counting task's busy fraction: what the controllers read as CPU
     cpu_share: float = math.nan  # the TaskManager's CPU time / its limit (cgroup)
+    dt: float = 1.0  # the interval's length, s
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,44 @@ def table(rows: Sequence[BandComparison]) -> str:
         lines.append(f"| {r.fraction:.0%} | {r.sim_mean_ms:,.0f} | {r.flink_mean_ms:,.0f} ({lo:,.0f}–{hi:,.0f}) | "
                      f"×{r.ratio:.2f} | {r.sim_p95_ms:,.0f} | {r.flink_p95_ms:,.0f} |")
     return "\n".join(lines)
+
+
+def overload_capacity(spec: RampSpec, rows: Sequence[Interval], words_per_item: float) -> float:
+    """Items/s the worker carried in the counted parts of the bands above 100 % (a backlog throughout):
+    the median of the intervals' rates; NaN without such intervals."""
+    rates = [r.words / words_per_item / r.dt for r in rows
+             if (b := band_of(spec, r.t)) is not None and spec.fractions[b] > 1.0 and r.dt > 0]
+    return float(np.median(rates)) if rates else math.nan
+
+
+@dataclass(frozen=True)
+class ReadingFit:
+    """A CPU reading against the truth: the shift (s) after which it tracks the truth best, and at
+    that shift its mean difference (bias), the difference's sd and the mean absolute difference."""
+
+    lag_s: float
+    bias: float
+    sd: float
+    mae: float
+    n: int
+
+
+def reading_fit(reading: Sequence[float], truth: Sequence[float], step_s: float, max_lag_s: float) -> ReadingFit:
+    """How `reading` (one value per step) follows `truth`: reading[i + k] against truth[i] for the k
+    of least mean absolute difference; NaNs left out."""
+    best: Optional[ReadingFit] = None
+    r, u = np.asarray(reading, dtype=float), np.asarray(truth, dtype=float)
+    for k in range(int(max_lag_s / step_s) + 1):
+        d = r[k:] - u[: len(u) - k]
+        d = d[~np.isnan(d)]
+        if len(d) < 10:
+            break
+        fit = ReadingFit(k * step_s, float(d.mean()), float(d.std(ddof=1)), float(np.abs(d).mean()), len(d))
+        if best is None or fit.mae < best.mae:
+            best = fit
+    if best is None:
+        raise ValueError("reading_fit: fewer than 10 pairs")
+    return best
 
 
 @dataclass

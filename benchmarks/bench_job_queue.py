@@ -1,8 +1,8 @@
 """The job model's speed with and without queueing below capacity and the lagged CPU reading
 (docs/papers/daedalus.md#queueing-below-capacity): one 6-hour job-mode simulation (evaluation
-`daedalus`, workload wc_sine, HPA: the model and a cheap controller), timed in fresh processes taken in turns, so that a busy
-machine slows every side alike. `--baseline TREE` adds another source tree's job model (e.g. the
-main branch's) as the reference the ratios are taken against.
+`daedalus`, workload wc_sine, HPA: the model and a cheap controller), timed in fresh processes
+taken in turns, so that a busy machine slows every side alike. `--baseline TREE` adds another
+source tree's job model (e.g. the main branch's) as the reference the ratios are taken against.
 
     .venv/bin/python benchmarks/bench_job_queue.py [--repeat 3] [--baseline /path/to/other/tree]
 """

@@ -7,12 +7,14 @@ seeds) and prints latency per band, sim against the median and range of the Flin
     .venv/bin/python benchmarks/ramp_compare.py RUN.json [RUN.json ...] [--fit] [--set job.KEY=VALUE]
         [--out FILE.json]
 
---fit chooses job.service_cv and job.batch_wait_ms on a grid (job.base_latency_ms then follows from
-the lowest band) for the least worst ratio; without it the model runs with the --set values."""
+--fit chooses job.service_cv, job.service_period_s and job.batch_wait_ms on a grid
+(job.base_latency_ms then follows from the lowest band) for the least worst ratio; without it the
+model runs with the --set values."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import sys
@@ -26,12 +28,24 @@ sys.path.insert(0, str(ROOT))
 
 from testbed.config import ExperimentConfig  # noqa: E402
 from testbed.fidelity.ramp import (  # noqa: E402
-    BandComparison, BandLatency, Interval, RampRun, RampSpec, compare, overload_capacity, points,
-    reading_fit, table, within)
+    BandComparison,
+    BandLatency,
+    Interval,
+    RampRun,
+    RampSpec,
+    band_of,
+    compare,
+    overload_capacity,
+    points,
+    reading_fit,
+    table,
+    within,
+)
 from testbed.fidelity.ramp_sim import ramp_config, simulated_bands, with_job  # noqa: E402
 
 CV_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
 BATCH_GRID = (0.0, 20.0, 40.0, 60.0, 80.0, 100.0, 150.0, 200.0, 300.0)
+PERIOD_GRID = (1, 2, 4)
 
 
 def load(path: Path) -> Tuple[RampRun, int]:
@@ -54,11 +68,18 @@ def readings(run: RampRun, capacity: float, wps: int) -> Dict[str, object]:
     rows = [r for r in run.intervals if r.dt > 0]
     util = [min(1.0, r.words / wps / r.dt / capacity) for r in rows]
     step = float(np.median([r.dt for r in rows]))
+
+    def thr(r: Interval) -> float:
+        return r.words / wps / r.dt
+
+    def below(r: Interval) -> bool:  # throughput follows arrivals only below capacity
+        b = band_of(run.spec, r.t)
+        return b is not None and run.spec.fractions[b] < 1.0
     out = {}
     for name, reading, truth in (("busy_vs_utilisation", [r.busy for r in rows], util),
                                  ("busy_vs_cgroup", [r.busy for r in rows], [r.cpu_share for r in rows]),
-                                 ("throughput_vs_arrivals", [r.words / wps / r.dt for r in rows],
-                                  [rate_at(run.spec, r.t - r.dt / 2) for r in rows])):
+                                 ("throughput_vs_arrivals", [thr(r) for r in rows],
+                                  [rate_at(run.spec, r.t - r.dt / 2) if below(r) else math.nan for r in rows])):
         out[name] = dataclasses.asdict(reading_fit(reading, truth, step, 10.0))
     return out
 
@@ -72,12 +93,14 @@ def fit(spec: RampSpec, cfg: ExperimentConfig, flink: Sequence[Sequence[BandLate
     low = float(np.median([run[0].mean_ms for run in flink]))
     f0 = spec.fractions[0]
     best: Tuple[float, Dict[str, float]] = (math.inf, {})
-    for cv in CV_GRID:
-        for batch in BATCH_GRID:
-            job = dict(service_cv=cv, batch_wait_ms=batch, base_latency_ms=max(0.0, low - batch * f0))
-            e = error(simulated_bands(spec, with_job(cfg, **job)), flink)
-            if e < best[0]:
-                best = (e, job)
+    for cv, batch, period in itertools.product(CV_GRID, BATCH_GRID, PERIOD_GRID):
+        if cv == 0 and period > 1:
+            continue
+        job = dict(service_cv=cv, batch_wait_ms=batch, base_latency_ms=max(0.0, low - batch * f0),
+                   service_period_s=period)
+        e = error(simulated_bands(spec, with_job(cfg, **job)), flink)
+        if e < best[0]:
+            best = (e, job)
     return best[1]
 
 
@@ -89,7 +112,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     loaded = [load(p) for p in args.runs]
-    spec, wps = loaded[0][0].spec, loaded[0][1]
+    spec = loaded[0][0].spec
     caps = [overload_capacity(run.spec, run.intervals, w) for run, w in loaded]
     capacity = float(np.median(caps))
     flink = [run.bands() for run, _ in loaded]

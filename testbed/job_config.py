@@ -47,6 +47,7 @@ class JobConfig:
     # utilisation for the records that arrived with it (a sentence's words, a network buffer's flush).
     # 0, 0 = a fluid that queues only above capacity
     service_cv: float = 0.0
+    service_period_s: int = 1  # each drawn capacity holds this long (a compressed run: f x the engine's second)
     batch_wait_ms: float = 0.0
     latency_samples: int = 200_000  # about this many items per run are sampled for latency (every N-th)
     window_s: int = 61  # the seconds a controller sees per decision
@@ -74,7 +75,7 @@ class JobConfig:
             v = getattr(self, key)
             if len(v) != 2 or v[0] < 0 or v[1] < v[0]:
                 return f"job.{key}", f"must be [low, high] with 0 <= low <= high, got {list(v)}"
-        for key in ("checkpoint_s", "latency_samples", "window_s"):
+        for key in ("checkpoint_s", "latency_samples", "window_s", "service_period_s"):
             if not getattr(self, key) > 0:
                 return f"job.{key}", f"must be > 0, got {getattr(self, key)}"
         if not -1.0 <= self.cpu_bias <= 1.0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Any, List, Sequence
 
 import numpy as np
 
@@ -53,6 +53,6 @@ def simulated_bands(spec: RampSpec, cfg: ExperimentConfig, seeds: Sequence[int] 
                         float(np.mean([r[i].p95_ms for r in runs])), b.intervals) for i, b in enumerate(runs[0])]
 
 
-def with_job(cfg: ExperimentConfig, **job: float) -> ExperimentConfig:
+def with_job(cfg: ExperimentConfig, **job: Any) -> ExperimentConfig:
     """A copy of cfg with these `job.*` settings."""
     return dataclasses.replace(cfg, job=dataclasses.replace(cfg.job, **job))

@@ -20,7 +20,8 @@
   at its final processing (exactly-once sinks commit at checkpoints).
 * **Queueing below capacity** (`job.service_cv`, `job.batch_wait_ms`; both 0 by default, a fluid
   that queues only above capacity): the job's capacity in second t is C·(1 + cv·ε_t), ε_t standard
-  normal from the stream `job/service` (at least 0), so the source backlog forms and drains in the
+  normal from the stream `job/service` (at least 0; each draw held for `job.service_period_s`
+  seconds, so that a compressed run keeps the engine's second), so the source backlog forms and drains in the
   seconds where the load meets a slow second, which raises latency before saturation; and an item
   processed in a second of utilisation ρ waits `batch_wait_ms`·ρ more for the items that arrived
   in the same batch (a sentence's words, a network buffer's flush).
@@ -154,8 +155,7 @@ class SimJobEngine:
         self.noise = sim.rng_cpu.standard_normal((sim.duration, self.top)) * sim.job.cpu_noise
         j = sim.job
         # the capacity's factor per second (drawn only when asked for: the other streams stay as they were)
-        self.service = (np.maximum(0.0, 1.0 + stream(sim.seed, "job/service").standard_normal(sim.duration)
-                                   * j.service_cv) if j.service_cv > 0 else None)
+        self.service = self._service_factors(sim.seed, sim.duration) if j.service_cv > 0 else None
         self.cpu_lag = int(round(j.cpu_lag_s))
         self.util = np.zeros((sim.duration, self.top)) if self.cpu_lag > 0 else None  # the true utilisation
         self.n = n
@@ -262,6 +262,13 @@ class SimJobEngine:
             self.ckpt_offset = self.P
             self.next_ckpt += self.job.checkpoint_s
         return t + 1 - self.up_since
+
+    def _service_factors(self, seed: int, duration: int) -> np.ndarray:
+        """The capacity's factor per second: 1 + cv x a standard normal (at least 0), each draw held
+        for `service_period_s` seconds."""
+        period = self.job.service_period_s
+        draws = stream(seed, "job/service").standard_normal(-(-duration // period))
+        return np.maximum(0.0, 1.0 + np.repeat(draws, period)[:duration] * self.job.service_cv)
 
     def _cpu_reading(self, t: int, util: np.ndarray) -> np.ndarray:
         """What the controllers read as CPU in second t: the utilisation `cpu_lag_s` before (the

@@ -36,9 +36,11 @@ from testbed.fidelity.ramp import (  # noqa: E402
     band_of,
     compare,
     overload_capacity,
+    per_second,
     points,
     reading_fit,
     table,
+    windowed,
     within,
 )
 from testbed.fidelity.ramp_sim import ramp_config, simulated_bands, with_job  # noqa: E402
@@ -46,6 +48,7 @@ from testbed.fidelity.ramp_sim import ramp_config, simulated_bands, with_job  # 
 CV_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
 BATCH_GRID = (0.0, 20.0, 40.0, 60.0, 80.0, 100.0, 150.0, 200.0, 300.0)
 PERIOD_GRID = (1, 2, 4)
+SKIP_S = 15
 
 
 def load(path: Path) -> Tuple[RampRun, int]:
@@ -64,23 +67,25 @@ def rate_at(spec: RampSpec, t: float) -> float:
 
 
 def readings(run: RampRun, capacity: float, wps: int) -> Dict[str, object]:
-    """The busy time and the throughput reading against what they stand for, this run."""
+    """The busy time against what it stands for, this run: against the utilisation (throughput /
+    capacity, what the simulator's reading is made of) and the cgroup's CPU / limit, each as
+    Flink's busy-time metric reads it (its gauge's 60 s window updated every 5 s: the bias and sd
+    left) and, for comparison, as a pure delay (a rising ramp cannot tell a longer delay from a
+    bias, so that fit is an upper bound); and the throughput reading against the arrivals."""
     rows = [r for r in run.intervals if r.dt > 0]
-    util = [min(1.0, r.words / wps / r.dt / capacity) for r in rows]
-    step = float(np.median([r.dt for r in rows]))
-
-    def thr(r: Interval) -> float:
-        return r.words / wps / r.dt
-
-    def below(r: Interval) -> bool:  # throughput follows arrivals only below capacity
-        b = band_of(run.spec, r.t)
-        return b is not None and run.spec.fractions[b] < 1.0
-    out = {}
-    for name, reading, truth in (("busy_vs_utilisation", [r.busy for r in rows], util),
-                                 ("busy_vs_cgroup", [r.busy for r in rows], [r.cpu_share for r in rows]),
-                                 ("throughput_vs_arrivals", [thr(r) for r in rows],
-                                  [rate_at(run.spec, r.t - r.dt / 2) if below(r) else math.nan for r in rows])):
-        out[name] = dataclasses.asdict(reading_fit(reading, truth, step, 10.0))
+    t = [r.t for r in rows]
+    seconds = int(max(t))
+    busy = per_second(t, [r.busy for r in rows], seconds)
+    busy[:SKIP_S] = np.nan  # the gauge's first values are not readings of the load (1.0, then 0)
+    util = per_second(t, [min(1.0, r.words / wps / r.dt / capacity) for r in rows], seconds)
+    share = per_second(t, [r.cpu_share for r in rows], seconds)
+    out: Dict[str, object] = {}
+    for name, truth in (("utilisation", util), ("cgroup", share)):
+        out[f"busy_vs_{name}_windowed"] = dataclasses.asdict(reading_fit(busy, windowed(truth, 0, 60, 5), 1.0, 0.0))
+        out[f"busy_vs_{name}_delayed"] = dataclasses.asdict(reading_fit(busy, truth, 1.0, 90.0))
+    below = [r for r in rows if (b := band_of(run.spec, r.t)) is not None and run.spec.fractions[b] < 1.0]
+    out["throughput_vs_arrivals"] = dataclasses.asdict(reading_fit(
+        [r.words / wps / r.dt for r in below], [rate_at(run.spec, r.t - r.dt / 2) for r in below], 1.0, 5.0))
     return out
 
 

@@ -36,8 +36,11 @@ class JobConfig:
     start_delay_s: List[float] = field(default_factory=lambda: [0.0, 0.0])
     checkpoint_s: float = 30.0  # a restart replays everything since the last checkpoint
     cpu_noise: float = 0.01  # sd of the per-second CPU reading
-    # the CPU reading as an engine's metric gives it: the utilisation of cpu_lag_s seconds ago plus
-    # cpu_bias (Flink's busy time lags the load by seconds and is off by a bias); 0, 0 = the true utilisation
+    # the CPU reading as an engine's metric gives it: the mean utilisation over the last cpu_window_s
+    # seconds, as of its last update (every cpu_update_s) cpu_lag_s seconds ago, plus cpu_bias (Flink's
+    # busy time: a 60 s window updated every 5 s); 1, 1, 0, 0 = the true utilisation of the second
+    cpu_window_s: int = 1
+    cpu_update_s: int = 1
     cpu_lag_s: float = 0.0
     cpu_bias: float = 0.0
     base_latency_ms: float = 250.0  # processing and transport without queueing (Decision)
@@ -75,7 +78,7 @@ class JobConfig:
             v = getattr(self, key)
             if len(v) != 2 or v[0] < 0 or v[1] < v[0]:
                 return f"job.{key}", f"must be [low, high] with 0 <= low <= high, got {list(v)}"
-        for key in ("checkpoint_s", "latency_samples", "window_s", "service_period_s"):
+        for key in ("checkpoint_s", "latency_samples", "window_s", "service_period_s", "cpu_window_s", "cpu_update_s"):
             if not getattr(self, key) > 0:
                 return f"job.{key}", f"must be > 0, got {getattr(self, key)}"
         if not -1.0 <= self.cpu_bias <= 1.0:

@@ -12,6 +12,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from testbed.sim.job import reading_span
+
 
 @dataclass(frozen=True)
 class RampSpec:
@@ -186,6 +188,23 @@ def reading_fit(reading: Sequence[float], truth: Sequence[float], step_s: float,
     if best is None:
         raise ValueError("reading_fit: fewer than 10 pairs")
     return best
+
+
+def windowed(values: Sequence[float], lag: int, window: int, update: int) -> np.ndarray:
+    """A per-second series as a windowed metric reads it (testbed/sim/job.py `reading_span`); NaN
+    before its first update."""
+    v = np.asarray(values, dtype=float)
+    out = np.full(len(v), np.nan)
+    for t in range(len(v)):
+        lo, hi = reading_span(t, lag, window, update)
+        if hi > lo:
+            out[t] = np.nanmean(v[lo:hi])
+    return out
+
+
+def per_second(t: Sequence[float], values: Sequence[float], seconds: int) -> np.ndarray:
+    """Irregular readings (times, values) on a grid of whole seconds 0..seconds-1 (linear)."""
+    return np.interp(np.arange(seconds, dtype=float), np.asarray(t, dtype=float), np.asarray(values, dtype=float))
 
 
 @dataclass

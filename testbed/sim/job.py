@@ -25,9 +25,10 @@
   seconds where the load meets a slow second, which raises latency before saturation; and an item
   processed in a second of utilisation ρ waits `batch_wait_ms`·ρ more for the items that arrived
   in the same batch (a sentence's words, a network buffer's flush).
-* **The CPU reading** of worker w is its true utilisation T·s_w/μ of `job.cpu_lag_s` seconds
-  before (whole seconds), plus `job.cpu_bias` and the white noise `job.cpu_noise`, in [0, 1]: an
-  engine's busy-time metric lags the load and is off by a bias.
+* **The CPU reading** of worker w is its true utilisation T·s_w/μ, by default of the second itself;
+  as an engine's busy-time metric gives it, the mean over the last `job.cpu_window_s` seconds as of
+  its last update (every `job.cpu_update_s` s) `job.cpu_lag_s` seconds before (Flink: a 60 s
+  window updated every 5 s); then `job.cpu_bias` and the white noise `job.cpu_noise`, in [0, 1].
 * **Controllers** see a `JobSnapshot` (testbed/policies/job_inputs.py) every `policy.interval_s`
   seconds (Daedalus 60 s, HPA 15 s; a static deployment is never asked). The model is an engine of
   the job loop (testbed/job/loop.py) on a virtual clock: `SimJobEngine` below.
@@ -65,6 +66,13 @@ def key_weights(cfg: JobConfig) -> np.ndarray:
 def worker_shares(weights: np.ndarray, key_group: np.ndarray, n: int, groups: int) -> np.ndarray:
     """s_w for n workers: the weight of the keys whose key group kg has kg·n // groups = w."""
     return np.bincount(key_group * n // groups, weights=weights, minlength=n)[:n]
+
+
+def reading_span(t: int, lag: int, window: int, update: int) -> Tuple[int, int]:
+    """The seconds [lo, hi) a windowed metric read in second t covers: its last update (every
+    `update` s) `lag` s before, over `window` s. hi = 0: no update yet."""
+    hi = max(0, (t - lag + 1) // update * update)
+    return max(0, hi - window), hi
 
 
 class JobSimulation:
@@ -157,7 +165,8 @@ class SimJobEngine:
         # the capacity's factor per second (drawn only when asked for: the other streams stay as they were)
         self.service = self._service_factors(sim.seed, sim.duration) if j.service_cv > 0 else None
         self.cpu_lag = int(round(j.cpu_lag_s))
-        self.util = np.zeros((sim.duration, self.top)) if self.cpu_lag > 0 else None  # the true utilisation
+        delayed = self.cpu_lag > 0 or j.cpu_window_s > 1 or j.cpu_update_s > 1
+        self.util = np.zeros((sim.duration, self.top)) if delayed else None  # the true utilisation
         self.n = n
         self.shares = worker_shares(sim.weights, sim.key_group, n, sim.job.key_groups)
         self.cap = sim.mu / self.shares.max()  # the job's capacity at n workers
@@ -271,13 +280,16 @@ class SimJobEngine:
         return np.maximum(0.0, 1.0 + np.repeat(draws, period)[:duration] * self.job.service_cv)
 
     def _cpu_reading(self, t: int, util: np.ndarray) -> np.ndarray:
-        """What the controllers read as CPU in second t: the utilisation `cpu_lag_s` before (the
-        current one while the run is younger), the bias and the noise, in [0, 1]."""
-        n = len(util)
+        """What the controllers read as CPU in second t: the mean utilisation over `cpu_window_s`
+        seconds up to its last update (every `cpu_update_s`) `cpu_lag_s` before (the current one
+        while there is no such update yet), plus the bias and the noise, in [0, 1]."""
+        n, j = len(util), self.job
         if self.util is not None:
             self.util[t, :n] = util
-            util = self.util[t - self.cpu_lag, :n] if t >= self.cpu_lag else util
-        return np.clip(util + self.job.cpu_bias + self.noise[t, :n], 0.0, 1.0)
+            lo, hi = reading_span(t, self.cpu_lag, j.cpu_window_s, j.cpu_update_s)
+            if hi > 0:
+                util = self.util[lo:hi, :n].mean(axis=0)
+        return np.clip(util + j.cpu_bias + self.noise[t, :n], 0.0, 1.0)
 
     def _restart(self, t: int, target: int, started_s: int = 0) -> int:
         """Stop the world after second t: roll back to the checkpoint, stay down for the drawn

@@ -117,6 +117,13 @@ def test_cpu_reading_lags_and_is_biased():
     assert _reading_run(cpu_bias=0.2)[40] == 1.0  # held in [0, 1]
 
 
+def test_cpu_reading_as_a_windowed_metric_updated_in_steps():
+    read = _reading_run(cpu_window_s=10, cpu_update_s=5)  # Flink's busy time: 60 s, every 5 s
+    assert read[33] == pytest.approx(0.25)  # the update at 30 s saw seconds 20-29
+    assert read[34] == pytest.approx((5 * 0.25 + 5 * 1.0) / 10)  # the one at 35 s, seconds 25-34
+    assert read[38] == pytest.approx(read[34]) and read[44] == pytest.approx(1.0)
+
+
 def test_compare_and_verdict():
     spec = RampSpec(fractions=(0.5, 1.2))
     sim = band_latency(spec, [])

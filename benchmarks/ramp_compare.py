@@ -45,8 +45,8 @@ from testbed.fidelity.ramp import (  # noqa: E402
 )
 from testbed.fidelity.ramp_sim import ramp_config, simulated_bands, with_job  # noqa: E402
 
-CV_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
-BATCH_GRID = (0.0, 20.0, 40.0, 60.0, 80.0, 100.0, 150.0, 200.0, 300.0)
+CV_GRID = (0.0, 0.05, 0.1, 0.15, 0.175, 0.2, 0.225, 0.25, 0.3, 0.4)
+BATCH_GRID = (0.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0, 100.0, 150.0)
 PERIOD_GRID = (1, 2, 4)
 SKIP_S = 15
 

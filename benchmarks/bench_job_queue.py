@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
-QUEUEING = ("job.service_cv=0.15", "job.batch_wait_ms=3600", "job.cpu_lag_s=324", "job.cpu_bias=-0.18")
+# profile flink_cpu_queue's settings (a batch wait added, so that every new path runs)
+QUEUEING = ("job.service_cv=0.1", "job.service_period_s=288", "job.batch_wait_ms=3600", "job.cpu_window_s=4320",
+            "job.cpu_update_s=360", "job.cpu_bias=-0.11")
 
 SNIPPET = """
 import sys, time

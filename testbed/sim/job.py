@@ -167,6 +167,7 @@ class SimJobEngine:
         self.cpu_lag = int(round(j.cpu_lag_s))
         delayed = self.cpu_lag > 0 or j.cpu_window_s > 1 or j.cpu_update_s > 1
         self.util = np.zeros((sim.duration, self.top)) if delayed else None  # the true utilisation
+        self.view: Optional[Tuple[int, np.ndarray]] = None  # the reading's last update: (its end, its value)
         self.n = n
         self.shares = worker_shares(sim.weights, sim.key_group, n, sim.job.key_groups)
         self.cap = sim.mu / self.shares.max()  # the job's capacity at n workers
@@ -288,7 +289,9 @@ class SimJobEngine:
             self.util[t, :n] = util
             lo, hi = reading_span(t, self.cpu_lag, j.cpu_window_s, j.cpu_update_s)
             if hi > 0:
-                util = self.util[lo:hi, :n].mean(axis=0)
+                if self.view is None or self.view[0] != hi or len(self.view[1]) != n:  # a new update
+                    self.view = (hi, self.util[lo:hi, :n].mean(axis=0))
+                util = self.view[1]
         return np.clip(util + j.cpu_bias + self.noise[t, :n], 0.0, 1.0)
 
     def _restart(self, t: int, target: int, started_s: int = 0) -> int:

@@ -39,7 +39,7 @@ OVERRIDES := $(if $(EVAL),evaluation=$(EVAL)) \
 	$(if $(SCALE),load_scale=$(SCALE)) \
 	$(ARGS)
 
-.PHONY: setup constraints experiment report test test-unit lint bench patterns clean infra-up infra-down images flink flink-test flink-bench
+.PHONY: setup constraints experiment report test test-unit lint bench patterns clean infra-up infra-down images flink flink-test flink-bench flink-ramp
 
 setup: $(STAMP)
 
@@ -111,6 +111,18 @@ flink-test: $(STAMP) flink
 
 flink-bench: $(STAMP) flink
 	flock /tmp/testbed-flink.lock $(BIN)/python benchmarks/bench_flink.py
+
+# the load ramp (docs/flink.md#the-load-ramp): RAMP_RUNS runs of one cpu-mode TaskManager from 20 to
+# 140 % of its capacity (about 6 min each, one cluster at a time, each a measurement), then the job
+# model on the same ramp fitted to them; the runs' JSON files go to RAMP_OUT
+RAMP_RUNS ?= 2
+RAMP_OUT ?= runs/ramp
+flink-ramp: $(STAMP) flink
+	mkdir -p $(RAMP_OUT)
+	for i in $$(seq 1 $(RAMP_RUNS)); do \
+	  flock /tmp/testbed-flink.lock flock /tmp/testbed-measure.lock \
+	    $(BIN)/python benchmarks/flink_ramp.py --out $(RAMP_OUT)/flink-$$i.json || exit 1; sleep 20; done
+	$(BIN)/python benchmarks/ramp_compare.py $(RAMP_OUT)/flink-*.json --fit --out $(RAMP_OUT)/compare.json
 
 # the code checks (pyproject.toml: [tool.ruff], [tool.mypy]): ruff over the repository, mypy over the
 # production packages; tests/unit/test_code_quality.py runs the same (a slow test)

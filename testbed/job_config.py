@@ -36,7 +36,22 @@ class JobConfig:
     start_delay_s: List[float] = field(default_factory=lambda: [0.0, 0.0])
     checkpoint_s: float = 30.0  # a restart replays everything since the last checkpoint
     cpu_noise: float = 0.01  # sd of the per-second CPU reading
+    # the CPU reading as an engine's metric gives it: the mean utilisation over the last cpu_window_s
+    # seconds, as of its last update (every cpu_update_s) cpu_lag_s seconds ago, plus cpu_bias (Flink's
+    # busy time: a 60 s window updated every 5 s); 1, 1, 0, 0 = the true utilisation of the second
+    cpu_window_s: int = 1
+    cpu_update_s: int = 1
+    cpu_lag_s: float = 0.0
+    cpu_bias: float = 0.0
     base_latency_ms: float = 250.0  # processing and transport without queueing (Decision)
+    # queueing below capacity (docs/papers/daedalus.md#queueing-below-capacity): the job's capacity
+    # in each second varies by this coefficient of variation (pauses, throttling, other load), so a
+    # backlog forms and drains before saturation; and a record waits batch_wait_ms x the second's
+    # utilisation for the records that arrived with it (a sentence's words, a network buffer's flush).
+    # 0, 0 = a fluid that queues only above capacity
+    service_cv: float = 0.0
+    service_period_s: int = 1  # each drawn capacity holds this long (a compressed run: f x the engine's second)
+    batch_wait_ms: float = 0.0
     latency_samples: int = 200_000  # about this many items per run are sampled for latency (every N-th)
     window_s: int = 61  # the seconds a controller sees per decision
 
@@ -63,10 +78,14 @@ class JobConfig:
             v = getattr(self, key)
             if len(v) != 2 or v[0] < 0 or v[1] < v[0]:
                 return f"job.{key}", f"must be [low, high] with 0 <= low <= high, got {list(v)}"
-        for key in ("checkpoint_s", "latency_samples", "window_s"):
+        for key in ("checkpoint_s", "latency_samples", "window_s", "service_period_s", "cpu_window_s", "cpu_update_s"):
             if not getattr(self, key) > 0:
                 return f"job.{key}", f"must be > 0, got {getattr(self, key)}"
-        for key in ("cpu_noise", "base_latency_ms"):
+        if not -1.0 <= self.cpu_bias <= 1.0:
+            return "job.cpu_bias", f"must be in [-1, 1], got {self.cpu_bias}"
+        if self.service_cv > 1.0:
+            return "job.service_cv", f"must be <= 1, got {self.service_cv}"
+        for key in ("cpu_noise", "base_latency_ms", "cpu_lag_s", "service_cv", "batch_wait_ms"):
             if getattr(self, key) < 0:
                 return f"job.{key}", f"must be >= 0, got {getattr(self, key)}"
         return None

@@ -18,6 +18,17 @@
   the end of its processing (FIFO through the source backlog, items evenly spread within a second)
   plus `job.base_latency_ms`; an item processed before a restart and processed again counts once,
   at its final processing (exactly-once sinks commit at checkpoints).
+* **Queueing below capacity** (`job.service_cv`, `job.batch_wait_ms`; both 0 by default, a fluid
+  that queues only above capacity): the job's capacity in second t is C·(1 + cv·ε_t), ε_t standard
+  normal from the stream `job/service` (at least 0; each draw held for `job.service_period_s`
+  seconds, so that a compressed run keeps the engine's second), so the source backlog forms and drains in the
+  seconds where the load meets a slow second, which raises latency before saturation; and an item
+  processed in a second of utilisation ρ waits `batch_wait_ms`·ρ more for the items that arrived
+  in the same batch (a sentence's words, a network buffer's flush).
+* **The CPU reading** of worker w is its true utilisation T·s_w/μ, by default of the second itself;
+  as an engine's busy-time metric gives it, the mean over the last `job.cpu_window_s` seconds as of
+  its last update (every `job.cpu_update_s` s) `job.cpu_lag_s` seconds before (Flink: a 60 s
+  window updated every 5 s); then `job.cpu_bias` and the white noise `job.cpu_noise`, in [0, 1].
 * **Controllers** see a `JobSnapshot` (testbed/policies/job_inputs.py) every `policy.interval_s`
   seconds (Daedalus 60 s, HPA 15 s; a static deployment is never asked). The model is an engine of
   the job loop (testbed/job/loop.py) on a virtual clock: `SimJobEngine` below.
@@ -57,11 +68,19 @@ def worker_shares(weights: np.ndarray, key_group: np.ndarray, n: int, groups: in
     return np.bincount(key_group * n // groups, weights=weights, minlength=n)[:n]
 
 
+def reading_span(t: int, lag: int, window: int, update: int) -> Tuple[int, int]:
+    """The seconds [lo, hi) a windowed metric read in second t covers: its last update (every
+    `update` s) `lag` s before, over `window` s. hi = 0: no update yet."""
+    hi = max(0, (t - lag + 1) // update * update)
+    return max(0, hi - window), hi
+
+
 class JobSimulation:
     def __init__(self, cfg: ExperimentConfig, policy: Policy, pattern: Any, seed: int) -> None:
         self.cfg = cfg
         self.job: JobConfig = cfg.job
         self.policy = policy
+        self.seed = seed
         self.duration = int(round(cfg.duration_min * 60.0))
         rates = getattr(pattern, "rates", None)
         if rates is None:
@@ -116,9 +135,10 @@ class JobSimulation:
             details["controller"] = controller
         return details
 
-    def sample_latency(self, p0: float, p1: float, t: int, N: float, ks: list, ts: list, ms: list) -> None:
+    def sample_latency(self, p0: float, p1: float, t: int, N: float, ks: list, ts: list, ms: list,
+                       extra_ms: float = 0.0) -> None:
         """Every N-th item among those processed in second t (items p0..p1): when it was done, and
-        its latency since its arrival plus the base latency."""
+        its latency since its arrival plus the base latency and `extra_ms`."""
         first = math.ceil(p0 / N) * N
         if first >= p1:
             return
@@ -127,7 +147,7 @@ class JobSimulation:
         s = np.searchsorted(self.cum, k, side="right")  # the second item k arrived in
         before = np.where(s > 0, self.cum[np.maximum(s - 1, 0)], 0.0)
         arrived = s + (k - before) / np.maximum(self.arrivals[np.minimum(s, len(self.arrivals) - 1)], 1.0)
-        lat = np.maximum(done - arrived, 0.0) * 1000.0 + self.job.base_latency_ms
+        lat = np.maximum(done - arrived, 0.0) * 1000.0 + (self.job.base_latency_ms + extra_ms)
         ks.extend(k.tolist())
         ts.extend(done.tolist())
         ms.extend(lat.tolist())
@@ -141,6 +161,13 @@ class SimJobEngine:
         self.sim, self.job, self.ledger = sim, sim.job, ledger
         self.top = sim.job.max_scaleout
         self.noise = sim.rng_cpu.standard_normal((sim.duration, self.top)) * sim.job.cpu_noise
+        j = sim.job
+        # the capacity's factor per second (drawn only when asked for: the other streams stay as they were)
+        self.service = self._service_factors(sim.seed, sim.duration) if j.service_cv > 0 else None
+        self.cpu_lag = int(round(j.cpu_lag_s))
+        delayed = self.cpu_lag > 0 or j.cpu_window_s > 1 or j.cpu_update_s > 1
+        self.util = np.zeros((sim.duration, self.top)) if delayed else None  # the true utilisation
+        self.view: Optional[Tuple[int, np.ndarray]] = None  # the reading's last update: (its end, its value)
         self.n = n
         self.shares = worker_shares(sim.weights, sim.key_group, n, sim.job.key_groups)
         self.cap = sim.mu / self.shares.max()  # the job's capacity at n workers
@@ -233,16 +260,39 @@ class SimJobEngine:
         """Second t at the current parallelism: processes what it can, samples latency, checkpoints;
         returns the uptime."""
         n, sim = self.n, self.sim
-        T = min(sim.cum[t] - self.P, self.cap)
+        cap = self.cap if self.service is None else self.cap * self.service[t]
+        T = min(sim.cum[t] - self.P, cap)
         if T > 0:
-            sim.sample_latency(self.P, self.P + T, t, sim.sample_every, self.lat_k, self.lat_t, self.lat_ms)
+            wait = self.job.batch_wait_ms * min(1.0, T / cap) if self.job.batch_wait_ms > 0 else 0.0
+            sim.sample_latency(self.P, self.P + T, t, sim.sample_every, self.lat_k, self.lat_t, self.lat_ms, wait)
         self.P += T
         thr[:n] = T * self.shares
-        cpu[:n] = np.clip(T * self.shares / sim.mu + self.noise[t, :n], 0.0, 1.0)
+        cpu[:n] = self._cpu_reading(t, T * self.shares / sim.mu)
         if t + 1 >= self.next_ckpt:
             self.ckpt_offset = self.P
             self.next_ckpt += self.job.checkpoint_s
         return t + 1 - self.up_since
+
+    def _service_factors(self, seed: int, duration: int) -> np.ndarray:
+        """The capacity's factor per second: 1 + cv x a standard normal (at least 0), each draw held
+        for `service_period_s` seconds."""
+        period = self.job.service_period_s
+        draws = stream(seed, "job/service").standard_normal(-(-duration // period))
+        return np.maximum(0.0, 1.0 + np.repeat(draws, period)[:duration] * self.job.service_cv)
+
+    def _cpu_reading(self, t: int, util: np.ndarray) -> np.ndarray:
+        """What the controllers read as CPU in second t: the mean utilisation over `cpu_window_s`
+        seconds up to its last update (every `cpu_update_s`) `cpu_lag_s` before (the current one
+        while there is no such update yet), plus the bias and the noise, in [0, 1]."""
+        n, j = len(util), self.job
+        if self.util is not None:
+            self.util[t, :n] = util
+            lo, hi = reading_span(t, self.cpu_lag, j.cpu_window_s, j.cpu_update_s)
+            if hi > 0:
+                if self.view is None or self.view[0] != hi or len(self.view[1]) != n:  # a new update
+                    self.view = (hi, self.util[lo:hi, :n].mean(axis=0))
+                util = self.view[1]
+        return np.clip(util + j.cpu_bias + self.noise[t, :n], 0.0, 1.0)
 
     def _restart(self, t: int, target: int, started_s: int = 0) -> int:
         """Stop the world after second t: roll back to the checkpoint, stay down for the drawn

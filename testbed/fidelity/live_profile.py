@@ -634,17 +634,26 @@ def twin_lines(m: Measured, name: str) -> List[str]:
 def _load_lines(m: Measured) -> List[str]:
     """The machine's load from other processes during each run (the manifest's machine_load)."""
     lines = ["machine load from other processes (manifest machine_load: cores busy outside the run's containers, "
-             "the testbed process and its services):"]
+             "the testbed process and its services); cores left = cpus - mean, the backend.shared_cores that "
+             "simulates a run under that load:"]
     for run, load in m.machine_load.items():
         other = load.get("other_cores")
         if isinstance(other, dict):
             lines.append(f"  {run}: mean {other.get('mean')}, p95 {other.get('p95')}, max {other.get('max')} of "
-                         f"{load.get('cpus')} cores; the run's containers mean "
-                         f"{(load.get('containers_cores') or {}).get('mean')}"
+                         f"{load.get('cpus')} cores{_cores_left(load.get('cpus'), other.get('mean'))}; "
+                         f"the run's containers mean {(load.get('containers_cores') or {}).get('mean')}"
                          + ("" if load.get("local_engines", True) else " (a remote engine: not the hosts' machine)"))
         else:
             lines.append(f"  {run}: not recorded ({load.get('unreadable') or 'a run from before it was recorded'})")
     return lines
+
+
+def _cores_left(cpus: object, other_mean: object) -> str:
+    """", cores left X": the machine's cores less the mean other load, at least a tenth of a core
+    (backend.shared_cores must be > 0); "" when either is missing."""
+    if not isinstance(cpus, (int, float)) or not isinstance(other_mean, (int, float)):
+        return ""
+    return f", cores left {max(0.1, round(float(cpus) - float(other_mean), 2)):g}"
 
 
 def _runs_lines(m: Measured) -> List[str]:

@@ -300,7 +300,7 @@ def test_the_machine_load_of_each_run_is_in_the_header(tmp_path):
     _live_run(tmp_path, details={"machine_load": load})
     _live_run(tmp_path, rep=2)
     text = "\n".join(lp.header(lp.measure(tmp_path, cores=2), "x"))
-    assert "stepwise/btu-10-live/1: mean 0.4, p95 1.1, max 1.3 of 2 cores" in text
+    assert "stepwise/btu-10-live/1: mean 0.4, p95 1.1, max 1.3 of 2 cores, cores left 1.6;" in text
     assert "stepwise/btu-10-live/2: not recorded" in text
 
 

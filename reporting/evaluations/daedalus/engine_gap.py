@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from reporting.evaluations.daedalus import measures as dd
+from reporting.live_gap import LiveValues
 from testbed.backend_registry import run_configuration
 from testbed.eventlog import EventLog, Manifest, read_manifest
 
@@ -77,18 +78,12 @@ def side_by_side(per_run: pd.DataFrame) -> pd.DataFrame:
         row: Dict[str, Any] = {"pattern": p, "config": c, "n_sim": len(sim), "n_flink": len(fl)}
         for m, _, _, gap in MEASURES:
             a = float(sim[m].mean())  # NaN of an empty side or no value
-            b, low, high = _median_range(fl[m])
+            spread = LiveValues.of(fl[m])  # median and range of the runs that have the value
+            b, low, high = spread.median, spread.low, spread.high
             row.update({f"{m}_sim": a, f"{m}_flink": b, f"{m}_flink_min": low, f"{m}_flink_max": high})
             row[f"{m}_gap"] = a - b if gap == "diff" else (a / b if b else math.nan)
         rows.append(row)
     return pd.DataFrame(rows, columns=cols)
-
-
-def _median_range(values: pd.Series) -> Tuple[float, float, float]:
-    """Median, min and max of the runs that have the value (NaN for none)."""
-    v = values.to_numpy(dtype=float)
-    v = v[np.isfinite(v)]
-    return (float(np.median(v)), float(v.min()), float(v.max())) if v.size else (math.nan, math.nan, math.nan)
 
 
 def _fmt(v: float, decimals: int) -> str:

@@ -240,7 +240,9 @@ class ExperimentConfig:
     mix: bool = False  # allow adding runs to a workload folder that holds runs of other settings
 
 
-_schema_placements: List[str] = []  # the strategies whose parameters the stored schema has
+# the placement strategies and workload kinds whose keys the stored schema has (the schema is built
+# from their registries, so one registered since, e.g. a plug-in found later, needs it built again)
+_schema_registries: List[Tuple[str, ...]] = []
 
 
 def register() -> None:
@@ -249,15 +251,14 @@ def register() -> None:
     # every plug-in is imported first, so that one that fails is named by discovery (PluginError)
     # rather than inside OmegaConf, which builds the schema from the registries
     known = registered_policies()
-    strategies = tuple(placement_entries())
-    workload_kinds()
+    built_from = [tuple(placement_entries()), tuple(workload_kinds())]
     engines = [name for name in backends() if not (CONF_DIR / "backend" / f"{name}.yaml").is_file()]
     store = ConfigStore.instance()
     # storing builds every schema node again: a third of a config load
-    if _stored(store, known, engines) and _schema_placements == list(strategies):
+    if _stored(store, known, engines) and _schema_registries == built_from:
         return
     store.store(name="schema", node=ExperimentConfig)
-    _schema_placements[:] = strategies
+    _schema_registries[:] = built_from
     for name in known:
         store.store(group="policy", name=name, node=PolicySelection(name=name))
     stored = store.repo.get("backend")

@@ -17,6 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+# backend.flink.parallelism: one parallelism for the job (reactive mode) or one per vertex
+REACTIVE, PER_VERTEX = "reactive", "per-vertex"
+PARALLELISM_MODES = (REACTIVE, PER_VERTEX)
 
 @dataclass
 class JobConfig:
@@ -147,6 +150,10 @@ class FlinkJobConfig:
     # a TaskManager lost during the run (exited, or dropped by the JobManager) is replaced
     # (testbed/live/flink_job.py); after this many replacements the next loss ends the run incomplete
     max_recoveries: int = 3
+    # how a decision reaches the job: `reactive`, one parallelism for every vertex (TaskManagers added
+    # or stopped); `per-vertex`, each vertex's own (the adaptive scheduler's resource requirements), for
+    # a policy that decides per vertex (docs/flink.md#per-vertex-parallelism)
+    parallelism: str = REACTIVE
     settings: Dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> Optional[Tuple[str, str]]:
@@ -158,6 +165,12 @@ class FlinkJobConfig:
                 return f"backend.flink.{key}", f"must be > 0, got {getattr(self, key)}"
         if self.max_recoveries < 0:
             return "backend.flink.max_recoveries", f"must be >= 0, got {self.max_recoveries}"
+        if self.parallelism not in PARALLELISM_MODES:
+            modes = ", ".join(PARALLELISM_MODES)
+            return "backend.flink.parallelism", f"must be one of {modes}, got {self.parallelism!r}"
+        if "scheduler" in self.settings:
+            return "backend.flink.settings.scheduler", ("follows backend.flink.parallelism (reactive: reactive, "
+                                                        "per-vertex: adaptive); set that instead")
         from testbed.flink.settings import FlinkSettingsError, from_mapping
 
         try:

@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
@@ -250,7 +250,9 @@ class FlinkCluster:
             return JobReading(self.now(), "NONE", 0, (), errors={"rest": str(e)})
 
     def _job_state(self, errors: Dict[str, str]) -> tuple:
-        status, parallelism, registered, vertices = "NONE", 0, (), ()  # type: tuple
+        status, parallelism = "NONE", 0
+        registered: Tuple[str, ...] = ()
+        vertices: Tuple[VertexState, ...] = ()
         try:
             registered = tuple(sorted(tm["id"] for tm in self._rest("/taskmanagers").get("taskmanagers", [])))
             job = self._rest(f"/jobs/{self.job_id}")

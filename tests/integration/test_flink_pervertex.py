@@ -1,7 +1,7 @@
 """Per-vertex parallelism on a real Apache Flink (`backend.flink.parallelism=per-vertex`,
 testbed/live/flink_vertex_engine.py, docs/flink.md#per-vertex-parallelism): the adaptive scheduler
 with each vertex's resource requirements set through the REST API. One short run of the
-daedalus_flink evaluation (the first 36 min of wc_sine in 30 s) starting with both scalable vertices
+daedalus_flink evaluation (the first 24 min of wc_sine in 20 s) starting with both scalable vertices
 at 2 on two TaskManagers; at its first decision the policy asks for the splitter at 1 and the counter
 at 1. Flink must run each vertex at what was asked (read back from the REST API), the TaskManager left
 without a task must be stopped, every sentence the schedule made due must be counted exactly once, and
@@ -26,7 +26,7 @@ from .test_live_run import config
 pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.slow, pytest.mark.usefixtures("cpu_hog")]
 
 RUN = ("evaluation=daedalus_flink", "evaluation.only=[ds2]", "backend.flink.parallelism=per-vertex",
-       "duration_min=36", "job.initial_parallelism=2", "reps=1", "summary=false")
+       "duration_min=24", "job.initial_parallelism=2", "reps=1", "summary=false")
 
 
 class Narrow(Policy):

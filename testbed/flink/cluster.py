@@ -1,6 +1,7 @@
-"""One Flink application cluster in reactive mode (docs/flink.md): a JobManager running the
-WordCount job, TaskManagers of one slot each started and stopped on demand (rescaling), metrics
-read from the REST API and each process's Prometheus endpoint.
+"""One Flink application cluster (docs/flink.md): a JobManager running the WordCount job,
+TaskManagers of one slot each started and stopped on demand, metrics read from the REST API and each
+process's Prometheus endpoint. In reactive mode the job runs in every slot there is; under the
+adaptive scheduler (`settings.scheduler`) each vertex at its resource requirement (`require`).
 
     with FlinkCluster(settings, schedule, work_dir) as cluster:
         cluster.start()                        # the JobManager; the job waits for a TaskManager
@@ -39,11 +40,11 @@ from testbed.flink.metrics import (
 from testbed.flink.processes import FlinkProcess, free_port
 from testbed.flink.schedule import RateSchedule
 from testbed.flink.settings import FLINK_VERSION, JOB_CLASS, FlinkSettings, FlinkSettingsError, flink_config
-from testbed.flink.vertices import requirements_body, vertex_of
+from testbed.flink.vertices import COUNTER, requirements_body, vertex_of
 from testbed.flink.work import WordCost, word_cost
 
 log = logging.getLogger(__name__)
-COUNT_VERTEX = "count"  # the counting vertex's name starts with this (chained with its sink)
+COUNT_VERTEX = COUNTER.prefix  # the counting vertex's name starts with this (chained with its sink)
 _LOG_FILES = ("log4j-console.properties", "logback-console.xml")
 
 

@@ -138,9 +138,10 @@ class LiveJobConfig:
 
 @dataclass
 class FlinkJobConfig:
-    """Job mode on a real Apache Flink in reactive mode (`backend=flink`, testbed/live/flink_job.py): one
-    TaskManager of one slot per worker. `settings` are the cluster's (testbed/flink/settings.py,
-    docs/flink.md#settings), validated by name when the config is loaded."""
+    """Job mode on a real Apache Flink (`backend=flink`, testbed/live/flink_job.py): one TaskManager of
+    one slot per worker, in reactive mode or, per vertex, under the adaptive scheduler (`parallelism`).
+    `settings` are the cluster's (testbed/flink/settings.py, docs/flink.md#settings), validated by name
+    when the config is loaded."""
 
     time_compression: float = 6.0  # f, as backend.live.job.time_compression
     # sentences/s one TaskManager counts at a busy time of 1 (measured: docs/flink.md): the workload is

@@ -19,6 +19,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from testbed.backend_registry import BackendSettings
 
+# backend.flink.parallelism: one parallelism for the job (reactive mode) or one per vertex
+REACTIVE, PER_VERTEX = "reactive", "per-vertex"
+PARALLELISM_MODES = (REACTIVE, PER_VERTEX)
+
 
 @dataclass
 class JobConfig:
@@ -137,9 +141,10 @@ class LiveJobConfig:
 
 @dataclass
 class FlinkJobConfig(BackendSettings):
-    """Job mode on a real Apache Flink in reactive mode (`backend=flink`, testbed/live/flink_job.py): one
-    TaskManager of one slot per worker. `settings` are the cluster's (testbed/flink/settings.py,
-    docs/flink.md#settings), validated by name when the config is loaded."""
+    """Job mode on a real Apache Flink (`backend=flink`, testbed/live/flink_job.py): one TaskManager of
+    one slot per worker, in reactive mode or, per vertex, under the adaptive scheduler (`parallelism`).
+    `settings` are the cluster's (testbed/flink/settings.py, docs/flink.md#settings), validated by name
+    when the config is loaded."""
 
     time_compression: float = 6.0  # f, as backend.live.job.time_compression
     # sentences/s one TaskManager counts at a busy time of 1 (measured: docs/flink.md): the workload is
@@ -149,6 +154,10 @@ class FlinkJobConfig(BackendSettings):
     # a TaskManager lost during the run (exited, or dropped by the JobManager) is replaced
     # (testbed/live/flink_job.py); after this many replacements the next loss ends the run incomplete
     max_recoveries: int = 3
+    # how a decision reaches the job: `reactive`, one parallelism for every vertex (TaskManagers added
+    # or stopped); `per-vertex`, each vertex's own (the adaptive scheduler's resource requirements), for
+    # a policy that decides per vertex (docs/flink.md#per-vertex-parallelism)
+    parallelism: str = REACTIVE
     settings: Dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> Optional[Tuple[str, str]]:
@@ -160,6 +169,12 @@ class FlinkJobConfig(BackendSettings):
                 return f"backend.flink.{key}", f"must be > 0, got {getattr(self, key)}"
         if self.max_recoveries < 0:
             return "backend.flink.max_recoveries", f"must be >= 0, got {self.max_recoveries}"
+        if self.parallelism not in PARALLELISM_MODES:
+            modes = ", ".join(PARALLELISM_MODES)
+            return "backend.flink.parallelism", f"must be one of {modes}, got {self.parallelism!r}"
+        if "scheduler" in self.settings:
+            return "backend.flink.settings.scheduler", ("follows backend.flink.parallelism (reactive: reactive, "
+                                                        "per-vertex: adaptive); set that instead")
         from testbed.flink.settings import FlinkSettingsError, from_mapping
 
         try:

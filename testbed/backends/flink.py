@@ -7,7 +7,7 @@ from typing import Any
 
 from testbed.arguments import ConfigError
 from testbed.backend_registry import Backend, RunInputs, register_backend
-from testbed.job_config import FlinkJobConfig
+from testbed.job_config import PER_VERTEX, FlinkJobConfig
 from testbed.run_result import RunResult
 
 
@@ -17,6 +17,8 @@ class Flink(Backend):
         problem = cfg.backend.flink.validate()
         if problem is not None:
             raise ConfigError(*problem)
+        if cfg.backend.flink.parallelism == PER_VERTEX:
+            check_per_vertex(cfg)
 
     def time_compression(self, cfg: Any) -> float:
         return float(cfg.backend.flink.time_compression)
@@ -25,3 +27,21 @@ class Flink(Backend):
         from testbed.live.flink_job import FlinkJobRun
 
         return FlinkJobRun(run.cfg, run.policy, run.pattern, run.run_id, run.run_dir).run()
+
+
+def check_per_vertex(cfg: Any) -> None:
+    """Per-vertex mode runs only policies that decide per vertex: ConfigError naming the key and the
+    first configuration whose policy decides one parallelism."""
+    from testbed.experiment import configurations
+    from testbed.policies.contract import decides_per_vertex
+    from testbed.policies.registry import policies
+
+    known = policies()
+    able = sorted(name for name, entry in known.items() if decides_per_vertex(entry.cls))
+    for conf in configurations(cfg):
+        entry = known.get(conf.policy)
+        if entry is not None and not decides_per_vertex(entry.cls):
+            raise ConfigError("backend.flink.parallelism", f"per-vertex needs a policy that decides each vertex's "
+                                                           f"parallelism ({', '.join(able)}); configuration "
+                                                           f"{conf.name!r} (policy {conf.policy}) decides one for the "
+                                                           f"whole job: use reactive, or evaluation.only=[...]")

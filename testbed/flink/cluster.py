@@ -1,6 +1,7 @@
-"""One Flink application cluster in reactive mode (docs/flink.md): a JobManager running the
-WordCount job, TaskManagers of one slot each started and stopped on demand (rescaling), metrics
-read from the REST API and each process's Prometheus endpoint.
+"""One Flink application cluster (docs/flink.md): a JobManager running the WordCount job,
+TaskManagers of one slot each started and stopped on demand, metrics read from the REST API and each
+process's Prometheus endpoint. In reactive mode the job runs in every slot there is; under the
+adaptive scheduler (`settings.scheduler`) each vertex at its resource requirement (`require`).
 
     with FlinkCluster(settings, schedule, work_dir) as cluster:
         cluster.start()                        # the JobManager; the job waits for a TaskManager
@@ -22,20 +23,28 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
 from testbed.flink import processes
 from testbed.flink.cgroups import CgroupError, ClusterCgroups, detect
-from testbed.flink.metrics import JobReading, MetricsFormatError, TaskManagerReading, parse_prometheus, read_taskmanager
+from testbed.flink.metrics import (
+    JobReading,
+    MetricsFormatError,
+    TaskManagerReading,
+    VertexState,
+    parse_prometheus,
+    read_taskmanager,
+)
 from testbed.flink.processes import FlinkProcess, free_port
 from testbed.flink.schedule import RateSchedule
 from testbed.flink.settings import FLINK_VERSION, JOB_CLASS, FlinkSettings, FlinkSettingsError, flink_config
+from testbed.flink.vertices import COUNTER, requirements_body, vertex_of
 from testbed.flink.work import WordCost, word_cost
 
 log = logging.getLogger(__name__)
-COUNT_VERTEX = "count"  # the counting vertex's name starts with this (chained with its sink)
+COUNT_VERTEX = COUNTER.prefix  # the counting vertex's name starts with this (chained with its sink)
 _LOG_FILES = ("log4j-console.properties", "logback-console.xml")
 
 
@@ -68,6 +77,7 @@ class FlinkCluster:
         self.cgroups: Optional[ClusterCgroups] = None  # the TaskManagers' CPU limits (mode cpu)
         self._next_tm = 1
         self._t0 = time.monotonic()
+        self.parallelism = 1  # the adaptive scheduler's initial parallelism (set by start)
 
     def __enter__(self) -> "FlinkCluster":
         return self
@@ -96,12 +106,14 @@ class FlinkCluster:
             (conf_dir / name).write_bytes((home / "conf" / name).read_bytes())
         defaults = yaml.safe_load((home / "conf" / "config.yaml").read_text()) or {}
         java_opts = defaults.get("env", {}).get("java", {}).get("opts", {}).get("all", "")
-        conf = flink_config(self.settings, self.work_dir, java_opts)
+        conf = flink_config(self.settings, self.work_dir, java_opts, self.parallelism)
         conf.update({key: str(port) for key, port in ports.items()})  # every process reads these
         (conf_dir / "config.yaml").write_text(yaml.safe_dump(conf, default_flow_style=False, sort_keys=True))
 
-    def start(self) -> None:
-        """The JobManager with the job (it waits for TaskManagers); returns once its REST API answers."""
+    def start(self, parallelism: int = 1) -> None:
+        """The JobManager with the job (it waits for TaskManagers); returns once its REST API answers.
+        `parallelism`: the adaptive scheduler's initial parallelism (reactive mode takes every slot)."""
+        self.parallelism = parallelism
         self._launch_jobmanager()
         self.wait_until(lambda r: "rest" not in r.errors, "the JobManager's REST API answers", read=self._rest_only)
 
@@ -212,6 +224,25 @@ class FlinkCluster:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.rest_port}{path}", timeout=3.0) as resp:
             return json.loads(resp.read().decode())
 
+    def require(self, parallelism: Mapping[str, int]) -> None:
+        """Sets the vertices' parallelism (the adaptive scheduler's resource requirements; by the
+        policy's vertex names, testbed/flink/vertices.py). FlinkClusterError if Flink refuses it."""
+        job = self._rest(f"/jobs/{self.job_id}")
+        ids = {v.name: str(x["id"]) for x in job.get("vertices", []) if (v := vertex_of(str(x.get("name", ""))))}
+        body = json.dumps(requirements_body(ids, parallelism)).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.rest_port}/jobs/{self.job_id}/resource-requirements",
+                                         data=body, method="PUT", headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=5.0):
+                pass
+        except urllib.error.HTTPError as e:
+            raise FlinkClusterError(f"Flink refused the resource requirements {dict(parallelism)}: HTTP {e.code} "
+                                    f"{e.read().decode(errors='replace')[:300]}") from None
+
+    def requirements(self) -> dict:
+        """The job's resource requirements as Flink holds them (GET), per vertex id."""
+        return self._rest(f"/jobs/{self.job_id}/resource-requirements")
+
     def _rest_only(self) -> JobReading:
         try:
             self._rest("/config")
@@ -220,20 +251,24 @@ class FlinkCluster:
             return JobReading(self.now(), "NONE", 0, (), errors={"rest": str(e)})
 
     def _job_state(self, errors: Dict[str, str]) -> tuple:
-        status, parallelism, registered = "NONE", 0, ()
+        status, parallelism = "NONE", 0
+        registered: Tuple[str, ...] = ()
+        vertices: Tuple[VertexState, ...] = ()
         try:
             registered = tuple(sorted(tm["id"] for tm in self._rest("/taskmanagers").get("taskmanagers", [])))
             job = self._rest(f"/jobs/{self.job_id}")
             status = job.get("state", "NONE")
-            for v in job.get("vertices", []):
-                if v.get("name", "").startswith(COUNT_VERTEX) and v.get("status") == "RUNNING":
-                    parallelism = int(v.get("parallelism", 0))
+            vertices = tuple(VertexState(str(v.get("id", "")), str(v.get("name", "")), int(v.get("parallelism", 0)),
+                                         str(v.get("status", ""))) for v in job.get("vertices", []))
+            for v in vertices:
+                if v.name.startswith(COUNT_VERTEX) and v.status == "RUNNING":
+                    parallelism = v.parallelism
         except urllib.error.HTTPError as e:
             if e.code != 404:  # 404: the job does not exist yet
                 errors["rest"] = str(e)
         except (OSError, ValueError) as e:
             errors["rest"] = str(e)
-        return status, parallelism, registered
+        return status, parallelism, registered, vertices
 
     def _scrape(self, proc: FlinkProcess, errors: Dict[str, str]):
         try:
@@ -252,11 +287,11 @@ class FlinkCluster:
     def read(self) -> JobReading:
         """The job's status and parallelism (REST) and every live TaskManager's metrics."""
         errors: Dict[str, str] = {}
-        status, parallelism, registered = self._job_state(errors)
+        status, parallelism, registered, vertices = self._job_state(errors)
         tms = [self._with_cgroup(r) for r in (self._scrape(p, errors) for p in list(self.taskmanagers.values()))
                if r is not None]
         source = next((tm.source for tm in tms if tm.source is not None), None)
-        return JobReading(self.now(), status, parallelism, registered, tuple(tms), source, errors)
+        return JobReading(self.now(), status, parallelism, registered, tuple(tms), source, errors, vertices)
 
     def _check_alive(self, what: str) -> None:
         """FlinkClusterError if a process exited that nobody stopped (with its log's last line)."""

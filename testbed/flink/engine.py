@@ -1,10 +1,11 @@
-"""What a job-mode run asks of a reactive-mode Flink cluster, so that the job loop's Flink engine
+"""What a job-mode run asks of a Flink cluster (reactive mode, or the adaptive scheduler with each
+vertex's parallelism set), so that the job loop's Flink engine
 (testbed/live/flink_job_engine.py) runs against a real cluster or, in unit tests, against a fake one:
 start at n TaskManagers, read the job, add or remove one TaskManager, which are ours, which exited
 without being asked, stop everything. The clock comes from the job loop (testbed/job/engine.py)."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Protocol
+from typing import Dict, List, Mapping, Optional, Protocol
 
 from testbed.flink.cluster import FlinkCluster, last_error
 from testbed.flink.metrics import JobReading
@@ -13,12 +14,16 @@ JOBMANAGER = "jobmanager"
 
 
 class Engine(Protocol):
-    """A reactive-mode Flink job whose parallelism is the number of its TaskManagers."""
+    """A Flink job on TaskManagers of one slot: in reactive mode its parallelism is their number, under
+    the adaptive scheduler each vertex's is what its requirement and the slots allow."""
 
     def start(self, n: int) -> None:
         """The JobManager with the job and n TaskManagers (returns before they have registered)."""
 
     def read(self) -> JobReading: ...
+
+    def require(self, parallelism: Mapping[str, int]) -> None:
+        """Adaptive scheduler: sets each vertex's parallelism (its resource requirements)."""
 
     def add(self) -> str:
         """Starts one TaskManager; returns its name (its resource id)."""
@@ -49,12 +54,15 @@ class ClusterEngine:
         self.cluster = cluster
 
     def start(self, n: int) -> None:
-        self.cluster.start()
+        self.cluster.start(n)
         for _ in range(n):
             self.cluster.add_taskmanager()
 
     def read(self) -> JobReading:
         return self.cluster.read()
+
+    def require(self, parallelism: Mapping[str, int]) -> None:
+        self.cluster.require(parallelism)
 
     def add(self) -> str:
         return self.cluster.add_taskmanager()

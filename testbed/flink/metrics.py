@@ -15,6 +15,8 @@ TM_CPU_LOAD = "flink_taskmanager_Status_JVM_CPU_Load"
 TM_CPU_TIME = "flink_taskmanager_Status_JVM_CPU_Time"
 TM_HEAP_USED = "flink_taskmanager_Status_JVM_Memory_Heap_Used"
 TASK_BUSY = "flink_taskmanager_job_task_busyTimeMsPerSecond"
+TASK_RECORDS_IN = "flink_taskmanager_job_task_numRecordsIn"
+TASK_RECORDS_OUT = "flink_taskmanager_job_task_numRecordsOut"
 OP_RECORDS_IN = "flink_taskmanager_job_task_operator_numRecordsIn"
 SOURCE_PENDING = "flink_taskmanager_job_task_operator_pendingRecords"
 SOURCE_SCHEDULED = "flink_taskmanager_job_task_operator_scheduledRecords"
@@ -93,6 +95,18 @@ class SubtaskReading:
 
 
 @dataclass(frozen=True)
+class TaskReading:
+    """One subtask of any vertex (its task: the operators chained in it), for per-vertex rates."""
+
+    task: str  # the task's name as the reporter labels it (e.g. `split`, `count -> ...`)
+    subtask: int
+    attempt: str
+    records_in: float  # records the task took in (this attempt)
+    records_out: float  # records it sent downstream (this attempt)
+    busy_ms_per_s: float  # NaN: not reported
+
+
+@dataclass(frozen=True)
 class SourceReading:
     scheduled: float  # records due by the schedule so far
     emitted: float  # records emitted (after a restart: from the checkpoint on)
@@ -114,6 +128,7 @@ class TaskManagerReading:
     # mode cpu: the TaskManager cgroup's CPU time and the time its quota held it back, so far
     cgroup_cpu_s: Optional[float] = None
     cgroup_throttled_s: Optional[float] = None
+    tasks: Tuple[TaskReading, ...] = ()  # every subtask it runs, of every vertex
 
 
 def read_taskmanager(name: str, samples: List[Sample]) -> TaskManagerReading:
@@ -123,7 +138,17 @@ def read_taskmanager(name: str, samples: List[Sample]) -> TaskManagerReading:
         name=name, cpu_load=first(samples, TM_CPU_LOAD),
         cpu_time_s=None if cpu_time is None else cpu_time / 1e9,
         heap_used_mb=None if heap is None else heap / 2 ** 20,
-        subtasks=tuple(_subtasks(samples)), source=_source(samples))
+        subtasks=tuple(_subtasks(samples)), source=_source(samples), tasks=tuple(_tasks(samples)))
+
+
+def _tasks(samples: List[Sample]) -> Iterable[TaskReading]:
+    """Every subtask with a records-in counter, with its records out and busy time."""
+    for s in select(samples, TASK_RECORDS_IN):
+        on = {k: s.labels[k] for k in ("task_name", "subtask_index", "task_attempt_id") if k in s.labels}
+        yield TaskReading(task=s.labels.get("task_name", ""), subtask=int(s.labels.get("subtask_index", "0")),
+                          attempt=s.labels.get("task_attempt_id", ""), records_in=s.value,
+                          records_out=first(samples, TASK_RECORDS_OUT, **on) or 0.0,
+                          busy_ms_per_s=_nan(first(samples, TASK_BUSY, **on)))
 
 
 def _subtasks(samples: List[Sample]) -> Iterable[SubtaskReading]:
@@ -158,6 +183,16 @@ def _nan(value: Optional[float]) -> float:
 
 
 @dataclass(frozen=True)
+class VertexState:
+    """A job vertex as the REST API shows it (GET /jobs/:jobid)."""
+
+    id: str
+    name: str
+    parallelism: int  # what it runs at (or will, once scheduled)
+    status: str
+
+
+@dataclass(frozen=True)
 class JobReading:
     """One look at the whole job: REST status and parallelism, the TaskManagers' metrics."""
 
@@ -168,6 +203,7 @@ class JobReading:
     taskmanagers: Tuple[TaskManagerReading, ...] = ()
     source: Optional[SourceReading] = None
     errors: Dict[str, str] = field(default_factory=dict)  # endpoint -> why it could not be read
+    vertices: Tuple[VertexState, ...] = ()  # every vertex of the job (empty before it exists)
 
     def counted(self) -> float:
         """Words in the keyed state over every subtask."""

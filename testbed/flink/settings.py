@@ -23,6 +23,9 @@ MIN_CPU_LIMIT = 0.01  # cores: a quota of 1 ms per 100 ms period, the kernel's l
 # busyTimeMsPerSecond, what Flink's own autoscaler reads), or the TaskManager's cgroup CPU time over
 # its limit (what a pod's CPU utilisation is to Kubernetes' metrics, the cpu mode's only)
 CPU_READINGS = ("busy", "cgroup")
+# reactive: every vertex runs at the number of slots (TaskManagers); adaptive: each vertex at the
+# parallelism its resource requirements allow (set per vertex through the REST API), in the slots there are
+SCHEDULERS = ("reactive", "adaptive")
 
 
 class FlinkSettingsError(ValueError):
@@ -50,6 +53,7 @@ class FlinkSettings:
     restart_delay_s: float = 1.0  # fixed-delay restart strategy after a failure
     buffer_timeout_ms: float = 100.0  # a network buffer is sent at the latest after this (Flink's default)
     stop_mode: str = "graceful"  # how stop_taskmanager ends a TaskManager: graceful | kill
+    scheduler: str = "reactive"  # reactive | adaptive (per-vertex parallelism by resource requirements)
     start_timeout_s: float = 180.0  # a process must answer (REST up, TaskManager registered) within this
     stop_timeout_s: float = 30.0  # a graceful stop waits this long before SIGKILL
     # the WordCount job (WordCountJob.java)
@@ -88,6 +92,8 @@ class FlinkSettings:
         if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
             raise FlinkSettingsError("heartbeat_timeout_s", f"must exceed heartbeat_interval_s "
                                      f"({self.heartbeat_interval_s:g}), got {self.heartbeat_timeout_s:g}")
+        if self.scheduler not in SCHEDULERS:
+            raise FlinkSettingsError("scheduler", f"must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
         if self.stop_mode not in STOP_MODES:
             raise FlinkSettingsError("stop_mode", f"must be one of {', '.join(STOP_MODES)}, got {self.stop_mode!r}")
         if self.jm_memory_mb < 512 or self.tm_memory_mb < 512:
@@ -171,8 +177,10 @@ def _non_negative(key: str, value: float) -> None:
         raise FlinkSettingsError(key, f"must be >= 0, got {value:g}")
 
 
-def flink_config(s: FlinkSettings, work_dir: Path, java_opts: str) -> Dict[str, str]:
-    """The cluster's config.yaml (flat keys); per-process ports are passed as -D options."""
+def flink_config(s: FlinkSettings, work_dir: Path, java_opts: str, parallelism: int = 1) -> Dict[str, str]:
+    """The cluster's config.yaml (flat keys); per-process ports are passed as -D options. `parallelism`:
+    the adaptive scheduler's initial parallelism of every vertex but the source (reactive mode takes
+    every slot there is instead)."""
     tmp = str((work_dir / "tmp").resolve())
     conf = {
         # every process's scratch files (the RPC system's jar, the blob and shuffle directories) in
@@ -196,7 +204,7 @@ def flink_config(s: FlinkSettings, work_dir: Path, java_opts: str) -> Dict[str, 
         "taskmanager.memory.managed.size": "0m",
         "taskmanager.memory.jvm-metaspace.size": "160m",
         "taskmanager.memory.jvm-overhead.min": "128m",
-        "scheduler-mode": "reactive",
+        **_scheduler(s, parallelism),
         "jobmanager.adaptive-scheduler.submission.resource-stabilization-timeout": _ms(s.stabilization_s),
         "jobmanager.adaptive-scheduler.executing.resource-stabilization-timeout": _ms(s.stabilization_s),
         "jobmanager.adaptive-scheduler.executing.cooldown-after-rescaling": _ms(s.cooldown_s),
@@ -218,6 +226,14 @@ def flink_config(s: FlinkSettings, work_dir: Path, java_opts: str) -> Dict[str, 
     if s.rescale_max_delay_s is not None:
         conf["jobmanager.adaptive-scheduler.rescale-trigger.max-delay"] = _ms(s.rescale_max_delay_s)
     return conf
+
+
+def _scheduler(s: FlinkSettings, parallelism: int) -> Dict[str, str]:
+    if s.scheduler == "reactive":
+        return {"scheduler-mode": "reactive"}
+    # the adaptive scheduler runs each vertex at most at its requirement's upper bound; the job is
+    # submitted at `parallelism` and its requirements are changed through the REST API
+    return {"jobmanager.scheduler": "adaptive", "parallelism.default": str(parallelism)}
 
 
 def _ms(seconds: float) -> str:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Protocol
+from typing import Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
 
 from testbed.job.ledger import Change
+from testbed.policies.job_inputs import JobSnapshot, VertexSnapshot
 
 
 @dataclass(frozen=True)
@@ -111,3 +112,19 @@ class JobEngine(Protocol):
 
     def stop(self) -> None:
         """Stops everything the engine started."""
+
+
+class VertexEngine(JobEngine, Protocol):
+    """A job engine that sets each vertex's parallelism (per-vertex mode); its workers are the slots
+    that the largest vertex needs."""
+
+    def scalable(self) -> Tuple[str, ...]:
+        """The vertices whose parallelism may be set."""
+
+    def vertex_snapshot(self, k: int, job: JobSnapshot) -> VertexSnapshot:
+        """The policy's per-vertex input at the end of second k, around the job's window `job`; each
+        vertex's parallelism is what runs, as read back."""
+
+    def rescale_vertices(self, k: int, targets: Dict[str, int]) -> Optional[int]:
+        """Sets every scalable vertex's parallelism after second k (the slots started first);
+        returns the rescale's row in the ledger."""

@@ -59,13 +59,16 @@ class JobLedger:
     recovering: Optional[int] = None  # a rescale whose lag has not come back yet
     replayed: float = 0.0  # items the engine processed or emitted again after restarts, so far
 
-    def record(self, t: float, kind: str, reason: str, instance: Optional[str] = None) -> None:
-        self.records.append(ActionRecord(t, kind, JOB_OPERATOR, instance, None, None, reason))
+    def record(self, t: float, kind: str, reason: str, instance: Optional[str] = None,
+               operator: str = JOB_OPERATOR) -> None:
+        self.records.append(ActionRecord(t, kind, operator, instance, None, None, reason))
 
     def decision(self, t: float, actions: Sequence[Action]) -> None:
-        """A controller's rescale, one record per worker it adds or removes."""
+        """A controller's rescale, one record per worker (per-vertex mode: per subtask of a vertex) it
+        adds or removes."""
         for a in actions:
-            self.record(t, a.kind, a.reason, a.instance if isinstance(a, ScaleDown) else None)
+            operator = getattr(a, "operator", JOB_OPERATOR)
+            self.record(t, a.kind, a.reason, a.instance if isinstance(a, ScaleDown) else None, operator)
 
     def open_rescale(self, t_s: float, from_n: int, to_n: int, lag_before: float, capacity_before: float,
                      capacity_after: float, downtime_s: float = math.nan, replayed: int = 0) -> int:

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, cast
 
 import numpy as np
 
-from testbed.job.engine import Clock, JobEngine, Loss, Second
+from testbed.job.engine import Clock, JobEngine, Loss, Second, VertexEngine
 from testbed.job.inputs import job_snapshot
 from testbed.job.ledger import Change, JobLedger, Recovery
 from testbed.job.series import JobSeries
 from testbed.policies.contract import Policy
-from testbed.policies.scaling import job_rescale
+from testbed.policies.job_inputs import JobSnapshot
+from testbed.policies.scaling import job_rescale, vertex_rescale
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ class LoopSettings:
     # an engine whose changes block while its rows go on (a restart that returns once the job runs
     # again): the decisions that fell due meanwhile are skipped, the next is taken on the latest row
     skip_missed_decisions: bool = False
+    # the engine sets each vertex's parallelism (a VertexEngine) and the policy decides per vertex
+    # (`decide_vertices`); the workers are then the slots the largest vertex needs
+    per_vertex: bool = False
 
 
 def _quiet(message: str) -> None:
@@ -175,17 +179,37 @@ class JobLoop:
         s, engine = self.settings, self.engine
         n = engine.parallelism()
         snap = job_snapshot(self.series, k, n, s.top, s.checkpoint_s, s.window_s, engine.ready(float(k + 1)))
+        if s.per_vertex:
+            self._decide_vertices(k, snap)
+            return
         rescale = job_rescale(n, self.policy.decide_job(snap), s.top)
         if rescale is None or self.ledger.pending is not None:
             return  # no change, or the job is still changing
         target, actions = rescale
         self.ledger.decision(float(k + 1), actions)
-        row = engine.rescale(k, target)
+        self._begin(k, target, engine.rescale(k, target), target > n)
+
+    def _decide_vertices(self, k: int, snap: JobSnapshot) -> None:
+        """Per-vertex mode: the policy's target per vertex, set on the engine as one change whose
+        workers are the slots of the largest vertex."""
+        engine = cast(VertexEngine, self.engine)
+        vertices = engine.vertex_snapshot(k, snap)
+        change = vertex_rescale(vertices.parallelism(), self.policy.decide_vertices(vertices), self.settings.top,
+                                engine.scalable())
+        if change is None or self.ledger.pending is not None:
+            return
+        targets, actions = change
+        self.ledger.decision(float(k + 1), actions)
+        n = engine.parallelism()
+        self._begin(k, max(targets.values()), engine.rescale_vertices(k, targets), max(targets.values()) > n)
+
+    def _begin(self, k: int, target: int, row: Optional[int], starts: bool) -> None:
+        """A change toward `target` workers is under way (`row`: its row of the rescales table)."""
         self._skip_missed()
         began = self.now()
         self.ledger.pending = self.ledger.last_change = Change(
-            target, float(k + 1), began, began + engine.change_bound_s(), self.ledger.replayed, rescale=row,
-            starts=target > n)
+            target, float(k + 1), began, began + self.engine.change_bound_s(), self.ledger.replayed, rescale=row,
+            starts=starts)
 
     def _skip_missed(self) -> None:
         """After a change that blocked: the decisions due until now are not taken."""

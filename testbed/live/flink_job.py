@@ -51,16 +51,18 @@ from testbed.job.engine import Clock, MonotonicClock
 from testbed.job.ledger import JobLedger, Recovery
 from testbed.job.loop import JobLoop, LoopSettings
 from testbed.job.tables import job_tables
+from testbed.job_config import PER_VERTEX
 from testbed.live.flink_job_engine import FlinkJobEngine
+from testbed.live.flink_vertex_engine import FlinkVertexEngine
 from testbed.live.job_compression import compress_rates
 from testbed.policies.contract import Policy
 from testbed.run_result import RunResult, verdict
 
 EngineFactory = Callable[[FlinkSettings, RateSchedule], Engine]
 DRAIN_POLL_S = 0.5
-# how a controller's decision reaches the job: one parallelism for every vertex, by TaskManagers of one
-# slot added or stopped under reactive mode (per-vertex parallelism would need the adaptive scheduler's
-# resource requirements, which reactive mode refuses)
+# how a controller's decision reaches the job by default: one parallelism for every vertex, by
+# TaskManagers of one slot added or stopped under reactive mode (backend.flink.parallelism=reactive);
+# per-vertex mode is testbed/live/flink_vertex_engine.py
 PARALLELISM_MODE = {"mode": "job", "scheduler": "reactive"}
 
 
@@ -117,8 +119,11 @@ class FlinkJobRun:
         self.make_engine = engine or self._cluster
         self.clock = clock or MonotonicClock()
         # the job's checkpoint interval is the config's (compressed with the run's other times)
-        self.settings: FlinkSettings = dataclasses.replace(from_mapping(self.flink.settings),
-                                                           checkpoint_s=float(cfg.job.checkpoint_s))
+        self.per_vertex = self.flink.parallelism == PER_VERTEX
+        # per-vertex mode needs the adaptive scheduler (reactive mode refuses resource requirements)
+        self.settings: FlinkSettings = dataclasses.replace(
+            from_mapping(self.flink.settings), checkpoint_s=float(cfg.job.checkpoint_s),
+            scheduler="adaptive" if self.per_vertex else "reactive")
         self.wps = self.settings.words_per_sentence
         self.duration = int(round(cfg.duration_min * 60.0))  # run seconds (the config is compressed already)
         self.top = self.job.max_scaleout
@@ -179,11 +184,13 @@ class FlinkJobRun:
         """The JobManager and the initial TaskManagers; returns the first reading at that parallelism."""
         start = self.policy.initial_parallelism(self.top)
         n0 = int(start or self.job.initial_parallelism)
-        job_engine = self.job_engine = FlinkJobEngine(engine, self.settings, self.flink.tm_rate, self.top,
-                                                      self.ledger, self.clock, self.now)
+        kind = FlinkVertexEngine if self.per_vertex else FlinkJobEngine
+        job_engine = self.job_engine = kind(engine, self.settings, self.flink.tm_rate, self.top, self.ledger,
+                                            self.clock, self.now)
         settings = LoopSettings(duration=self.duration, top=self.top, window_s=self.job.window_s,
                                 checkpoint_s=self.job.checkpoint_s, max_recoveries=self.flink.max_recoveries,
-                                recoveries_key="backend.flink.max_recoveries", noun="TaskManager")
+                                recoveries_key="backend.flink.max_recoveries", noun="TaskManager",
+                                per_vertex=self.per_vertex)
         self.loop = JobLoop(job_engine, self.policy, settings, self.clock, self.ledger, say=self._say)
         self.loop.start(n0)
         assert job_engine.cur is not None
@@ -237,11 +244,17 @@ class FlinkJobRun:
                     "items": accounting.scheduled, "unprocessed_at_end": accounting.pending, "flink": True},
             "accounting": accounting.as_dict(), "flink": record,
             "recoveries": [_recovery(r) for r in self.ledger.recoveries], "given_up": self.ledger.given_up,
-            "time_compression": self.flink.time_compression, "parallelism": PARALLELISM_MODE}
+            "time_compression": self.flink.time_compression, "parallelism": self._mode()}
         controller = self.policy.run_details()
         if controller is not None:
             details["controller"] = controller
         return details
+
+
+    def _mode(self) -> Dict[str, Any]:
+        """details.parallelism: reactive (one parallelism), or per vertex with what each ran at."""
+        engine = self.job_engine
+        return engine.mode_record() if isinstance(engine, FlinkVertexEngine) else dict(PARALLELISM_MODE)
 
 
 def _recovery(r: Recovery) -> Dict[str, Any]:

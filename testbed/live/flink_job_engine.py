@@ -125,14 +125,22 @@ class FlinkJobEngine:
         arrivals = self._arrivals(cur)
         backlog = cur.backlog(self.wps)
         self.lag = backlog if math.isfinite(backlog) else self.lag
-        up = _runs_at(cur, self.n)
+        up = self.runs_as_deployed(cur)
         if up and not self.up:
             self.up_since = float(k)
         self.up = up
         self._latency(k, prev, cur)
         self.prev = cur
         return Second(arrivals=arrivals, thr=thr, cpu=cpu, lag=self.lag, uptime=k + 1.0 - self.up_since if up else 0.0,
-                      parallel=self.n, running=min(cur.parallelism, self.n) if cur.status == "RUNNING" else 0)
+                      parallel=self.n, running=self.running(cur))
+
+    def runs_as_deployed(self, cur: JobReading) -> bool:
+        """The job runs at what was deployed (reactive mode: its parallelism is the TaskManagers')."""
+        return _runs_at(cur, self.n)
+
+    def running(self, cur: JobReading) -> int:
+        """The workers the job runs on now."""
+        return min(cur.parallelism, self.n) if cur.status == "RUNNING" else 0
 
     def _utilisation(self, r: JobRates) -> Mapping[str, float]:
         """Per TaskManager, the CPU utilisation the controllers read (`cpu_reading`)."""

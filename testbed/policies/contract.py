@@ -8,6 +8,9 @@ Both backends and both modes call the hooks directly; a policy overrides the one
 * `decide_job(snapshot)`: job mode (testbed/sim/job.py, testbed/live/job.py), every `interval_s`
   seconds: a `ScaleTo` of the job operator, or nothing. Default: none (the job keeps its workers).
 * `interval_s`: job mode's decision interval; None: `decide_job` is never called.
+* `decide_vertices(snapshot)`: job mode on an engine that sets each vertex's parallelism (Flink's
+  adaptive scheduler), every `interval_s`: a `ScaleTo` per vertex to change, or nothing. Only a
+  policy that overrides it can run in that mode (`decides_per_vertex`).
 * `initial_deployment(snapshot)`: the deployment at t = 0, called until it returns nothing (so a
   policy may lease hosts first and place instances on them next). Default None: the deployment
   every run starts from (testbed/policies/base.py).
@@ -30,7 +33,7 @@ from dataclasses import MISSING, Field, field, fields
 from typing import Any, Dict, List, Optional, Tuple
 
 from testbed.model import Action, Snapshot
-from testbed.policies.job_inputs import JobSnapshot
+from testbed.policies.job_inputs import JobSnapshot, VertexSnapshot
 
 TIME = "testbed.time"  # field metadata key: the field is a time in seconds
 
@@ -63,6 +66,9 @@ class Policy:
     def decide_job(self, snapshot: JobSnapshot) -> List[Action]:
         return []
 
+    def decide_vertices(self, snapshot: VertexSnapshot) -> List[Action]:
+        return []
+
     def initial_deployment(self, snapshot: Snapshot) -> Optional[List[Action]]:
         return None
 
@@ -74,3 +80,8 @@ class Policy:
 
     def run_details(self) -> Optional[Dict[str, Any]]:
         return None
+
+
+def decides_per_vertex(cls: Any) -> bool:
+    """Whether a policy class decides each vertex's parallelism (overrides `decide_vertices`)."""
+    return isinstance(cls, type) and getattr(cls, "decide_vertices", None) is not Policy.decide_vertices

@@ -25,7 +25,12 @@ by the source's arrivals: DS2 degenerates to pi = ceil(arrival rate / (true rate
 true rate per worker being the items all workers processed over their busy CPU-seconds, divided by
 the workers measured. There is nothing to combine: with one parallelism for the whole job, the
 per-operator results of the paper collapse into the one vertex, whose rate is the pipeline's (the
-slowest stage's share of each worker's CPU is inside the worker's busy time)."""
+slowest stage's share of each worker's CPU is inside the worker's busy time).
+
+Per-vertex mode (an engine that sets each vertex's parallelism: Flink's adaptive scheduler): the
+paper's model as in operator mode, over the job's vertices: each subtask's records in over its busy
+seconds, each vertex's records out over its records in along its one outgoing edge, the source at
+its arrival rate; every scalable vertex gets its own parallelism."""
 from __future__ import annotations
 
 import math
@@ -40,7 +45,7 @@ from testbed.placement.first_fit import FirstFit
 from testbed.plan import Plan
 from testbed.policies.contract import Policy, time_field
 from testbed.policies.ds2_core import Edge, Estimate, InstanceWindow, VertexWindow, optimal_parallelism
-from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
+from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot, VertexSeries, VertexSnapshot
 from testbed.policies.registry import register_policy
 from testbed.policies.scaling import realise, target_of
 
@@ -142,6 +147,43 @@ class Ds2Policy(Policy):
             return []
         self.rescaled(s.t)
         return [target]
+
+
+    def decide_vertices(self, s: VertexSnapshot) -> List[Action]:
+        job = s.job
+        if not self.due(job.t, float(job.uptime[-1]) if len(job.uptime) else 0.0):
+            return []
+        k = max(1, int(round(self.params.policy_interval_s)))
+        source = s.vertices[0].name
+        downstream = {u: d for u, d in s.edges}
+        windows = [vertex_window(v, k, downstream.get(v.name)) for v in s.vertices[1:]]
+        arrivals = np.asarray(job.workload[-k:], dtype=float)
+        rate = float(arrivals.mean()) if arrivals.size else 0.0
+        estimates = self.estimate(windows, list(s.edges), {e: rate for e in s.edges if e[0] == source})
+        actions: List[Action] = []
+        for v in s.vertices:
+            e = estimates.get(v.name)
+            if not v.scalable or e is None:
+                continue
+            target = target_of(v.name, v.parallelism, None if e.n is None else min(e.n, job.max_scaleout), reason(e))
+            if target is not None:
+                actions.append(target)
+        if actions:
+            self.rescaled(job.t)
+        return actions
+
+
+def vertex_window(v: VertexSeries, k: int, downstream: Optional[str]) -> VertexWindow:
+    """A vertex over its last k seconds: per subtask slot that ran, the records it took in and its busy
+    seconds (seconds a slot did not run count for neither), and what it pushed downstream."""
+    busy, records, out = v.busy[-k:], v.records_in[-k:], v.records_out[-k:]
+    instances, pushed = [], 0.0
+    for j in range(busy.shape[1]):
+        running = np.isfinite(busy[:, j])
+        if running.any():
+            instances.append(InstanceWindow(float(records[running, j].sum()), float(busy[running, j].sum())))
+            pushed += float(out[running, j].sum())
+    return VertexWindow(v.name, v.parallelism, tuple(instances), {downstream: pushed} if downstream else {}, float(k))
 
 
 def operator_windows(snapshot: Snapshot) -> List[VertexWindow]:

@@ -17,6 +17,11 @@ What the testbed measures in place of Flink's metrics:
 * a source's target rate: job mode the arrival rate (which is what upstream's records in plus the
   lag's growth add up to); operator mode the items the sources sent along its edges;
 * key groups: job mode the job is keyed; operator mode a stateful operator is taken as keyed.
+
+Per-vertex mode (Flink's adaptive scheduler, what upstream drives): the job's scalable vertices in
+topological order, each with its subtasks' busy time and records in; the first takes the source's
+arrivals and lag (the source itself, of parallelism 1, is not scaled), each later one its upstream's
+records out; a keyed vertex is aligned to the key groups.
 """
 from __future__ import annotations
 
@@ -43,7 +48,7 @@ from testbed.policies.flink_autoscaler_core import (
     expected_rate,
     joint,
 )
-from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot
+from testbed.policies.job_inputs import JOB_OPERATOR, JobSnapshot, VertexSnapshot
 from testbed.policies.registry import register_policy
 from testbed.policies.scaling import realise
 
@@ -292,6 +297,38 @@ class FlinkAutoscalerPolicy(Policy):
             busy = aggregate(list(cpus[:, i]) if cpus.size else [], self.params.busy_time_aggregator)
             # the lag is known now only; the window's newest sample is what the decision reads
             self.collect(JOB_OPERATOR, Sample(float(t), float(thr[i]), busy, float(s.workload[i]), (), s.lag))
+
+    # -- per-vertex mode -------------------------------------------------------------------------
+
+    def decide_vertices(self, s: VertexSnapshot) -> List[Action]:
+        self.collect_vertices(s)
+        scalable = [v for v in s.vertices if v.scalable]
+        chosen = self.changes(s.job.t, [v.name for v in scalable], {v.name: v.parallelism for v in scalable},
+                              {v.name: v.keyed for v in scalable}, top=s.job.max_scaleout)
+        return [ScaleTo(v, c.new, reason(v, c)) for v, c in chosen.items()]
+
+    def collect_vertices(self, s: VertexSnapshot) -> None:
+        """Each new second of the window once the job has been up for the stabilisation interval."""
+        job = s.job
+        scalable = {v.name for v in s.vertices if v.scalable}
+        upstream = {d: u for u, d in s.edges}
+        for i, t in enumerate(job.seconds):
+            if t <= self.seen_t:
+                continue
+            self.seen_t = float(t)
+            if job.uptime[i] == 0 and t > self.rescaled_at:
+                self.restart_s = (self.restart_s or 0.0) + 1.0
+            if job.uptime[i] < self.params.stabilization_s or t <= self.rescaled_at:
+                continue
+            for v in s.vertices:
+                if v.name not in scalable:
+                    continue
+                u = upstream.get(v.name)
+                fed = u is not None and u in scalable
+                edges = ((u, float(np.nansum(s.vertex(u).records_out[i]))),) if fed and u is not None else ()
+                self.collect(v.name, Sample(float(t), float(np.nansum(v.records_in[i])),
+                                            aggregate(list(v.busy[i]), self.params.busy_time_aggregator),
+                                            0.0 if fed else float(job.workload[i]), edges, 0.0 if fed else job.lag))
 
     # -- operator mode ---------------------------------------------------------------------------
 

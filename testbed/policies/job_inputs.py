@@ -1,10 +1,11 @@
 """What a whole-job autoscaler sees in job mode (docs/papers/daedalus.md#mapping): the job's
 window of 1 s samples. testbed/job/inputs.py builds it from every engine's series; the job-mode
-controllers (Daedalus, HPA, DS2, ...) read it."""
+controllers (Daedalus, HPA, DS2, ...) read it. Per-vertex mode (an engine that sets each vertex's
+parallelism) adds each vertex's window: `VertexSnapshot`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Dict, Mapping, Tuple
 
 import numpy as np
 
@@ -29,3 +30,33 @@ class JobSnapshot:
         if not self.throughput:
             return np.zeros(len(self.seconds))
         return np.sum([v for v in self.throughput.values()], axis=0)
+
+
+@dataclass(frozen=True)
+class VertexSeries:
+    """One vertex of the job over the window (per-vertex mode): per second and subtask slot (max
+    scale-out wide) the records it took in and its busy fraction (NaN: that subtask did not run)."""
+
+    name: str
+    parallelism: int  # the subtasks it runs now, as read back from the engine
+    scalable: bool
+    keyed: bool  # a keyed input: its parallelism is aligned to the key groups
+    records_in: np.ndarray  # (seconds, slots)
+    records_out: np.ndarray  # (seconds, slots): records it sent downstream
+    busy: np.ndarray  # (seconds, slots)
+
+
+@dataclass(frozen=True)
+class VertexSnapshot:
+    """What a per-vertex autoscaler sees (testbed/flink/vertices.py names the vertices): the job's
+    window and each vertex's. The source's arrivals and lag are the job's."""
+
+    job: JobSnapshot
+    vertices: Tuple[VertexSeries, ...]  # topological order; the first is the source
+    edges: Tuple[Tuple[str, str], ...]
+
+    def vertex(self, name: str) -> VertexSeries:
+        return next(v for v in self.vertices if v.name == name)
+
+    def parallelism(self) -> Dict[str, int]:
+        return {v.name: v.parallelism for v in self.vertices}

@@ -5,10 +5,10 @@ Operator mode: new instances go where the placement strategy says (leasing hosts
 surplus ones are the newest; the policy's plan is updated, so later decisions of the same cycle see
 them. Job mode: the job's backends (testbed/job/loop.py, testbed/live/job.py) read the target of a
 policy's actions with `job_rescale`, which also gives the per-worker records of the rescale (workers
-added, or removed newest first)."""
+added, or removed newest first). Per-vertex mode: `vertex_rescale` reads a target per vertex."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from testbed.model import Action, ScaleDown, ScaleTo, ScaleUp
 from testbed.placement.base import Placement
@@ -66,3 +66,25 @@ def per_worker(current: int, target: int, reason: str) -> List[Action]:
     if target > current:
         return [ScaleUp(JOB_OPERATOR, JOB_OPERATOR, reason) for _ in range(target - current)]
     return [ScaleDown(JOB_OPERATOR, f"w{i}", JOB_OPERATOR, reason) for i in range(current - 1, target - 1, -1)]
+
+
+def vertex_rescale(current: Mapping[str, int], actions: Sequence[Action], top: int,
+                   scalable: Collection[str]) -> Optional[Tuple[Dict[str, int], List[Action]]]:
+    """Per-vertex mode: every scalable vertex's parallelism after a policy's `ScaleTo`s (each clamped
+    into [1, top], the others as they are), and one action per subtask each adds or removes; None when
+    nothing changes. A target for a vertex that cannot be scaled is an error of the policy."""
+    targets = {name: int(current[name]) for name in scalable}
+    reasons: Dict[str, str] = {}
+    for a in actions:
+        if not isinstance(a, ScaleTo) or a.operator not in targets:
+            raise TypeError(f"per-vertex mode takes a ScaleTo of one of {sorted(targets)}, got {a!r}")
+        targets[a.operator] = min(max(a.n, 1), top)
+        reasons[a.operator] = a.reason
+    if targets == {name: int(current[name]) for name in scalable}:
+        return None
+    records: List[Action] = []
+    for name, n in targets.items():
+        was, reason = int(current[name]), reasons.get(name, "")
+        records += [ScaleUp(name, name, reason) for _ in range(was, n)]
+        records += [ScaleDown(name, f"{name}-{i}", name, reason) for i in range(was - 1, n - 1, -1)]
+    return targets, records

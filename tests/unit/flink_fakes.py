@@ -6,15 +6,33 @@ starts listed in `hangs`); the job runs at the number of registered TaskManagers
 that number last changed (reactive mode), and while it runs every sentence due is counted at once,
 unless a registered TaskManager is frozen (the job stalls) or from `stall_at` on. Each restart makes
 the source emit `replay` sentences again. A killed TaskManager's process exits at once; a frozen one
-is dropped by the JobManager `heartbeat_s` after it froze."""
+is dropped by the JobManager `heartbeat_s` after it froze.
+
+With `adaptive` (the adaptive scheduler, per-vertex mode) each vertex runs at its requirement or at
+the registered slots, whichever is less, and the job restarts `restart_s` after that changed; every
+registered TaskManager i runs subtask i of each vertex whose parallelism exceeds i."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Set, Tuple
 
 from testbed.flink.engine import JOBMANAGER
-from testbed.flink.metrics import JobReading, SourceReading, SubtaskReading, TaskManagerReading
+from testbed.flink.metrics import (
+    JobReading,
+    SourceReading,
+    SubtaskReading,
+    TaskManagerReading,
+    TaskReading,
+    VertexState,
+)
 from testbed.flink.schedule import RateSchedule
+from testbed.flink.vertices import COUNTER, SOURCE, SPLITTER, requirements_body
+
+# the vertices' names as the REST API shows them, and their tasks' as the Prometheus reporter labels them
+FLINK_NAMES = {SOURCE.name: "Source: source", SPLITTER.name: "split", COUNTER.name: "count -> discard: Writer"}
+TASK_LABELS = {SOURCE.name: "Source:_source", SPLITTER.name: "split", COUNTER.name: "count____discard:_Writer"}
+IDS = {name: f"id-{name}" for name in FLINK_NAMES}
+BUSY = {SPLITTER.name: 0.05, COUNTER.name: 0.5}  # each subtask's busy fraction
 
 
 class FakeClock:
@@ -38,8 +56,12 @@ class FakeTaskManager:
 
 class FakeFlink:
     def __init__(self, clock: FakeClock, schedule: RateSchedule, wps: int = 8, register_s: float = 10.0,
-                 restart_s: float = 2.0, heartbeat_s: float = 5.0, replay: float = 7.0) -> None:
+                 restart_s: float = 2.0, heartbeat_s: float = 5.0, replay: float = 7.0, adaptive: bool = False) -> None:
         self.clock, self.schedule, self.wps = clock, schedule, wps
+        self.adaptive = adaptive
+        self.required: Dict[str, int] = {}  # adaptive: each vertex's requirement (upper bound)
+        self.bodies: List[dict] = []  # the bodies of the resource-requirements calls
+        self.epoch_counted = 0.0  # sentences counted when the job last (re)started
         self.register_s, self.restart_s, self.heartbeat_s, self.replay = register_s, restart_s, heartbeat_s, replay
         self.tms: Dict[str, FakeTaskManager] = {}
         self.hangs: Set[int] = set()  # numbers of the starts that never register
@@ -65,8 +87,14 @@ class FakeFlink:
 
     # -- the Engine interface ------------------------------------------------------------------------
     def start(self, n: int) -> None:
+        self.required = {SOURCE.name: 1, SPLITTER.name: n, COUNTER.name: n}
         for _ in range(n):
             self.add()
+
+    def require(self, parallelism: Dict[str, int]) -> None:
+        assert self.adaptive, "reactive mode refuses resource requirements"
+        self.bodies.append(requirements_body(IDS, parallelism))
+        self.required = dict(parallelism)
 
     def add(self) -> str:
         self.started += 1
@@ -103,16 +131,18 @@ class FakeFlink:
         now = self.clock.now()
         self._apply_faults()
         registered = tuple(sorted(self._registered(now)))
-        if registered != self.members:
-            self.members, self.changed_at = registered, now
+        shape = self._shape(registered)
+        if shape != self.members:
+            self.members, self.changed_at = shape, now
         running = bool(registered) and now >= self.changed_at + self.restart_s
         if running and self.job_start is None:
-            self.job_start, self.epoch, self.epoch_members = now, 1, registered
+            self.job_start, self.epoch, self.epoch_members = now, 1, shape
         scheduled = float(self.schedule.due_at(now - self.job_start)) if self.job_start is not None else 0.0
-        if running and self.epoch_members != registered:
+        if running and self.epoch_members != shape:
             self.epoch += 1
             self.replayed += self.replay
-            self.epoch_members = registered
+            self.epoch_members = shape
+            self.epoch_counted = self.counted
         frozen = any(self.tms[n].frozen_at is not None for n in registered)
         if running and not frozen and now < self.stall_at:
             self.counted = scheduled
@@ -130,6 +160,25 @@ class FakeFlink:
         if now >= self.jobmanager_exit_at:
             self.jobmanager_status = 1
 
+    def _shape(self, registered: Tuple[str, ...]) -> Tuple:
+        """What the job restarts on a change of: the TaskManagers (reactive), the vertices' parallelism (adaptive)."""
+        return tuple(sorted(self._parallelism(registered).items())) if self.adaptive else registered
+
+    def _parallelism(self, registered: Tuple[str, ...]) -> Dict[str, int]:
+        return {name: min(n, len(registered)) for name, n in self.required.items()}
+
+    def _tasks(self, i: int, p: Dict[str, int]) -> Tuple[TaskReading, ...]:
+        """TaskManager i's subtasks: one of each vertex whose parallelism exceeds i."""
+        tasks = []
+        for name in (SPLITTER.name, COUNTER.name):
+            if i < p[name]:
+                sentences = (self.counted - self.epoch_counted) / p[name]
+                records = sentences if name == SPLITTER.name else sentences * self.wps
+                out = sentences * self.wps if name == SPLITTER.name else 0.0
+                tasks.append(TaskReading(TASK_LABELS[name], i, f"a{self.epoch}-{name}-{i}", records, out,
+                                         1000.0 * BUSY[name]))
+        return tuple(tasks)
+
     def _registered(self, now: float) -> List[str]:
         return [name for name, tm in self.tms.items()
                 if tm.status is None and now >= tm.started + tm.register_s
@@ -137,15 +186,19 @@ class FakeFlink:
 
     def _reading(self, now: float, registered: Tuple[str, ...], running: bool, scheduled: float) -> JobReading:
         tms = []
+        p = self._parallelism(registered) if self.adaptive else {}
         for i, name in enumerate(n for n in registered if self.tms[n].frozen_at is None):
             words = self.counted * self.wps if i == 0 else 0.0
             subtask = SubtaskReading(0, f"a{self.epoch}-{name}", words, words, 500.0, 10.0, 20.0, 10.0 * words)
             source = SourceReading(scheduled, scheduled, 0.0, 0.0, self.replayed) if i == 0 else None
             cgroup = None if self.cgroup_cores is None else self.cgroup_cores * (now - self.tms[name].started)
+            tasks = self._tasks(i, p) if running and self.adaptive else ()
             tms.append(TaskManagerReading(name, 0.1, 1.0, 100.0, (subtask,) if running else (), source,
-                                          cgroup_cpu_s=cgroup))
+                                          cgroup_cpu_s=cgroup, tasks=tasks))
         source = tms[0].source if tms else None
         if any(a <= now < b for a, b in self.source_missing):  # its metrics not reported (yet)
             source = None
-        return JobReading(now, "RUNNING" if running else "RESTARTING", len(registered) if running else 0,
-                          registered, tuple(tms), source, {})
+        status = "RUNNING" if running else "RESTARTING"
+        vertices = tuple(VertexState(IDS[v], FLINK_NAMES[v], n, status) for v, n in p.items())
+        counting = p.get(COUNTER.name, len(registered)) if running else 0
+        return JobReading(now, status, counting, registered, tuple(tms), source, {}, vertices)

@@ -1,0 +1,116 @@
+"""The WordCount job's vertices (flink/jobs/wordcount/) as a per-vertex policy sees them, in one
+place: which Flink vertex is which of the policy's operators, which of them may be scaled, and the
+body of the REST call that sets their parallelism (docs/flink.md#per-vertex-parallelism). Pure.
+
+    source --rebalance--> split --keyBy(word)--> count -> discard
+
+* `source`: the rate schedule's one reader; its maximum parallelism is 1 (one split holding the
+  schedule's position), so its rate is the schedule's whatever it is given: never scaled.
+* `split` (the policy's `splitter`): sentences in, words out; scaled.
+* `count -> discard: Writer` (the policy's `counter` and `sink`): Flink chains the counter and the discarding sink into
+  one task (same parallelism, forward edge), so they are one vertex: scaled as one."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Tuple
+
+from testbed.flink.metrics import JobReading
+
+
+@dataclass(frozen=True)
+class Vertex:
+    name: str  # the policy's name of the vertex (its first operator)
+    prefix: str  # the Flink vertex's and task's name starts with this
+    operators: Tuple[str, ...]  # the job's operators it runs (chained)
+    scalable: bool
+    keyed: bool  # its input is keyed (its parallelism divides the key groups)
+
+
+SOURCE = Vertex("source", "Source: source", ("source",), scalable=False, keyed=False)
+SPLITTER = Vertex("splitter", "split", ("splitter",), scalable=True, keyed=False)
+COUNTER = Vertex("counter", "count", ("counter", "sink"), scalable=True, keyed=True)
+VERTICES: Tuple[Vertex, ...] = (SOURCE, SPLITTER, COUNTER)  # topological order
+EDGES: Tuple[Tuple[str, str], ...] = (("source", "splitter"), ("splitter", "counter"))
+SCALABLE: Tuple[str, ...] = tuple(v.name for v in VERTICES if v.scalable)
+
+
+def vertex_of(flink_name: str) -> Optional[Vertex]:
+    """Which of the job's vertices a Flink vertex or task name is (None: not one of ours). The
+    Prometheus reporter writes a task's name with `_` for what a label may not hold (`Source:_source`,
+    `count____discard:_Writer`), the REST API as it is (`Source: source`, `count -> discard: Writer`)."""
+    name = _label(flink_name)
+    return next((v for v in VERTICES if name.startswith(_label(v.prefix))), None)
+
+
+def _label(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9:]", "_", name)
+
+
+def by_name(name: str) -> Vertex:
+    found = next((v for v in VERTICES if v.name == name), None)
+    if found is None:
+        raise KeyError(f"no vertex {name!r}; the job's vertices: {', '.join(v.name for v in VERTICES)}")
+    return found
+
+
+def requirements(targets: Mapping[str, int]) -> Dict[str, int]:
+    """Every vertex's parallelism: the targets of the scalable ones (each must be given), 1 for the rest."""
+    missing = [name for name in SCALABLE if name not in targets]
+    if missing:
+        raise KeyError(f"no parallelism for {', '.join(missing)}")
+    unknown = [name for name in targets if name not in SCALABLE]
+    if unknown:
+        raise KeyError(f"not a scalable vertex: {', '.join(unknown)} (scalable: {', '.join(SCALABLE)})")
+    for name, n in targets.items():
+        if n < 1:
+            raise ValueError(f"{name}: parallelism must be >= 1, got {n}")
+    return {v.name: int(targets[v.name]) if v.scalable else 1 for v in VERTICES}
+
+
+def requirements_body(ids: Mapping[str, str], parallelism: Mapping[str, int]) -> Dict[str, dict]:
+    """The body of PUT /jobs/:jobid/resource-requirements: per Flink vertex id, the bounds of its
+    parallelism. The upper bound is the target; the lower bound is 1, so that the job keeps running
+    at what the slots allow while new TaskManagers start (a lower bound raised above the slots there
+    are makes Flink stop the job at once and wait for them)."""
+    absent = [name for name in parallelism if name not in ids]
+    if absent:
+        raise KeyError(f"the job has no vertex for {', '.join(absent)} (known: {', '.join(sorted(ids))})")
+    return {ids[name]: {"parallelism": {"lowerBound": 1, "upperBound": int(n)}} for name, n in parallelism.items()}
+
+
+def running(reading: JobReading) -> Dict[str, int]:
+    """Per vertex of ours, the parallelism it runs at as the REST API shows it (0 while not RUNNING)."""
+    out: Dict[str, int] = {}
+    for state in reading.vertices:
+        v = vertex_of(state.name)
+        if v is not None:
+            out[v.name] = state.parallelism if state.status == "RUNNING" else 0
+    return out
+
+
+@dataclass(frozen=True)
+class SubtaskDelta:
+    """One subtask between two readings: records taken in and sent on, and its busy fraction now."""
+
+    records_in: float
+    records_out: float
+    busy: float  # NaN: not reported
+
+
+def task_deltas(prev: JobReading, cur: JobReading) -> Dict[str, Dict[int, SubtaskDelta]]:
+    """Per vertex of ours and subtask index, what it did between the readings; a task attempt new in
+    `cur` (the job restarted) counts from 0."""
+    before = {t.attempt: t for tm in prev.taskmanagers for t in tm.tasks}
+    out: Dict[str, Dict[int, SubtaskDelta]] = {}
+    for tm in cur.taskmanagers:
+        for t in tm.tasks:
+            v = vertex_of(t.task)
+            if v is None:
+                continue
+            old = before.get(t.attempt)
+            records_in = t.records_in - (old.records_in if old is not None else 0.0)
+            records_out = t.records_out - (old.records_out if old is not None else 0.0)
+            out.setdefault(v.name, {})[t.subtask] = SubtaskDelta(max(0.0, records_in), max(0.0, records_out),
+                                                                 t.busy_ms_per_s / 1000.0)
+    return out

@@ -1,5 +1,5 @@
-"""One Flink application cluster in reactive mode (docs/flink.md): a JobManager running the
-WordCount job, TaskManagers of one slot each started and stopped on demand (rescaling), metrics
+"""One Flink application cluster in reactive mode (docs/flink.md): a JobManager running one of the
+jobs (settings.job: WordCount, YSB or Traffic Monitoring), TaskManagers of one slot each started and stopped on demand (rescaling), metrics
 read from the REST API and each process's Prometheus endpoint.
 
     with FlinkCluster(settings, schedule, work_dir) as cluster:
@@ -31,11 +31,10 @@ from testbed.flink.cgroups import CgroupError, ClusterCgroups, detect
 from testbed.flink.metrics import JobReading, MetricsFormatError, TaskManagerReading, parse_prometheus, read_taskmanager
 from testbed.flink.processes import FlinkProcess, free_port
 from testbed.flink.schedule import RateSchedule
-from testbed.flink.settings import FLINK_VERSION, JOB_CLASS, FlinkSettings, FlinkSettingsError, flink_config
+from testbed.flink.settings import FLINK_VERSION, FlinkSettings, FlinkSettingsError, flink_config
 from testbed.flink.work import WordCost, word_cost
 
 log = logging.getLogger(__name__)
-COUNT_VERTEX = "count"  # the counting vertex's name starts with this (chained with its sink)
 _LOG_FILES = ("log4j-console.properties", "logback-console.xml")
 
 
@@ -117,7 +116,7 @@ class FlinkCluster:
         schedule_file = self.schedule.write(self.work_dir / "schedule.txt")
         s = self.settings
         argv = [str(Path(s.flink_home) / "bin" / "standalone-job.sh"), "start-foreground",
-                "--job-classname", JOB_CLASS, "--jars", str(Path(s.job_jar).resolve()), "--job-id", self.job_id,
+                "--job-classname", s.spec.job_class, "--jars", str(Path(s.job_jar).resolve()), "--job-id", self.job_id,
                 f"-Dmetrics.reporter.prom.port={prom}",
                 "--schedule", str(schedule_file), "--words-per-sentence", str(s.words_per_sentence),
                 "--vocabulary", str(s.vocabulary), "--zipf", str(s.zipf), "--seed", str(s.seed),
@@ -179,11 +178,12 @@ class FlinkCluster:
         shutil.rmtree(self.work_dir / "tmp", ignore_errors=True)  # scratch only: logs and checkpoints stay
 
     def record(self) -> dict:
-        """What a run records about its engine: the Flink version, every setting (the stop mode and
+        """What a run records about its engine: the Flink version, the job, every setting (the stop mode and
         heartbeat among them), what gives a TaskManager its capacity (`capacity`: the mode, the work per
         word, the CPU limit and each TaskManager cgroup's CPU use), the schedule, the job id, where the
         logs are and every process started."""
-        return {"engine": "flink", "flink_version": FLINK_VERSION, "settings": self.settings.as_dict(),
+        return {"engine": "flink", "flink_version": FLINK_VERSION, "job": self.settings.job,
+                "job_class": self.settings.spec.job_class, "settings": self.settings.as_dict(),
                 "capacity": self._capacity_record(),
                 "schedule": {"times": list(self.schedule.times), "rates": list(self.schedule.rates)},
                 "job_id": self.job_id, "work_dir": str(self.work_dir),
@@ -226,7 +226,7 @@ class FlinkCluster:
             job = self._rest(f"/jobs/{self.job_id}")
             status = job.get("state", "NONE")
             for v in job.get("vertices", []):
-                if v.get("name", "").startswith(COUNT_VERTEX) and v.get("status") == "RUNNING":
+                if v.get("name", "").startswith(self.settings.spec.vertex) and v.get("status") == "RUNNING":
                     parallelism = int(v.get("parallelism", 0))
         except urllib.error.HTTPError as e:
             if e.code != 404:  # 404: the job does not exist yet
@@ -238,7 +238,7 @@ class FlinkCluster:
     def _scrape(self, proc: FlinkProcess, errors: Dict[str, str]):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{proc.prom_port}/metrics", timeout=3.0) as resp:
-                return read_taskmanager(proc.name, parse_prometheus(resp.read().decode()))
+                return read_taskmanager(proc.name, parse_prometheus(resp.read().decode()), self.settings.spec)
         except (OSError, MetricsFormatError) as e:
             errors[proc.name] = str(e)
             return None

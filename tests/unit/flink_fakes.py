@@ -6,7 +6,9 @@ starts listed in `hangs`); the job runs at the number of registered TaskManagers
 that number last changed (reactive mode), and while it runs every sentence due is counted at once,
 unless a registered TaskManager is frozen (the job stalls) or from `stall_at` on. Each restart makes
 the source emit `replay` sentences again. A killed TaskManager's process exits at once; a frozen one
-is dropped by the JobManager `heartbeat_s` after it froze."""
+is dropped by the JobManager `heartbeat_s` after it froze. With `windows` (the windowed jobs) half of
+what is counted is let go by the filter and the rest admitted to windows, whose results stand for it
+at once, or never once `windows_stop_at` has passed (windows that do not fire)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,8 +40,10 @@ class FakeTaskManager:
 
 class FakeFlink:
     def __init__(self, clock: FakeClock, schedule: RateSchedule, wps: int = 8, register_s: float = 10.0,
-                 restart_s: float = 2.0, heartbeat_s: float = 5.0, replay: float = 7.0) -> None:
-        self.clock, self.schedule, self.wps = clock, schedule, wps
+                 restart_s: float = 2.0, heartbeat_s: float = 5.0, replay: float = 7.0, windows: bool = False) -> None:
+        self.clock, self.schedule, self.wps, self.windows = clock, schedule, wps, windows
+        self.windows_stop_at = float("inf")
+        self.windowed = 0.0  # units the window results stood for
         self.register_s, self.restart_s, self.heartbeat_s, self.replay = register_s, restart_s, heartbeat_s, replay
         self.tms: Dict[str, FakeTaskManager] = {}
         self.hangs: Set[int] = set()  # numbers of the starts that never register
@@ -113,6 +117,8 @@ class FakeFlink:
         frozen = any(self.tms[n].frozen_at is not None for n in registered)
         if running and not frozen and now < self.stall_at:
             self.counted = scheduled
+        if now < self.windows_stop_at:
+            self.windowed = self.counted * self.wps - self._dropped()
         return self._reading(now, registered, running, scheduled)
 
     # -- the fake job ----------------------------------------------------------------------------------
@@ -127,6 +133,9 @@ class FakeFlink:
         if now >= self.jobmanager_exit_at:
             self.jobmanager_status = 1
 
+    def _dropped(self) -> float:
+        return self.counted * self.wps / 2 if self.windows else 0.0
+
     def _registered(self, now: float) -> List[str]:
         return [name for name, tm in self.tms.items()
                 if tm.status is None and now >= tm.started + tm.register_s
@@ -138,7 +147,9 @@ class FakeFlink:
             words = self.counted * self.wps if i == 0 else 0.0
             subtask = SubtaskReading(0, f"a{self.epoch}-{name}", words, words, 500.0, 10.0, 20.0, 10.0 * words)
             source = SourceReading(scheduled, scheduled, 0.0, 0.0, self.replayed) if i == 0 else None
-            tms.append(TaskManagerReading(name, 0.1, 1.0, 100.0, (subtask,) if running else (), source))
+            dropped, windowed = (self._dropped(), self.windowed) if i == 0 and self.windows else (0.0, 0.0)
+            tms.append(TaskManagerReading(name, 0.1, 1.0, 100.0, (subtask,) if running else (), source,
+                                          dropped=dropped, windowed=windowed))
         source = tms[0].source if tms else None
         if any(a <= now < b for a, b in self.source_missing):  # its metrics not reported (yet)
             source = None

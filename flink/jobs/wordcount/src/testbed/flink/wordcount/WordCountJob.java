@@ -25,7 +25,9 @@ public final class WordCountJob {
         String[] sentences = sentences(params.getInt("sentences", 4096), params.getInt("words-per-sentence", 8),
                 params.getInt("vocabulary", 10000), params.getDouble("zipf", 1.0), params.getLong("seed", 1));
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
-        env.fromSource(new ScheduledSource(schedule, sentences, params.get("ledger")), WatermarkStrategy.noWatermarks(), "source")
+        RecordFactory<Sentence> records = (k, at) -> new Sentence(at, sentences[(int) (k % sentences.length)]);
+        env.fromSource(new ScheduledSource<>(schedule, records, params.get("ledger"), false),
+                        WatermarkStrategy.<Sentence>noWatermarks(), "source")
                 .setParallelism(1).setMaxParallelism(1).uid("source")
                 .rebalance()
                 // never chained to the source (Flink chains them across the rebalance while both

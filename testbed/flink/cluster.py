@@ -1,6 +1,6 @@
 """One Flink application cluster in reactive mode (docs/flink.md): a JobManager running one of the
-jobs (settings.job: WordCount, YSB or Traffic Monitoring), TaskManagers of one slot each started and stopped on demand (rescaling), metrics
-read from the REST API and each process's Prometheus endpoint.
+jobs (settings.job: WordCount, YSB or Traffic Monitoring), TaskManagers of one slot each started and
+stopped on demand (rescaling), metrics read from the REST API and each process's Prometheus endpoint.
 
     with FlinkCluster(settings, schedule, work_dir) as cluster:
         cluster.start()                        # the JobManager; the job waits for a TaskManager

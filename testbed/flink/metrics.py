@@ -140,7 +140,8 @@ def read_taskmanager(name: str, samples: List[Sample], spec: JobSpec = WORDCOUNT
         cpu_time_s=None if cpu_time is None else cpu_time / 1e9,
         heap_used_mb=None if heap is None else heap / 2 ** 20,
         subtasks=tuple(_subtasks(samples, spec)), source=_source(samples),
-        dropped=sum(s.value for s in select(samples, DROPPED)), windowed=sum(s.value for s in select(samples, WINDOWED)))
+        dropped=sum(s.value for s in select(samples, DROPPED)),
+        windowed=sum(s.value for s in select(samples, WINDOWED)))
 
 
 def _subtasks(samples: List[Sample], spec: JobSpec) -> Iterable[SubtaskReading]:

@@ -1,6 +1,8 @@
 package testbed.flink.wordcount;
 
 import java.util.List;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.api.java.typeutils.ResultTypeQueryable;
 import org.apache.flink.api.connector.source.Boundedness;
 import org.apache.flink.api.connector.source.Source;
 import org.apache.flink.api.connector.source.SourceReader;
@@ -16,18 +18,26 @@ import org.apache.flink.core.io.SimpleVersionedSerializer;
  * the factory's; with eventTime each record carries its scheduled time as its timestamp and the
  * source emits watermarks (ScheduleReader), for jobs with event-time windows.
  */
-public final class ScheduledSource<T> implements Source<T, ScheduledSplit, List<ScheduledSplit>> {
+public final class ScheduledSource<T> implements Source<T, ScheduledSplit, List<ScheduledSplit>>, ResultTypeQueryable<T> {
     private static final long serialVersionUID = 1L;
     private final RateSchedule schedule;
     private final RecordFactory<T> records;
     private final String ledgerPath; // the EmissionLedger's file (null: replays not counted)
     private final boolean eventTime;
+    private final TypeInformation<T> type; // what the records are: erased from the factory, so given
 
-    public ScheduledSource(RateSchedule schedule, RecordFactory<T> records, String ledgerPath, boolean eventTime) {
+    public ScheduledSource(RateSchedule schedule, RecordFactory<T> records, TypeInformation<T> type, String ledgerPath,
+                           boolean eventTime) {
         this.schedule = schedule;
+        this.type = type;
         this.records = records;
         this.ledgerPath = ledgerPath;
         this.eventTime = eventTime;
+    }
+
+    @Override
+    public TypeInformation<T> getProducedType() {
+        return type;
     }
 
     @Override

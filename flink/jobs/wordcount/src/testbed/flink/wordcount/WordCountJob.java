@@ -3,6 +3,7 @@ package testbed.flink.wordcount;
 import java.nio.file.Path;
 import java.util.Random;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.functions.FlatMapFunction;
 import org.apache.flink.util.ParameterTool;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
@@ -26,7 +27,7 @@ public final class WordCountJob {
                 params.getInt("vocabulary", 10000), params.getDouble("zipf", 1.0), params.getLong("seed", 1));
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
         RecordFactory<Sentence> records = (k, at) -> new Sentence(at, sentences[(int) (k % sentences.length)]);
-        env.fromSource(new ScheduledSource<>(schedule, records, params.get("ledger"), false),
+        env.fromSource(new ScheduledSource<>(schedule, records, TypeInformation.of(Sentence.class), params.get("ledger"), false),
                         WatermarkStrategy.<Sentence>noWatermarks(), "source")
                 .setParallelism(1).setMaxParallelism(1).uid("source")
                 .rebalance()

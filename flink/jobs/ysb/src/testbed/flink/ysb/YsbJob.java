@@ -2,6 +2,7 @@ package testbed.flink.ysb;
 
 import java.nio.file.Path;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
 import org.apache.flink.util.ParameterTool;
@@ -25,7 +26,7 @@ public final class YsbJob {
                 params.getInt("ads-per-campaign", 10));
         RecordCost cost = new RecordCost(params.getLong("work-rounds", 0), params.getLong("wait-us", 0));
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
-        env.fromSource(new ScheduledSource<>(schedule, events, params.get("ledger"), true),
+        env.fromSource(new ScheduledSource<>(schedule, events, Types.STRING, params.get("ledger"), true),
                         WatermarkStrategy.<String>noWatermarks(), "source")
                 .setParallelism(1).setMaxParallelism(1).uid("source")
                 .rebalance()

@@ -165,7 +165,7 @@ class FlinkJobConfig:
         if workload not in self.jobs:
             known = ", ".join(f"{w}={j}" for w, j in sorted(self.jobs.items())) or "none"
             return "backend.flink.jobs", (f"no Flink job for workload {workload!r}: add "
-                                          f"backend.flink.jobs.{workload}=wordcount|ysb|traffic (known: {known})")
+                                          f"+backend.flink.jobs.{workload}=wordcount|ysb|traffic (known: {known})")
         return None
 
     def validate(self) -> Optional[Tuple[str, str]]:

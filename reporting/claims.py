@@ -9,8 +9,8 @@ of claims.csv: holds, does not hold, or not evaluable (a value it needs is missi
 Configurations are named as in paper_comparison.csv's `config` column: `btu-10` for an approach
 billed by its own BTU, `threshold` for a re-billed approach's BTU-free values and `threshold@60` for
 its values billed under 60-minute BTUs; `{btu}` in `against` is the BTU length of the configuration
-it is set against (`threshold@{btu}`). A live run's configuration (`<name>-live`) counts as its
-simulated twin's.
+it is set against (`threshold@{btu}`). A run on another backend counts as its simulated twin's: the
+table's `backend` column says which backend added what to a name (`btu-10-live` on `docker`).
 """
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from typing import Any, Callable, Collection, Dict, List, Mapping, NamedTuple, S
 
 import pandas as pd
 
-from testbed.backend_registry import split_run_config
 from testbed.claim_spec import EACH, KIND_NAMES, ClaimSpec, validate
 
 HOLDS, FAILS, NOT_EVALUABLE = "holds", "does not hold", "not evaluable"
@@ -181,13 +180,14 @@ assert tuple(KINDS) == KIND_NAMES, "every comparison a claim spec may name has o
 
 def values(table: pd.DataFrame, pattern: str) -> Dict[Tuple[str, str], float]:
     """(configuration, metric) -> mean of one pattern's rows of a long table (measured or the paper's)."""
+    from reporting.metrics import ran_configurations
     from reporting.paper_comparison import config_labels
 
     rows = table[table["pattern"] == pattern]
     if rows.empty:
         return {}
     if "config" in rows.columns:
-        rows = rows.assign(config=[split_run_config(str(c))[0] for c in rows["config"]])
+        rows = rows.assign(config=ran_configurations(rows))
     labels = config_labels(rows)
     return {(c, str(m)): float(x) for c, m, x in zip(labels, rows["metric"], rows["mean"], strict=True)
             if not pd.isna(x)}

@@ -113,19 +113,20 @@ class Pair:
     pattern: str
     config: str  # the configuration X
     sim: str  # the name of its simulated runs
-    live: str  # the name of its live runs
+    other: str  # the name of its runs on the other backend (live: X-live, Flink: X-flink)
 
 
-def pair_configs(keys: Iterable[RunKey], sides: Sides) -> Tuple[List[Pair], List[RunKey]]:
+def pair_configs(keys: Iterable[RunKey], sides: Sides, other: str = LIVE) -> Tuple[List[Pair], List[RunKey]]:
     """From (pattern, config) keys and what their manifests say (`run_sides`): the configurations run
-    both simulated and live on a pattern, and the live runs' keys without a simulated twin, each in
-    first-seen order. A key without a manifest is a simulated run of its name."""
+    both simulated and on the backend `other` on a pattern, and the keys of `other`'s runs without a
+    simulated twin, each in first-seen order. A key without a manifest is a simulated run of its name.
+    The one pairing of simulated runs with their twins, for the live gap and the Flink comparison."""
     named = {(p, c): sides.get((p, c), (c, SIM)) for p, c in dict.fromkeys(keys)}
     simulated = {(p, base): c for (p, c), (base, backend) in named.items() if backend == SIM}
     paired: List[Pair] = []
     unpaired: List[RunKey] = []
     for (pattern, config), (base, backend) in named.items():
-        if backend != LIVE:
+        if backend != other:
             continue
         if (pattern, base) in simulated:
             paired.append(Pair(pattern, base, simulated[(pattern, base)], config))
@@ -181,8 +182,8 @@ def live_gap(per_run: pd.DataFrame, sides: Sides, metrics: Sequence[GapMetric] =
     btu = frame["btu_minutes"].astype("Float64")
     for pair in paired:
         pattern, base = pair.pattern, pair.config
-        rows = frame[(frame["pattern"] == pattern) & frame["config"].isin([pair.sim, pair.live])]
-        n_sim, n_live = (int(rows[rows["config"] == c]["rep"].nunique()) for c in (pair.sim, pair.live))
+        rows = frame[(frame["pattern"] == pattern) & frame["config"].isin([pair.sim, pair.other])]
+        n_sim, n_live = (int(rows[rows["config"] == c]["rep"].nunique()) for c in (pair.sim, pair.other))
         for m in metrics:
             these = rows[rows["metric"] == m.metric]
             if these.empty or these["value"].isna().all():
@@ -190,7 +191,7 @@ def live_gap(per_run: pd.DataFrame, sides: Sides, metrics: Sequence[GapMetric] =
             for b in dict.fromkeys(btu[these.index].fillna(-1).tolist()):
                 one = these[btu[these.index].fillna(-1) == b]
                 sim = float(one[one["config"] == pair.sim]["value"].astype(float).mean())
-                live = LiveValues.of(one[one["config"] == pair.live]["value"].astype(float))
+                live = LiveValues.of(one[one["config"] == pair.other]["value"].astype(float))
                 gap, normalised, within = _gap(m.kind, live.median, sim)
                 out.rows.append(GapRow(pattern, base, m.metric, m.label, None if b < 0 else int(b), m.kind,
                                        UNITS[m.kind], CELL_KINDS[m.kind], sim, n_sim, live.median, live.low,
@@ -229,7 +230,7 @@ def add_extras(per_run: pd.DataFrame, run_dirs: Mapping[Tuple[str, str, int], Pa
         return per_run
     paired, _ = pair_configs(zip(per_run["pattern"].astype(str), per_run["config"].astype(str), strict=True),
                              sides)
-    wanted = {(pair.pattern, c) for pair in paired for c in (pair.sim, pair.live)}
+    wanted = {(pair.pattern, c) for pair in paired for c in (pair.sim, pair.other)}
     have = set(zip(per_run["pattern"], per_run["config"], per_run["rep"], per_run["metric"], strict=True))
     rows = []
     for (pattern, config, rep), run_dir in run_dirs.items():
@@ -240,8 +241,9 @@ def add_extras(per_run: pd.DataFrame, run_dirs: Mapping[Tuple[str, str, int], Pa
             continue
         first = per_run[(per_run["pattern"] == pattern) & (per_run["config"] == config)].iloc[0]
         extras = run_extras(Path(run_dir))
-        rows += [{"pattern": pattern, "approach": first.get("approach", ""), "config": config, "rep": rep,
-                  "btu_minutes": pd.NA, "metric": m, "value": extras[m]} for m in missing]
+        rows += [{"pattern": pattern, "approach": first.get("approach", ""), "config": config,
+                  "backend": first.get("backend", ""), "rep": rep, "btu_minutes": pd.NA, "metric": m,
+                  "value": extras[m]} for m in missing]
     if not rows:
         return per_run
     extra = pd.DataFrame(rows).astype({"btu_minutes": "Int64"})

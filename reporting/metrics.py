@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
 import numpy as np
 import pandas as pd
 
+from testbed.backend_registry import configuration_on
 from testbed.billing import paid_btus, price_per_btu
 from testbed.eventlog import BILLING_MODES, EventLog, Manifest, billing_mode, read_manifest
 from testbed.policies.btu import release_window_s
@@ -50,8 +51,9 @@ BTU_DEPENDENT_METRICS: Tuple[str, ...] = (
 )
 METRICS: Tuple[str, ...] = BTU_INDEPENDENT_METRICS + BTU_DEPENDENT_METRICS
 
-COLUMNS = ["pattern", "approach", "btu_minutes", "metric", "mean", "sd", "n", "config"]
-LONG_KEYS = ["pattern", "approach", "config", "btu_minutes", "metric"]
+# backend: the manifest's, so that readers of the aggregated table need not read it from the name
+COLUMNS = ["pattern", "approach", "btu_minutes", "metric", "mean", "sd", "n", "config", "backend"]
+LONG_KEYS = ["pattern", "approach", "config", "backend", "btu_minutes", "metric"]
 _ACTION_COUNTS = {"vm_leases": "lease", "vm_prolongations": "prolong", "vm_releases": "release",
                   "scale_ups": "scale_up", "scale_downs": "scale_down", "migrations": "migrate"}
 
@@ -119,6 +121,18 @@ def configurations(df: pd.DataFrame) -> pd.Series:
     btu = pd.to_numeric(df["btu_minutes"], errors="coerce")
     return pd.Series([f"{a}-{int(b)}" if a in own and not pd.isna(b) else str(a)
                       for a, b in zip(df["approach"], btu, strict=True)],
+                     index=df.index)
+
+
+def ran_configurations(df: pd.DataFrame) -> pd.Series:
+    """Per row of a long-format table: the configuration it ran (`configurations`), less what the
+    row's backend (its `backend` column, from the runs' manifests) adds to run folders' names, so a
+    live run `btu-10-live` counts as `btu-10`. A table without the column (the paper's, or a summary
+    written before the column existed) is read as it is named: each name its own configuration."""
+    config = configurations(df)
+    if "backend" not in df.columns:
+        return config
+    return pd.Series([configuration_on(c, str(b)) for c, b in zip(config, df["backend"], strict=True)],
                      index=df.index)
 
 
@@ -294,7 +308,8 @@ def metrics_from_totals(totals: RunTotals, manifest: Manifest, where: Path) -> D
 def long_rows(manifest: Manifest, metrics: Mapping[str, Any], where: Path,
               independent: Sequence[str] = BTU_INDEPENDENT_METRICS) -> List[Dict[str, Any]]:
     """One row per metric value of a run (run_metrics's result), keyed by LONG_KEYS."""
-    base = {"pattern": manifest.pattern, "approach": manifest.policy, "config": manifest.config}
+    base = {"pattern": manifest.pattern, "approach": manifest.policy, "config": manifest.config,
+            "backend": manifest.backend}
     rows = []
     by_btu: Dict[int, Dict[str, float]] = metrics["by_btu"]
     # A run billed by its own BTU has one BTU, so all its metrics belong to it; a re-billed run's

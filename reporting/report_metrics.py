@@ -31,7 +31,7 @@ from reporting.summary import mean_sd
 
 RUN_LEVEL_EXTRA_METRICS: Tuple[str,
                                ...] = (*ELASTICITY_METRICS, *DEMAND_SUPPLY_METRICS, "mean_instances", "mean_leased_vms")
-PER_RUN_COLUMNS = ["pattern", "approach", "config", "rep", "btu_minutes", "metric", "value"]
+PER_RUN_COLUMNS = ["pattern", "approach", "config", "backend", "rep", "btu_minutes", "metric", "value"]
 _COUNTS = ["n", *(f"ok_{level}" for level, _ in LEVELS)]
 
 

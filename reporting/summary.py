@@ -3,7 +3,8 @@ metrics (reporting.metrics) with its evaluation's own (reporting.evaluations), a
 table of `testbed summary`.
 
 Output (`summarise`) is the long format of experiments/reference/paper_btu_results.csv:
-pattern, approach, btu_minutes, metric, mean, sd, followed by n (values averaged) and config.
+pattern, approach, btu_minutes, metric, mean, sd, followed by n (values averaged), config (the run
+folders' name) and backend (what the runs' manifests say ran them).
 """
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ folders pick the backends up from here.
 
 A registration declares:
 
-* `settings`: a dataclass, the backend's keys, under `backend.<key>` (`key`; "" puts its fields
-  directly under `backend`, as the simulator's are);
+* `settings`: a dataclass deriving from `BackendSettings`, the backend's keys, under `backend.<key>`
+  (`key`; "" puts its fields directly under `backend`, as the simulator's are);
 * `modes`: which of `operator` (a topology of operators) and `job` (one keyed job, job.enabled) it runs;
 * `suffix`: what its runs' folders add to the configuration's name, so that they sit beside the
   simulated runs of the same configuration ("" for none);
@@ -29,17 +29,19 @@ one signature for every backend and mode.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, is_dataclass, make_dataclass
+from dataclasses import dataclass, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Tuple, Type, TypeVar
 
+from testbed.config_node import node_class
 from testbed.discovery import PluginError, claim, discover
 
 if TYPE_CHECKING:
     from testbed.eventlog import Manifest
     from testbed.run_result import RunResult
 
-__all__ = ["Backend", "BackendEntry", "RunInputs", "backend_entry", "backends", "backend_node", "register_backend"]
+__all__ = ["Backend", "BackendEntry", "BackendSettings", "RunInputs", "backend_entry", "backends", "backend_node",
+           "register_backend"]
 
 ENTRY_POINT_GROUP = "testbed.backends"
 MODULES_VARIABLE = "TESTBED_BACKEND_MODULES"
@@ -48,6 +50,12 @@ EMISSIONS = ("sim", "live")  # the modes an operator's emission setting names (t
 DEFAULT_BACKEND = "sim"  # the node's name when nothing chose one (experiments/conf/config.yaml chooses it too)
 
 BackendClass = TypeVar("BackendClass", bound=type)
+
+
+@dataclass
+class BackendSettings:
+    """The base of every backend's settings dataclass: its keys under `backend` (the registry refuses
+    settings that do not derive from it, so a settings class is one by its type, not by convention)."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,7 @@ class Backend:
 class BackendEntry:
     name: str
     backend: Backend
-    settings: Type[Any]  # a dataclass: the backend's keys
+    settings: Type[BackendSettings]  # a dataclass: the backend's keys
     key: str  # its node under `backend`; "": its fields sit directly under `backend`
     modes: Tuple[str, ...]
     suffix: str
@@ -107,8 +115,9 @@ _classes: Dict[Tuple[str, ...], type] = {}  # the `backend` node's class per set
 
 
 def _check_declaration(name: str, settings: Type[Any], key: str, modes: Tuple[str, ...], emission: str) -> None:
-    if not is_dataclass(settings):
-        raise TypeError(f"backend {name!r}: its settings must be a dataclass, got {settings!r}")
+    if not (is_dataclass(settings) and isinstance(settings, type) and issubclass(settings, BackendSettings)):
+        raise TypeError(f"backend {name!r}: its settings must be a dataclass deriving from "
+                        f"testbed.backend_registry.BackendSettings, got {settings!r}")
     if not modes or any(m not in MODES for m in modes):
         raise ValueError(f"backend {name!r}: modes must be some of {MODES}, got {modes!r}")
     if key and not key.isidentifier():
@@ -117,7 +126,7 @@ def _check_declaration(name: str, settings: Type[Any], key: str, modes: Tuple[st
         raise ValueError(f"backend {name!r}: emission must be one of {EMISSIONS}, got {emission!r}")
 
 
-def register_backend(name: str, settings: Type[Any], key: str, modes: Tuple[str, ...] = MODES,
+def register_backend(name: str, settings: Type[BackendSettings], key: str, modes: Tuple[str, ...] = MODES,
                      suffix: str = "", shares_machine: bool = False, twin: bool = False,
                      emission: str = "sim") -> Callable[[BackendClass], BackendClass]:
     """Class decorator: make a backend (a `Backend` subclass) known under `name` (see the module's
@@ -143,7 +152,7 @@ def _keys(entry: BackendEntry) -> Tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(entry.settings)) if not entry.key else (entry.key,)
 
 
-def _check_keys(name: str, settings: Type[Any], key: str, module: str) -> None:
+def _check_keys(name: str, settings: Type[BackendSettings], key: str, module: str) -> None:
     """A backend's keys under `backend` may not be another's (nor `name`): one would hide the other."""
     mine = {f.name for f in dataclasses.fields(settings)} if not key else {key}
     for other in _REGISTRY.values():
@@ -175,10 +184,6 @@ def _rebuild(values: Dict[str, Any]) -> Any:
     return backend_node_class()(**values)
 
 
-def _reduce(self: Any) -> Tuple[Callable[[Dict[str, Any]], Any], Tuple[Dict[str, Any]]]:
-    return _rebuild, ({f.name: getattr(self, f.name) for f in dataclasses.fields(self)},)
-
-
 @dataclass
 class _Choice:
     name: str = DEFAULT_BACKEND  # a registered backend
@@ -186,12 +191,8 @@ class _Choice:
 
 def _node_class_of(entries: Tuple[BackendEntry, ...]) -> type:
     flat = tuple(e.settings for e in entries if not e.key)
-    keyed = [(e.key, e.settings, field(default_factory=e.settings)) for e in entries if e.key]
-    # the flat settings are bases (their fields keep their own module's types); a class made here
-    # pickles by value (`_rebuild`), so worker processes need not have made the same class
-    cls = make_dataclass("BackendConfig", keyed, bases=(*flat, _Choice), namespace={"__reduce__": _reduce})
-    cls.__module__ = __name__
-    return cls
+    keyed = [(e.key, e.settings) for e in entries if e.key]
+    return node_class("BackendConfig", _Choice, flat, keyed, _rebuild, __name__)
 
 
 def backend_node_class() -> type:
@@ -211,23 +212,22 @@ def backend_node() -> Any:
 
 # ---- run folders -----------------------------------------------------------------------------------
 
+def configuration_on(config: str, backend: str) -> str:
+    """The configuration a run folder's name `config` stands for on `backend` (`hpa-80` for
+    `hpa-80-flink` run on `flink`): the name without what that backend adds. For readers of tables
+    aggregated over runs, which carry the backend of each row beside its name; a backend not
+    registered in this process (a plug-in the reader does not load) leaves the name as it is."""
+    known = backends().get(backend)
+    return config.removesuffix(known.suffix) if known is not None and known.suffix else config
+
+
 def run_configuration(manifest: "Manifest") -> str:
     """The configuration a run ran, without what its backend adds to the folder's name (`hpa-80` for
     the Flink run `hpa-80-flink`): the manifest's backend says what that is. For a backend that is
-    not registered in this process (a plug-in the reader does not load), the one configuration of
-    the resolved config that the name starts with."""
-    known = backends().get(manifest.backend)
-    if known is not None:
-        return manifest.config.removesuffix(known.suffix) if known.suffix else manifest.config
+    not registered in this process, the one configuration of the resolved config that the name
+    starts with."""
+    if manifest.backend in backends():
+        return configuration_on(manifest.config, manifest.backend)
     ran = (manifest.resolved_config.get("evaluation") or {}).get("configurations") or [{}]
     name = ran[0].get("name") if len(ran) == 1 and isinstance(ran[0], dict) else None
     return name if isinstance(name, str) and name and manifest.config.startswith(name) else manifest.config
-
-
-def split_run_config(config: str) -> Tuple[str, str]:
-    """("hpa-80", "-flink") for the configuration name "hpa-80-flink" where nothing but the name is
-    at hand (an aggregated table): the name without a registered backend's suffix, and the suffix."""
-    for entry in backends().values():
-        if entry.suffix and config.endswith(entry.suffix):
-            return config.removesuffix(entry.suffix), entry.suffix
-    return config, ""

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
@@ -24,9 +24,11 @@ from testbed.claim_spec import ClaimSpec
 from testbed.claim_spec import validate as validate_claims
 from testbed.fidelity_spec import FidelitySpec
 from testbed.fidelity_spec import validate as validate_fidelity
-from testbed.job_config import JobConfig
-from testbed.placement.base import PlacementConfig, placements
+from testbed.job_config import FlinkJobConfig, JobConfig
+from testbed.live_config import LiveConfig
+from testbed.placement.base import PlacementChoice, placement_entries, placement_node
 from testbed.policies.registry import policies as registered_policies
+from testbed.sim_config import SimSettings
 from testbed.workloads.patterns import PatternConfig, PatternError, kind_settings, pattern_node
 from testbed.workloads.registry import workload_kinds
 
@@ -191,15 +193,37 @@ def _policies_node() -> Any:
     return cls()
 
 
+class BackendNode(SimSettings):
+    """The `backend` node as code reads it (`cfg.backend.*`, checked by mypy): the backend chosen, the
+    simulator's settings (flat: every run's node has them) and the keyed settings of the backends
+    built in. The node itself is made from the registry (testbed/backend_registry.py: a field per
+    registered backend, a plug-in's under its own key, which its own module reads);
+    tests/unit/test_backend_registry.py checks that it has each attribute declared here, so typed."""
+
+    name: str
+    live: LiveConfig
+    flink: FlinkJobConfig
+
+
+if TYPE_CHECKING:
+    BackendField = BackendNode
+    # code outside a strategy reads only the shared keys; a strategy gets its own parameters, typed
+    PlacementField = PlacementChoice
+else:  # Hydra types these nodes by their defaults: the classes made for the plug-ins registered
+    BackendField = Any
+    PlacementField = Any
+
+
 @dataclass
 class ExperimentConfig:
     pattern: PatternConfig = field(default_factory=pattern_node)  # flat: every workload kind's keys
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     policy: PolicySelection = field(default_factory=PolicySelection)
     policies: Any = field(default_factory=_policies_node)  # parameters of every registered policy
-    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    # `name`, `pins` and every registered strategy's parameters (testbed/placement/base.py)
+    placement: PlacementField = field(default_factory=placement_node)
     # `name` (a registered backend) and every registered backend's settings (testbed/backend_registry.py)
-    backend: Any = field(default_factory=backend_node)
+    backend: BackendField = field(default_factory=backend_node)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     billing: BillingConfig = field(default_factory=BillingConfig)
     infrastructure: InfrastructureConfig = field(default_factory=InfrastructureConfig)
@@ -216,19 +240,25 @@ class ExperimentConfig:
     mix: bool = False  # allow adding runs to a workload folder that holds runs of other settings
 
 
+# the placement strategies and workload kinds whose keys the stored schema has (the schema is built
+# from their registries, so one registered since, e.g. a plug-in found later, needs it built again)
+_schema_registries: List[Tuple[str, ...]] = []
+
+
 def register() -> None:
     """Make the schema known to Hydra (config.yaml lists `schema` first in its defaults), and one
     option of the `policy` group per registered policy (`policy=<name>`: that policy alone)."""
     # every plug-in is imported first, so that one that fails is named by discovery (PluginError)
     # rather than inside OmegaConf, which builds the schema from the registries
     known = registered_policies()
-    placements()
-    workload_kinds()
+    built_from = [tuple(placement_entries()), tuple(workload_kinds())]
     engines = [name for name in backends() if not (CONF_DIR / "backend" / f"{name}.yaml").is_file()]
     store = ConfigStore.instance()
-    if _stored(store, known, engines):  # storing builds every schema node again: a third of a config load
+    # storing builds every schema node again: a third of a config load
+    if _stored(store, known, engines) and _schema_registries == built_from:
         return
     store.store(name="schema", node=ExperimentConfig)
+    _schema_registries[:] = built_from
     for name in known:
         store.store(group="policy", name=name, node=PolicySelection(name=name))
     stored = store.repo.get("backend")
@@ -529,47 +559,27 @@ def _validate_policies(cfg: ExperimentConfig) -> None:
     if cfg.policy.name != "matrix" and cfg.policy.name not in known:
         raise ConfigError("policy.name",
                           f"{cfg.policy.name!r} is neither 'matrix' nor a registered policy: {sorted(known)}")
-    strategies = placements()  # every plug-in imported now, not in a run's worker
-    if cfg.placement.name and cfg.placement.name not in strategies:
-        raise ConfigError("placement.name", f"unknown placement {cfg.placement.name!r}; known: {sorted(strategies)}")
-    if cfg.placement.cache_factor < 0:
-        raise ConfigError("placement.cache_factor", "must be >= 0")
-    _validate_odp(cfg)
+    _validate_placement(cfg)
 
 
-def _validate_odp(cfg: ExperimentConfig) -> None:
-    """placement.odp, placement.pins, placement.tstorm_*."""
+def _validate_placement(cfg: ExperimentConfig) -> None:
+    """placement.name, every strategy's parameters (each checks its own) and placement.pins."""
     from testbed.emulation import host_index
 
-    odp = cfg.placement.odp
-    for name in ("w_r", "w_a", "w_z"):
-        if not 0 <= getattr(odp, name) <= 1:
-            raise ConfigError(f"placement.odp.{name}", f"must lie in [0, 1], got {getattr(odp, name)}")
-    if abs(odp.w_r + odp.w_a + odp.w_z - 1.0) > 1e-9:
-        raise ConfigError("placement.odp.w_r", f"w_r + w_a + w_z must be 1, got {odp.w_r + odp.w_a + odp.w_z:g}")
-    objectives = ("traffic", "network_usage", "elastic_energy")
-    if odp.network_objective not in ("",) + objectives:
-        raise ConfigError("placement.odp.network_objective",
-                          f"must be one of {objectives} or empty, got {odp.network_objective!r}")
-    if odp.w_z > 0 and not odp.network_objective:
-        raise ConfigError("placement.odp.network_objective", "is needed when placement.odp.w_z > 0")
-    if odp.solver not in ("highs", "cbc"):
-        raise ConfigError("placement.odp.solver", f"must be highs or cbc, got {odp.solver!r}")
-    _positive("placement.odp.time_limit_s", odp.time_limit_s)
-    if not 0 <= odp.mip_rel_gap < 1:
-        raise ConfigError("placement.odp.mip_rel_gap", f"must lie in [0, 1), got {odp.mip_rel_gap}")
-    if odp.rates_after_s < 0:
-        raise ConfigError("placement.odp.rates_after_s", "must be >= 0")
+    strategies = placement_entries()  # every plug-in imported now, not in a run's worker
+    if cfg.placement.name and cfg.placement.name not in strategies:
+        raise ConfigError("placement.name", f"unknown placement {cfg.placement.name!r}; known: {sorted(strategies)}")
+    for entry in strategies.values():
+        params = entry.params_of(cfg.placement)
+        problem = params.validate() if params is not None else None
+        if problem is not None:
+            raise ConfigError(f"placement.{entry.key + '.' if entry.key else ''}{problem[0]}", problem[1])
     for operator, host in cfg.placement.pins.items():
         if operator not in cfg.topology.operators:
             raise ConfigError(f"placement.pins.{operator}", "unknown operator")
         if host_index(host) is None:
             raise ConfigError(f"placement.pins.{operator}",
                               f"hosts are named vm<k> (the k-th host leased), got {host!r}")
-    if cfg.placement.tstorm_first_s < 0:
-        raise ConfigError("placement.tstorm_first_s", "must be >= 0")
-    if cfg.placement.tstorm_period_s < 0:
-        raise ConfigError("placement.tstorm_period_s", "must be >= 0")
 
 
 def _check_params(key: str, params: Any) -> None:
@@ -599,15 +609,15 @@ def _validate_evaluation(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"{key}.policy", f"no such policy {conf.policy!r}; registered: {sorted(cfg.policies)}")
         if conf.btu_minutes is not None:
             _positive(f"{key}.btu_minutes", conf.btu_minutes)
-        if conf.placement and conf.placement not in placements():
+        if conf.placement and conf.placement not in placement_entries():
             raise ConfigError(f"{key}.placement",
-                              f"unknown placement {conf.placement!r}; known: {sorted(placements())}")
+                              f"unknown placement {conf.placement!r}; known: {sorted(placement_entries())}")
         _check_params(f"{key}.params", policy_params(cfg, conf.policy, conf.params, f"{key}.params"))
         if conf.placement_params:
             trial = dataclasses.replace(cfg, placement=placement_config(cfg, conf.placement_params,
                                                                         f"{key}.placement_params"))
             try:
-                _validate_odp(trial)
+                _validate_placement(trial)
             except ConfigError as exc:
                 sub = exc.key.removeprefix("placement.")
                 raise ConfigError(f"{key}.placement_params.{sub}", str(exc).removeprefix(f"{exc.key}: ")) from exc
@@ -679,7 +689,7 @@ def _overridden(node: Any, overrides: Dict[str, Any], key: str) -> Any:
 
 
 def placement_config(cfg: ExperimentConfig, overrides: Dict[str, Any],
-                     key: str = "placement_params") -> PlacementConfig:
+                     key: str = "placement_params") -> Any:
     """placement.* with a configuration's overrides on top."""
     return _overridden(cfg.placement, overrides, key)
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from testbed.backend_registry import BackendSettings
+
 
 @dataclass
 class JobConfig:
@@ -134,7 +136,7 @@ class LiveJobConfig:
 
 
 @dataclass
-class FlinkJobConfig:
+class FlinkJobConfig(BackendSettings):
     """Job mode on a real Apache Flink in reactive mode (`backend=flink`, testbed/live/flink_job.py): one
     TaskManager of one slot per worker. `settings` are the cluster's (testbed/flink/settings.py,
     docs/flink.md#settings), validated by name when the config is loaded. `jobs` says which job each

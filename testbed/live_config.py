@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, List
 
+from testbed.backend_registry import BackendSettings
 from testbed.job_config import LiveJobConfig
 from testbed.workloads.payloads import PayloadConfig
 
@@ -25,7 +26,7 @@ class EngineConfig:
 
 
 @dataclass
-class LiveConfig:
+class LiveConfig(BackendSettings):
     """The live testbed (backend=docker). Host capacity, lease delay, container start and pull
     bandwidth come from `infrastructure`, prices from `billing`."""
 

@@ -29,7 +29,6 @@ import pandas as pd
 
 from reporting.claims import claim_checker
 from reporting.evaluations import EvaluationReport, SectionInputs, register_report
-from testbed.backend_registry import split_run_config
 
 REFERENCE = Path(__file__).resolve().parents[2] / "experiments" / "reference" / "paper_presps_results.csv"
 DELTAS = {"scale_up": 1, "scale_down": -1, "activate": 1, "deactivate": -1}
@@ -176,20 +175,15 @@ def load_reference(path: Path = REFERENCE) -> pd.DataFrame:
     return load(path)
 
 
-def system_of(config: str) -> str:
-    """The system a configuration runs: live runs are named <configuration>-live (testbed.experiment)."""
-    return split_run_config(str(config))[0]
-
-
 def _values(table: pd.DataFrame, pattern: str) -> Dict[Tuple[str, str], float]:
-    """(system, metric) -> mean of one pattern's rows (system: the config column without a live
-    suffix, or the approach in the paper's table)."""
-    from reporting.metrics import configurations
+    """(system, metric) -> mean of one pattern's rows (system: the configuration each row ran,
+    whatever backend ran it, or the approach in the paper's table)."""
+    from reporting.metrics import ran_configurations
 
     rows = table[table["pattern"] == pattern]
     if rows.empty:
         return {}
-    configs = configurations(rows).map(system_of)
+    configs = ran_configurations(rows)
     return {(c, m): float(v) for c, m, v in zip(configs, rows["metric"], rows["mean"], strict=True) if not pd.isna(v)}
 
 
@@ -207,12 +201,13 @@ check_claims = claim_checker("presps")
 
 def table3(summary: pd.DataFrame, reference: pd.DataFrame, pattern: str):
     """The paper's Table 3 beside the measured one (one row per system and source)."""
+    from reporting.metrics import ran_configurations
     from reporting.report_document import Table, mean_sd
 
     paper, rows = _values(reference, pattern), []
     measured = summary[summary["pattern"] == pattern]
-    stats = {(system_of(c), m): (mean, sd) for c, m, mean, sd in zip(measured["config"], measured["metric"],
-                                                                  measured["mean"], measured["sd"], strict=True)}
+    stats = {(c, m): (mean, sd) for c, m, mean, sd in zip(ran_configurations(measured), measured["metric"],
+                                                          measured["mean"], measured["sd"], strict=True)}
     for system in ("presps", "dabs"):
         rows.append([system, "paper"] + [f"{paper[(system, m)]:.{d}f}" if (system, m) in paper else "–"
                                          for _, m, d in TABLE3])

@@ -5,27 +5,15 @@ they are checked on every run, as every run's node has them and the live backend
 network's."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from testbed.arguments import ConfigError
 from testbed.backend_registry import Backend, RunInputs, register_backend
-from testbed.emulation import EmulationConfig, validate_emulation
+from testbed.emulation import validate_emulation
 from testbed.run_result import RunResult
+from testbed.sim_config import SimSettings
 
-
-@dataclass
-class SimSettings:
-    step_ms: float = 480.0  # simulation step; one tick by default
-    hop_latency_ms: float = 5.0  # broker hop from the upstream send to the queue
-    cpu_contention: bool = False  # slow service when busy slots need more cores than the host has
-    exact: bool = False  # per-item reference model instead of the cohort model (slow; validation)
-    # cores all logical hosts of a run share (the live machine's; 0: none). When the busy slots of
-    # every instance need more, each runs slower by demand / shared_cores. Cohort model only; with
-    # cpu_contention both apply, per host first (docs/architecture.md#shared-cores)
-    shared_cores: float = 0.0
-    # inter-host delay and availability (ODP experiments); enabled: the per-item model with per-instance queues
-    emulation: EmulationConfig = field(default_factory=EmulationConfig)
+__all__ = ["SimSettings", "Simulator"]
 
 
 @register_backend("sim", SimSettings, key="")

@@ -179,7 +179,7 @@ class Measured:
 
 
 def live_runs(root: Path) -> List[Path]:
-    """The complete runs below root that ran live (named `<configuration>-live`)."""
+    """The complete runs below root that ran live (their manifests name the backend `docker`)."""
     return complete_runs(root, LIVE)
 
 

@@ -20,6 +20,10 @@ STOP_MODES = ("graceful", "kill")  # SIGTERM (the TaskManager deregisters) or SI
 # per word under a CPU limit per TaskManager, as a pod's (docs/flink.md#cpu-mode)
 MODES = ("wait", "cpu")
 MIN_CPU_LIMIT = 0.01  # cores: a quota of 1 ms per 100 ms period, the kernel's least
+# what the controllers read as a worker's CPU utilisation: the counting task's busy time (Flink's
+# busyTimeMsPerSecond, what Flink's own autoscaler reads), or the TaskManager's cgroup CPU time over
+# its limit (what a pod's CPU utilisation is to Kubernetes' metrics, the cpu mode's only)
+CPU_READINGS = ("busy", "cgroup")
 
 
 class FlinkSettingsError(ValueError):
@@ -66,6 +70,7 @@ class FlinkSettings:
     wait_us: int = 0
     # cpu mode: each TaskManager's processes in a cgroup of this many cores (CFS quota per period)
     tm_cpu_limit: float = 0.0
+    cpu_reading: str = "busy"
 
     def validate(self) -> "FlinkSettings":
         for key in ("jm_memory_mb", "tm_memory_mb", "words_per_sentence", "vocabulary"):
@@ -98,6 +103,12 @@ class FlinkSettings:
     def _validate_mode(self) -> None:
         if self.mode not in MODES:
             raise FlinkSettingsError("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.cpu_reading not in CPU_READINGS:
+            raise FlinkSettingsError("cpu_reading", f"must be one of {', '.join(CPU_READINGS)}, got "
+                                     f"{self.cpu_reading!r}")
+        if self.cpu_reading == "cgroup" and self.mode != "cpu":
+            raise FlinkSettingsError("cpu_reading", "the cgroup's CPU is read only where there is one (mode=cpu), "
+                                     f"got mode {self.mode}")
         if self.mode == "wait":
             if self.tm_cpu_limit > 0:
                 raise FlinkSettingsError("tm_cpu_limit", f"a CPU limit is the cpu mode's (mode=cpu), got "

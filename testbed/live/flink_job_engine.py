@@ -4,7 +4,7 @@ row comes from two readings of the cluster (docs/flink.md#job-mode-runs)."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, Dict, List, Mapping, Optional, Set
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from testbed.flink.cluster import FlinkClusterError
 from testbed.flink.engine import JOBMANAGER, Engine
 from testbed.flink.faults import TERMINAL_STATES, change_bound_s, exit_status, find_losses, unregistered
 from testbed.flink.faults import Loss as FlinkLoss
-from testbed.flink.metrics import JobReading, SourceReading, rates
+from testbed.flink.metrics import JobRates, JobReading, SourceReading, rates
 from testbed.flink.settings import FlinkSettings
 from testbed.job.engine import Clock, Loss, Second
 from testbed.job.ledger import Change, JobLedger
@@ -117,10 +117,11 @@ class FlinkJobEngine:
         assert prev is not None and cur is not None
         r = rates(prev, cur)
         thr, cpu = np.zeros(self.top), np.full(self.top, np.nan)
+        utilisation = self._utilisation(r)
         for w, name in enumerate(self.workers[:self.n]):
             thr[w] = r.throughput.get(name, 0.0) * r.dt / self.wps
-            if name in r.busy:
-                cpu[w] = r.busy[name]
+            if name in utilisation:
+                cpu[w] = utilisation[name]
         arrivals = self._arrivals(cur)
         backlog = cur.backlog(self.wps)
         self.lag = backlog if math.isfinite(backlog) else self.lag
@@ -132,6 +133,12 @@ class FlinkJobEngine:
         self.prev = cur
         return Second(arrivals=arrivals, thr=thr, cpu=cpu, lag=self.lag, uptime=k + 1.0 - self.up_since if up else 0.0,
                       parallel=self.n, running=min(cur.parallelism, self.n) if cur.status == "RUNNING" else 0)
+
+    def _utilisation(self, r: JobRates) -> Mapping[str, float]:
+        """Per TaskManager, the CPU utilisation the controllers read (`cpu_reading`)."""
+        if self.settings.cpu_reading == "cgroup":
+            return {name: cores / self.settings.tm_cpu_limit for name, cores in r.cgroup_cpu.items()}
+        return r.busy
 
     def _arrivals(self, cur: JobReading) -> float:
         """Sentences due since the last reading with the source's metrics (0 while they are missing)."""

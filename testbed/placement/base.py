@@ -5,43 +5,43 @@ Both work on the policy's `Plan` (the cycle's scratch copy of the system), so a 
 instances and leases decided earlier in the same cycle. Strategies are pure like policies: no clock,
 no I/O. `start` places a batch (a strategy that optimises jointly, such as an integer program,
 overrides it); `moves` may propose migrations (none by default).
+
+A strategy registers itself with its typed parameters (`register_placement(name, params, key)`),
+as a policy does; the `placement` node of the config is made from the registry: the shared keys
+(`name`, `pins`) and a field per strategy's parameters, so a misspelt key fails at composition and
+each strategy checks its own values (`PlacementParams.validate`).
 """
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar
 
-from testbed.discovery import claim, discover
+from testbed.config_node import node_class
+from testbed.discovery import PluginError, claim, discover
 from testbed.model import Action, LeaseHost, OperatorType, ScaleUp
 from testbed.plan import Plan
 
 
 @dataclass
-class OdpPlacementConfig:
-    """`placement.odp.*`: the ODP integer program as a placement (docs/papers/odp.md#odp-in-the-testbed)."""
+class PlacementParams:
+    """The base of a strategy's parameters (a dataclass in the strategy's module, registered with it):
+    its keys under `placement.<key>`, or directly under `placement` without a key."""
 
-    w_r: float = 1.0  # SAW weights of response time, availability, the network term; they sum to 1
-    w_a: float = 0.0
-    w_z: float = 0.0
-    network_objective: str = ""  # traffic | network_usage | elastic_energy; needed when w_z > 0
-    solver: str = "highs"  # highs | cbc
-    time_limit_s: float = 10.0  # per solve; a time-limited incumbent is used and logged as such
-    mip_rel_gap: float = 1e-4
-    reoptimise_all: bool = False  # placing new instances may also move existing ones (else they are pinned)
-    rates_after_s: float = 100.0  # two-step S-ODP: w_a = 1 until then (no rates), then a re-solve with them
+    def validate(self) -> Optional[Tuple[str, str]]:
+        """(the field, relative to where the parameters sit, and what is wrong) or None."""
+        return None
 
 
 @dataclass
-class PlacementConfig:
-    """The placement strategy of a run and the strategies' parameters."""
+class PlacementChoice:
+    """What every `placement` node has besides the strategies' parameters."""
 
     name: str = ""  # "" = the policy's own default (first_fit for the threshold baseline, suitability for BTU)
-    cache_factor: float = 0.01  # suitability (BTU paper, Algorithm 2): CF, the bonus of a host caching the image
-    pins: Dict[str, str] = field(default_factory=dict)  # odp, tstorm: operator -> the host (vm<k>) its instances run on
-    odp: OdpPlacementConfig = field(default_factory=OdpPlacementConfig)
-    tstorm_first_s: float = 100.0  # tstorm: the best-fit reassignment after the round-robin start
-    tstorm_period_s: float = 300.0  # tstorm: and again every this many seconds (0: once)
+    # odp, tstorm: operator -> the host (vm<k>) its instances run on; shared by the strategies that pin,
+    # and checked against the topology (testbed.config)
+    pins: Dict[str, str] = field(default_factory=dict)
 
 
 class Placement(ABC):
@@ -87,21 +87,71 @@ class Placement(ABC):
         experiment calls it once with the run's resolved config. None by default."""
 
 
-PlacementFactory = Callable[[PlacementConfig], Placement]
-_REGISTRY: Dict[str, PlacementFactory] = {}
+PlacementFactory = Callable[[Any, PlacementChoice], Placement]  # (its parameters, the node's shared keys)
+Factory = TypeVar("Factory", bound=Callable[..., Placement])
 
 
-def register_placement(name: str) -> Callable[[PlacementFactory], PlacementFactory]:
-    def add(factory: PlacementFactory) -> PlacementFactory:
+@dataclass(frozen=True)
+class PlacementEntry:
+    name: str
+    factory: PlacementFactory
+    params: Optional[Type[PlacementParams]]  # None: the strategy has no parameters
+    key: str  # its node under `placement`; "": its fields sit directly under `placement`
+    module: str
+
+    def params_of(self, node: Any) -> Optional[PlacementParams]:
+        """This strategy's parameters in a `placement` node, of its own class (taken from the node's
+        fields where they sit flat: the node has several strategies' fields and methods)."""
+        if self.params is None:
+            return None
+        if self.key:
+            return getattr(node, self.key)
+        return self.params(**{f.name: getattr(node, f.name) for f in dataclasses.fields(self.params)})
+
+
+_REGISTRY: Dict[str, PlacementEntry] = {}
+_classes: Dict[Tuple[str, ...], type] = {}  # the `placement` node's class per set of registered strategies
+
+
+def register_placement(name: str, params: Optional[Type[PlacementParams]] = None,
+                       key: str = "") -> Callable[[Factory], Factory]:
+    """Make a strategy known under `name`: its factory gets its parameters (`params`, a dataclass
+    deriving from PlacementParams, under `placement.<key>` or flat) and the node's shared keys."""
+    if params is not None and not (isinstance(params, type) and issubclass(params, PlacementParams)):
+        raise TypeError(f"placement {name!r}: its parameters must derive from PlacementParams, got {params!r}")
+
+    def add(factory: Factory) -> Factory:
         known = _REGISTRY.get(name)
-        claim("placement", name, factory.__module__, known.__module__ if known is not None else None)
-        _REGISTRY[name] = factory
+        claim("placement", name, factory.__module__, known.module if known is not None else None)
+        entry = PlacementEntry(name, factory, params, key, factory.__module__)
+        _check_keys(entry)
+        _REGISTRY[name] = entry
+        _classes.clear()  # the node's class has fields more
         return factory
 
     return add
 
 
-def placements() -> Dict[str, PlacementFactory]:
+def _keys(entry: PlacementEntry) -> Set[str]:
+    if entry.params is None:
+        return set()
+    return {entry.key} if entry.key else {f.name for f in dataclasses.fields(entry.params)}
+
+
+def _check_keys(entry: PlacementEntry) -> None:
+    """A strategy's keys under `placement` may not be another's, nor the shared ones: one would hide the other."""
+    shared = {f.name for f in dataclasses.fields(PlacementChoice)}
+    for other in _REGISTRY.values():
+        taken = sorted(_keys(entry) & _keys(other))
+        if taken and other.name != entry.name:
+            raise PluginError(f"placement {entry.name!r} of module {entry.module} declares placement.{taken[0]}, "
+                              f"which placement {other.name!r} of module {other.module} declares already")
+    if _keys(entry) & shared:
+        raise PluginError(f"placement {entry.name!r} of module {entry.module} may not declare "
+                          f"placement.{sorted(_keys(entry) & shared)[0]} (shared by every strategy)")
+
+
+def placement_entries() -> Dict[str, PlacementEntry]:
     """Every registered strategy by name: the modules of this package that apply
     `@register_placement`, the entry points of the group `testbed.placements` and the modules named
     by `TESTBED_PLACEMENT_MODULES` (testbed/discovery.py) are imported on first use."""
@@ -109,8 +159,37 @@ def placements() -> Dict[str, PlacementFactory]:
     return dict(_REGISTRY)
 
 
-def make_placement(name: str, cfg: PlacementConfig) -> Placement:
-    known = placements()
+def placements() -> Dict[str, PlacementFactory]:
+    """Every registered strategy's factory by name (placement_entries)."""
+    return {name: entry.factory for name, entry in placement_entries().items()}
+
+
+def _rebuild(values: Dict[str, Any]) -> Any:
+    """A pickled placement node, made again of this process's node class (registered strategies)."""
+    return placement_node_class()(**values)
+
+
+def placement_node_class() -> type:
+    """The `placement` node's dataclass: the shared keys and every registered strategy's parameters
+    (one class per set of registered strategies, so that its instances keep their class)."""
+    entries = tuple(e for e in placement_entries().values() if e.params is not None)
+    names = tuple(e.name for e in entries)
+    if names not in _classes:
+        flat = tuple(dict.fromkeys(e.params for e in entries if not e.key and e.params is not None))
+        keyed = [(e.key, e.params) for e in entries if e.key and e.params is not None]
+        _classes[names] = node_class("PlacementConfig", PlacementChoice, flat, keyed, _rebuild, __name__)
+    return _classes[names]
+
+
+def placement_node(**values: Any) -> Any:
+    """A `placement` node: every registered strategy's parameters, at their defaults unless given."""
+    return placement_node_class()(**values)
+
+
+def make_placement(name: str, node: Any) -> Placement:
+    """The strategy `name`, made from a `placement` node (placement_node, or a config's `placement`)."""
+    known = placement_entries()
     if name not in known:
         raise KeyError(f"unknown placement {name!r}; known: {sorted(known)}")
-    return known[name](cfg)
+    entry = known[name]
+    return entry.factory(entry.params_of(node), node)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from testbed.model import OperatorType
-from testbed.placement.base import Placement, PlacementConfig, register_placement
+from testbed.placement.base import Placement, PlacementChoice, register_placement
 from testbed.plan import Plan
 
 
@@ -16,5 +16,5 @@ class FirstFit(Placement):
 
 
 @register_placement("first_fit")
-def _make(cfg: PlacementConfig) -> Placement:
+def _make(params: None, shared: PlacementChoice) -> Placement:
     return FirstFit()

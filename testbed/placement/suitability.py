@@ -3,11 +3,22 @@ placement, relative to how many such instances would fit, with a bonus for a cac
 (docs/papers/btu-provisioning.md#algorithm-2-host-selection)."""
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 from testbed.model import OperatorType
-from testbed.placement.base import Placement, PlacementConfig, register_placement
+from testbed.placement.base import Placement, PlacementChoice, PlacementParams, register_placement
 from testbed.plan import Plan, PlanHost
+
+
+@dataclass
+class SuitabilityParams(PlacementParams):
+    """`placement.cache_factor`."""
+
+    cache_factor: float = 0.01  # CF (Algorithm 2): the bonus of a host caching the image
+
+    def validate(self) -> Optional[Tuple[str, str]]:
+        return ("cache_factor", "must be >= 0") if self.cache_factor < 0 else None
 
 
 def host_suitability(host: PlanHost, op: OperatorType, cache_factor: float) -> float:
@@ -33,6 +44,6 @@ class Suitability(Placement):
         return min(fitting)[2] if fitting else None
 
 
-@register_placement("suitability")
-def _make(cfg: PlacementConfig) -> Placement:
-    return Suitability(cfg.cache_factor)
+@register_placement("suitability", SuitabilityParams)
+def _make(params: SuitabilityParams, shared: PlacementChoice) -> Placement:
+    return Suitability(params.cache_factor)

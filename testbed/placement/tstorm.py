@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from testbed.model import NEW_HOST_PREFIX, Action, Migrate, OperatorType
-from testbed.placement.base import Placement, PlacementConfig, register_placement
+from testbed.placement.base import Placement, PlacementChoice, PlacementParams, register_placement
 from testbed.plan import Plan
 
 PROVIDER = "<provider>"
@@ -36,14 +36,28 @@ class Reassignment:
     moved: int
 
 
+@dataclass
+class TStormParams(PlacementParams):
+    """`placement.tstorm_first_s`, `placement.tstorm_period_s`."""
+
+    tstorm_first_s: float = 100.0  # the best-fit reassignment after the round-robin start
+    tstorm_period_s: float = 300.0  # and again every this many seconds (0: once)
+
+    def validate(self) -> Optional[Tuple[str, str]]:
+        for name in ("tstorm_first_s", "tstorm_period_s"):
+            if getattr(self, name) < 0:
+                return name, "must be >= 0"
+        return None
+
+
 class TStorm(Placement):
     name = "tstorm"
 
-    def __init__(self, cfg: PlacementConfig):
-        self.pins = dict(cfg.pins)
-        self.first_s = cfg.tstorm_first_s
-        self.period_s = cfg.tstorm_period_s
-        self.next_s: Optional[float] = cfg.tstorm_first_s
+    def __init__(self, params: TStormParams, pins: Dict[str, str]):
+        self.pins = dict(pins)
+        self.first_s = params.tstorm_first_s
+        self.period_s = params.tstorm_period_s
+        self.next_s: Optional[float] = params.tstorm_first_s
         self.provider_host = "vm1"
         self.rr = 0
         self.reassignments: List[Reassignment] = []
@@ -164,6 +178,6 @@ def inter_host(pairs: Dict[Tuple[str, str], float], hosts: Dict[str, str], provi
     return sum(rate for (a, b), rate in pairs.items() if where.get(a) != where.get(b))
 
 
-@register_placement("tstorm")
-def _make(cfg: PlacementConfig) -> Placement:
-    return TStorm(cfg)
+@register_placement("tstorm", TStormParams)
+def _make(params: TStormParams, shared: PlacementChoice) -> Placement:
+    return TStorm(params, shared.pins)

@@ -20,8 +20,8 @@ from testbed.model import (
     ScaleUp,
     Snapshot,
 )
-from testbed.placement.base import Placement, PlacementConfig
-from testbed.placement.suitability import Suitability
+from testbed.placement.base import Placement
+from testbed.placement.suitability import Suitability, SuitabilityParams
 from testbed.plan import Plan
 from testbed.policies.contract import Policy
 from testbed.policies.registry import register_policy
@@ -162,7 +162,7 @@ class BtuPolicy(Policy):
 
     def __init__(self, cfg: BtuParams, placement: Optional[Placement] = None):
         self.cfg = cfg
-        self.placement = placement or Suitability(PlacementConfig().cache_factor)
+        self.placement = placement or Suitability(SuitabilityParams().cache_factor)
 
     def decide(self, snapshot: Snapshot) -> List[Action]:
         plan = Plan(snapshot)

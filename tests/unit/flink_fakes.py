@@ -62,6 +62,9 @@ class FakeFlink:
         self.epoch_members: Tuple[str, ...] = ()  # those the job last (re)started with
         self.changed_at = 0.0
         self.jobmanager_status: Optional[int] = None
+        # cores each registered TaskManager's cgroup uses (its CPU time grows by this per second);
+        # None: no cgroup, as in the wait mode
+        self.cgroup_cores: Optional[float] = None
         self.source_missing: List[Tuple[float, float]] = []  # clock intervals whose readings lack the source
 
     # -- the Engine interface ------------------------------------------------------------------------
@@ -148,8 +151,9 @@ class FakeFlink:
             subtask = SubtaskReading(0, f"a{self.epoch}-{name}", words, words, 500.0, 10.0, 20.0, 10.0 * words)
             source = SourceReading(scheduled, scheduled, 0.0, 0.0, self.replayed) if i == 0 else None
             dropped, windowed = (self._dropped(), self.windowed) if i == 0 and self.windows else (0.0, 0.0)
+            cgroup = None if self.cgroup_cores is None else self.cgroup_cores * (now - self.tms[name].started)
             tms.append(TaskManagerReading(name, 0.1, 1.0, 100.0, (subtask,) if running else (), source,
-                                          dropped=dropped, windowed=windowed))
+                                          cgroup_cpu_s=cgroup, dropped=dropped, windowed=windowed))
         source = tms[0].source if tms else None
         if any(a <= now < b for a, b in self.source_missing):  # its metrics not reported (yet)
             source = None

@@ -8,6 +8,7 @@ import os
 import pickle
 import sys
 import textwrap
+import typing
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from testbed import backend_registry as registry
 from testbed import discovery
 from testbed.arguments import ConfigError
-from testbed.backend_registry import Backend, register_backend, run_configuration, split_run_config
+from testbed.backend_registry import Backend, BackendSettings, configuration_on, register_backend, run_configuration
 from testbed.config import to_plain
 from testbed.eventlog import EventLog, read_manifest
 from testbed.experiment import config_for, plan_runs
@@ -31,11 +32,11 @@ import copy
 from dataclasses import dataclass
 
 from testbed.arguments import ConfigError
-from testbed.backend_registry import Backend, register_backend
+from testbed.backend_registry import Backend, BackendSettings, register_backend
 
 
 @dataclass
-class ReplaySettings:
+class ReplaySettings(BackendSettings):
     slowdown: float = 1.0
     label: str = "replayed"
 
@@ -154,11 +155,18 @@ def test_a_backend_that_would_hide_another_is_refused(monkeypatch):
     monkeypatch.setattr(registry, "_classes", {})
 
     @dataclass
-    class Settings:
+    class Settings(BackendSettings):
         step_ms: float = 1.0
+
+    @dataclass
+    class Untyped:
+        other_ms: float = 1.0
 
     class Other(Backend):
         pass
+
+    with pytest.raises(TypeError, match="deriving from testbed.backend_registry.BackendSettings"):
+        register_backend("elsewhere", Untyped, key="x")(Other)
 
     with pytest.raises(discovery.PluginError, match="registered already"):
         register_backend("sim", Settings, key="other")(Other)
@@ -181,7 +189,23 @@ def test_a_module_that_cannot_be_imported_is_named_in_one_line(tmp_path, monkeyp
     assert "\n" not in str(err.value)
 
 
-def test_names_of_aggregated_tables_lose_a_registered_suffix():
-    assert split_run_config("hpa-80-flink") == ("hpa-80", "-flink")
-    assert split_run_config("btu-10-live") == ("btu-10", "-live")
-    assert split_run_config("threshold") == ("threshold", "")
+def test_a_row_of_an_aggregated_table_loses_what_its_own_backend_adds():
+    assert configuration_on("hpa-80-flink", "flink") == "hpa-80"
+    assert configuration_on("btu-10-live", "docker") == "btu-10"
+    # the backend in the row decides, not the name: a simulated configuration may end in "-live"
+    assert configuration_on("btu-10-live", "sim") == "btu-10-live"
+    assert configuration_on("threshold", "sim") == "threshold"
+    assert configuration_on("hpa-80-replay", "not-loaded") == "hpa-80-replay"
+
+
+def test_the_backend_node_has_each_attribute_its_type_declares():
+    # mypy checks `cfg.backend.*` against testbed.config.BackendNode; the node is made from the registry
+    from testbed.config import BackendNode
+
+    declared = typing.get_type_hints(BackendNode)
+    made = typing.get_type_hints(registry.backend_node_class())
+    assert set(declared) >= {"name", "live", "flink", "step_ms", "emulation"}
+    assert {k: made.get(k) for k in declared} == declared
+    node = compose_config().backend
+    assert all(issubclass(e.settings, BackendSettings) for e in registry.backends().values())
+    assert isinstance(node.live, declared["live"]) and isinstance(node.flink, declared["flink"])

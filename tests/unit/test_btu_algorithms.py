@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.model import OperatorType
-from testbed.placement.base import PlacementConfig
+from testbed.placement.base import placement_node
 from testbed.placement.suitability import host_suitability
 from testbed.plan import Plan
 from testbed.policies.btu import BtuParams, UtilityVariant, downscale_utility, release_window, upscaling_trigger
@@ -99,7 +99,7 @@ CF = 0.01
 
 
 def test_cache_factor_default():
-    assert PlacementConfig().cache_factor == 0.01
+    assert placement_node().cache_factor == 0.01
 
 
 @pytest.mark.parametrize(

@@ -102,17 +102,22 @@ def test_ratio_at_most_and_within() -> None:
 
 
 def test_check_reads_configurations_as_paper_comparison_names_them() -> None:
-    # the paper's table has approaches and BTU lengths; a live run counts as its simulated twin
+    # the paper's table has approaches and BTU lengths; a live run counts as its simulated twin, as the
+    # measured table's backend column says
     paper = pd.DataFrame({"pattern": "p", "approach": ["btu", "threshold", "threshold"], "btu_minutes": [60, None, 60],
                           "metric": ["cost", "rt", "cost"], "mean": [1.0, 2.0, 3.0]})
     assert values(paper, "p") == {("btu-60", "cost"): 1.0, ("threshold", "rt"): 2.0, ("threshold@60", "cost"): 3.0}
-    measured = paper.assign(config=["btu-60-live", "threshold-live", "threshold-live"])
+    measured = paper.assign(config=["btu-60-live", "threshold-live", "threshold-live"], backend="docker")
     spec = ClaimSpec(id="c", text="cheaper", compare="less", metrics=["cost"], configs=["btu-60"],
                      against="threshold@60")
     rows = check([spec], measured, paper)
     assert rows.to_dict("records") == [{"pattern": "p", "claim": "c", "text": "cheaper", "paper": HOLDS,
                                         "paper_detail": "1.00 vs 3.00 (67 % lower)", "measured": HOLDS,
                                         "measured_detail": "1.00 vs 3.00 (67 % lower)"}]
+    # without the column (a summary written before it existed) each name is its own configuration
+    assert check([spec], measured.drop(columns="backend"), paper)["measured"].tolist() == [NOT_EVALUABLE]
+    # a simulated configuration whose name ends as a live run's keeps its name
+    assert ("threshold-live", "rt") in values(measured.assign(backend="sim"), "p")
 
 
 @pytest.mark.parametrize("spec, message", [

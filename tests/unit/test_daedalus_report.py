@@ -72,3 +72,19 @@ def test_capacity_claim_names_each_workload_beside_its_own_error():
     d6 = check_claims(results(runs)).set_index("claim").loc["D6"]
     assert d6["evidence"].endswith("per workload: ysb_avazu 2.5 %, tm_two_spike 7.0 %")
     assert d6["verdict"] == "does not hold"
+
+
+def test_the_paper_comparison_pairs_each_run_with_daedalus_on_its_own_backend():
+    # the backend column (the runs' manifests) says which Daedalus an HPA is compared with
+    runs = _runs([
+        {"pattern": "wc_sine", "config": c, "backend": b, "rep": 1, "mean_workers": w, "latency_ms": 1000.0,
+         "keeps_up": 1.0}
+        for c, b, w in (("daedalus", "sim", 6.0), ("hpa-80", "sim", 8.0),
+                        ("daedalus-flink", "flink", 2.0), ("hpa-80-flink", "flink", 4.0))])
+    comp = comparison(results(runs), load_reference()).set_index("approach")
+    assert comp.loc["hpa-80", "measured_saved_pct"] == 25.0  # (8 - 6) / 8
+    assert comp.loc["hpa-80-flink", "measured_saved_pct"] == 50.0  # (4 - 2) / 4
+    assert comp.loc["hpa-80-flink", "paper_workers"] == 7.8  # the paper's hpa-80
+    # without the column, "hpa-80-flink" is a configuration of its own name: the paper has none
+    unnamed = comparison(results(runs.drop(columns="backend")), load_reference()).set_index("approach")
+    assert math.isnan(unnamed.loc["hpa-80-flink", "paper_workers"])

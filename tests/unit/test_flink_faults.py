@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Callable, List, Optional
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -114,6 +115,31 @@ def test_seconds_without_the_source_metrics_lose_no_arrivals(tmp_path):
     assert len(gap) == 3 and all(arrivals[k] == 0 for k in gap)
     assert arrivals[gap[-1] + 1] > arrivals[gap[0] - 1]  # the next second counts the gap's arrivals too
     assert arrivals.sum() == pytest.approx(result.details["accounting"]["scheduled"])
+
+
+CPU_MODE = ("backend=flink_cpu",)
+
+
+@pytest.mark.parametrize("reading, expected", [("busy", 0.5), ("cgroup", 0.8)])
+def test_the_controllers_read_busy_time_or_the_cgroups_cpu_over_its_limit(tmp_path, reading, expected):
+    """Busy time is the counting task's (500 ms/s in the fake); the cgroup's reading is the
+    TaskManager's CPU over its limit (0.4 of 0.5 cores), as a pod's utilisation is to Kubernetes."""
+    def setup(fake: FakeFlink) -> None:
+        fake.cgroup_cores = 0.4
+
+    run, result, fake = make_run(tmp_path, *CPU_MODE, f"backend.flink.settings.cpu_reading={reading}",
+                                 setup=setup)
+    assert result.incomplete is None, result.incomplete
+    cpu = run.loop.series.cpu
+    read = cpu[~np.isnan(cpu)]
+    assert read.size > 0 and read == pytest.approx(expected)
+
+
+def test_the_cgroup_reading_needs_the_cpu_mode():
+    with pytest.raises(ValueError, match=r"flink.cpu_reading: .*mode=cpu"):
+        FlinkSettings(cpu_reading="cgroup").validate()
+    with pytest.raises(ValueError, match=r"flink.cpu_reading: must be one of busy, cgroup"):
+        FlinkSettings(cpu_reading="jvm").validate()
 
 
 def test_the_only_taskmanager_lost_is_replaced_and_its_sentences_counted(tmp_path):

@@ -19,7 +19,9 @@ from testbed.model import (
     ScaleUp,
     Snapshot,
 )
-from testbed.placement.base import OdpPlacementConfig, PlacementConfig, make_placement
+from testbed.placement.base import make_placement, placement_node
+from testbed.placement.first_fit import FirstFit
+from testbed.placement.odp.strategy import OdpPlacementConfig
 from testbed.placement.records import placements_table
 from testbed.plan import Plan
 from testbed.policies.static import StaticParams, StaticPolicy
@@ -46,7 +48,7 @@ def snapshot(t=0.0, hosts=("vm1", "vm2", "vm3"), instances=(), edge_items=None, 
 
 
 def odp(emulation: EmulationConfig, **odp_params) -> "object":
-    placement = make_placement("odp", PlacementConfig(odp=OdpPlacementConfig(**odp_params)))
+    placement = make_placement("odp", placement_node(odp=OdpPlacementConfig(**odp_params)))
 
     class Run:  # what bind_run reads of a run's config
         class backend:
@@ -127,7 +129,7 @@ def test_odp_leases_only_when_nothing_fits():
 
 
 def test_tstorm_round_robin_then_best_fit_in_traffic_order():
-    tstorm = make_placement("tstorm", PlacementConfig(tstorm_first_s=100.0, tstorm_period_s=0.0))
+    tstorm = make_placement("tstorm", placement_node(tstorm_first_s=100.0, tstorm_period_s=0.0))
     plan = Plan(snapshot(hosts=("vm1", "vm2", "vm3"), host_cpu=2 * CPU))
     first = tstorm.start_many(plan, {"A": 2, "B": 1}, "deploy")
     assert [a.host for a in first] == ["vm1", "vm2", "vm3"]  # round robin
@@ -145,7 +147,7 @@ def test_tstorm_round_robin_then_best_fit_in_traffic_order():
 
 
 def test_static_policy_leases_then_places():
-    policy = StaticPolicy(StaticParams(hosts=2, instances={"A": 2}), make_placement("first_fit", PlacementConfig()))
+    policy = StaticPolicy(StaticParams(hosts=2, instances={"A": 2}), make_placement("first_fit", placement_node()))
     empty = snapshot(hosts=())
     empty = Snapshot(**{**empty.__dict__, "max_hosts": 4})
     assert [type(a) for a in policy.initial_deployment(empty)] == [LeaseHost, LeaseHost]
@@ -237,6 +239,9 @@ def test_emulated_delays_add_to_the_latency(tmp_path):
     ("placement.odp.solver=cplex", "placement.odp.solver"),
     ("+placement.pins.nope=vm1", "placement.pins.nope"),
     ("placement.pins.consumer=host1", "placement.pins.consumer"),
+    ("placement.tstorm_period_s=-1", "placement.tstorm_period_s"),
+    ("placement.cache_factor=-0.5", "placement.cache_factor"),
+    ("+placement.odp.w_x=1", "placement.odp.w_x"),
     ("+backend.emulation.availability.h1=0.5", "backend.emulation.availability.h1"),
     ("backend.emulation.availability.vm2=0", "backend.emulation.availability.vm2"),
     ("backend.emulation.delay_mean_ms=[30,20]", "backend.emulation.delay_mean_ms"),
@@ -251,6 +256,49 @@ def test_bad_configuration_placement_params_name_the_key():
     with pytest.raises(ConfigError) as err:
         compose_config("evaluation=odp", "evaluation.configurations.0.placement_params={odp: {w_r: 2.0}}")
     assert err.value.key.startswith("evaluation.configurations[0].placement_params.odp.w_r")
+
+
+def test_each_strategy_gets_its_own_typed_parameters_and_the_node_pickles():
+    import pickle
+
+    from testbed.placement.base import placement_entries
+    from testbed.placement.suitability import SuitabilityParams
+    from testbed.placement.tstorm import TStormParams
+
+    cfg = compose_config("evaluation=odp_heuristics")
+    entries = placement_entries()
+    assert entries["first_fit"].params_of(cfg.placement) is None
+    assert isinstance(entries["suitability"].params_of(cfg.placement), SuitabilityParams)
+    assert isinstance(entries["tstorm"].params_of(cfg.placement), TStormParams)
+    assert isinstance(entries["odp"].params_of(cfg.placement), OdpPlacementConfig)
+    assert make_placement("tstorm", cfg.placement).pins == {"consumer": "vm1"}
+    again = pickle.loads(pickle.dumps(cfg.placement))
+    assert type(again) is type(cfg.placement) and again == cfg.placement
+
+
+def test_a_strategy_that_would_hide_another_key_is_refused(monkeypatch):
+    from dataclasses import dataclass
+
+    from testbed import discovery
+    from testbed.placement import base
+
+    monkeypatch.setattr(base, "_REGISTRY", dict(base.placement_entries()))
+    monkeypatch.setattr(base, "_classes", {})
+
+    @dataclass
+    class Clashing(base.PlacementParams):
+        cache_factor: float = 1.0
+
+    @dataclass
+    class Untyped:
+        x: float = 1.0
+
+    with pytest.raises(discovery.PluginError, match="placement.cache_factor"):
+        base.register_placement("elsewhere", Clashing)(lambda params, shared: FirstFit())
+    with pytest.raises(discovery.PluginError, match="placement.pins"):
+        base.register_placement("elsewhere", Clashing, key="pins")(lambda params, shared: FirstFit())
+    with pytest.raises(TypeError, match="derive from PlacementParams"):
+        base.register_placement("elsewhere", Untyped)  # type: ignore[arg-type]
 
 
 def test_placements_table_joins_a_host_for_answer_on_time_operator_and_host():

@@ -244,8 +244,8 @@ def test_the_live_evaluation_gets_the_presps_report(tmp_path: Path):
         # the hand tables' values at 5 s monitoring (test_presps_metrics_by_hand): the 1 s windows cannot be measured
         assert m["processed_ratio"] == pytest.approx(0.9) and m["throughput_degradation"] == pytest.approx(0.2)
         assert math.isnan(m["throughput_degradation_1s"]) and m["dropped_purge"] == purged
-        rows += [{"pattern": "presps_spikes", "approach": config, "config": f"{config}-live", "btu_minutes": pd.NA,
-                  "metric": k, "mean": v, "sd": np.nan, "n": 1} for k, v in m.items()]
+        rows += [{"pattern": "presps_spikes", "approach": config, "config": f"{config}-live", "backend": "docker",
+                  "btu_minutes": pd.NA, "metric": k, "mean": v, "sd": np.nan, "n": 1} for k, v in m.items()]
     summary = pd.DataFrame(rows)
     comparison, claims = compare_all(reports_for(["presps_live"]), summary)
     assert claims["claim"].tolist() == ["P1", "P2", "P3", "P4"] and set(claims["pattern"]) == {"presps_spikes"}

@@ -45,7 +45,8 @@ def _samples(durations: Dict[str, Sequence[float]]) -> List[Sample]:
 def make_run(root: Path, *, pattern: str = "stepwise", config: str = "threshold", rep: int = 1,
              policy: str = "threshold", btu_minutes: int = 60, samples: Optional[List[Sample]] = None,
              processed: Sequence[int] = (10_000, 20_000), leases: Sequence[Lease] = (),
-             actions: Sequence[str] = (), status: str = "complete", billing: str = "") -> Path:
+             actions: Sequence[str] = (), status: str = "complete", billing: str = "",
+             backend: str = "sim") -> Path:
     run_dir = run_dir_for(root, pattern, config, rep)
     samples = samples if samples is not None else _samples({"A": A_DURATIONS, "B": B_DURATIONS, "X": X_DURATIONS})
     log = EventLog(run_dir)
@@ -61,7 +62,7 @@ def make_run(root: Path, *, pattern: str = "stepwise", config: str = "threshold"
     log.write("leases", {name: [lease[i] for lease in leases] for i, name in enumerate(names)})
     write_manifest(run_dir, Manifest(
         run_id=f"{pattern}-{config}-{rep}", experiment="test", pattern=pattern, config=config, policy=policy,
-        btu_minutes=btu_minutes, rep=rep, seed=rep, seeds={"load": rep}, backend="sim",
+        btu_minutes=btu_minutes, rep=rep, seed=rep, seeds={"load": rep}, backend=backend,
         resolved_config=_resolved(), code_revision="test", versions={}, status=status, billing=billing,
     ))
     return run_dir
@@ -262,3 +263,10 @@ def test_main_prints_and_writes_csv(tmp_path: Path, capsys: pytest.CaptureFixtur
     written = pd.read_csv(tmp_path / "summary.csv")
     assert list(written.columns) == summary.COLUMNS
     assert summary.main([str(tmp_path / "nowhere")]) == 2  # a bad argument, as for the report
+
+
+def test_each_row_names_the_backend_its_runs_manifests_name(tmp_path):
+    make_run(tmp_path, config="btu-10", policy="btu", btu_minutes=10)
+    make_run(tmp_path, config="btu-10-live", policy="btu", btu_minutes=10, backend="docker")
+    df = summarise(tmp_path)
+    assert dict(zip(df["config"], df["backend"], strict=True)) == {"btu-10": "sim", "btu-10-live": "docker"}

@@ -22,7 +22,6 @@ from reporting.evaluations.daedalus import measures as dd
 from reporting.evaluations.daedalus.claims import check_claims
 from reporting.evaluations.daedalus.claims import fmt as _fmt
 from reporting.evaluations.daedalus.figures import figures
-from testbed.backend_registry import split_run_config
 
 METRICS = tuple(m for m in dd.METRICS if m != "workers_per_12") + ("workers_per_12",)
 SUMMARY = (("workers", "mean_workers", 2), ("latency ms", "latency_ms", 0), ("p95 ms", "latency_p95_ms", 0),
@@ -45,14 +44,17 @@ def _long(summary: pd.DataFrame) -> pd.DataFrame:
     """The report's results.csv rows of job-mode metrics as the long format of measures.results."""
     rows = summary[summary.metric.isin(dd.METRICS)]
     col = "config" if "config" in rows else "approach"
-    out = pd.DataFrame({"pattern": rows.pattern, "config": rows[col], "metric": rows.metric, "against": "",
+    out = pd.DataFrame({"pattern": rows.pattern, "config": rows[col], "backend": dd.backends(rows),
+                        "metric": rows.metric, "against": "",
                         "mean": rows["mean"], "sd": rows.get("sd", math.nan), "n": rows.get("n", 1)})
+    backend_of = dict(zip(out.config, out.backend, strict=True))
     workers = out[out.metric == "mean_workers"].set_index(["pattern", "config"])["mean"]
     extra = []
     for (p, c), mine in workers.items():
         for (p2, o), theirs in workers.items():
             if p2 == p and o != c and theirs:
-                extra.append({"pattern": p, "config": c, "metric": "workers_saved_pct", "against": o,
+                extra.append({"pattern": p, "config": c, "backend": backend_of[c], "metric": "workers_saved_pct",
+                              "against": o,
                               "mean": (theirs - mine) / theirs * 100.0, "sd": math.nan, "n": 1})
     return pd.concat([out, pd.DataFrame(extra)], ignore_index=True)
 
@@ -82,9 +84,9 @@ def compare(summary: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
 def _savings(summary: pd.DataFrame) -> pd.DataFrame:
     """The published "Daedalus uses fewer workers than X by %" cells, measured: rows of approach X."""
     res = _long(summary)
+    names = dd.ran(res)
     res = res[res.metric == "workers_saved_pct"]
-    mine_cfg, theirs = [split_run_config(c) for c in res.config], [split_run_config(a) for a in res.against]
-    keep = [m[0] == "daedalus" and m[1] == t[1] for m, t in zip(mine_cfg, theirs, strict=True)]  # same engine
+    keep = [names[m] == ("daedalus", names[t][1]) for m, t in zip(res.config, res.against, strict=True)]  # same engine
     mine = res[pd.Series(keep, index=res.index, dtype=bool)]
     return pd.DataFrame({"pattern": mine.pattern, "approach": mine.against, "config": mine.against,
                          "btu_minutes": pd.array([pd.NA] * len(mine), dtype="Int64"), "metric": mine.metric,

@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 
 from reporting.evaluations.daedalus import measures as dd
-from reporting.live_gap import LiveValues
+from reporting.live_gap import LiveValues, pair_configs
 from testbed.backend_registry import run_configuration
 from testbed.eventlog import EventLog, Manifest, read_manifest
 
-SIM, ENGINE = "sim", "flink"  # the backends compared, as run manifests name them
+ENGINE = "flink"  # the backend compared with the simulator, as run manifests name it
 # (column, header, decimals, gap: "diff" = sim - Flink, "ratio" = sim / Flink)
 MEASURES: Tuple[Tuple[str, str, int, str], ...] = (
     ("mean_workers", "workers", 2, "diff"), ("rescales", "rescales", 1, "diff"),
@@ -45,20 +45,19 @@ def run_figures(run_dir: Path, m: Manifest) -> Dict[str, float]:
 
 def pairs(runs: Iterable[Tuple[str, str, Path]]) -> pd.DataFrame:
     """Per run (pattern, config, run_dir) of a configuration that exists both simulated and on Flink in
-    its workload (as the runs' manifests say): pattern, config (the configuration, without what the
-    backend adds to the folder's name), side (sim | flink) and run_figures."""
+    its workload (as the runs' manifests say, paired as the live gap pairs them): pattern, config (the
+    configuration, without what the backend adds to the folder's name), side (sim | flink) and
+    run_figures."""
     found = [(p, Path(d), read_manifest(d)) for p, _, d in runs]
-    have = {(p, run_configuration(m), m.backend) for p, _, m in found}
+    sides = {(p, m.config): (run_configuration(m), m.backend) for p, _, m in found}
+    paired, _ = pair_configs(sides, sides, ENGINE)
+    side_of = {**{(pair.pattern, pair.sim): (pair.config, "sim") for pair in paired},
+               **{(pair.pattern, pair.other): (pair.config, "flink") for pair in paired}}
     rows = []
     for p, d, m in found:
-        base = run_configuration(m)
-        if m.backend == ENGINE and (p, base, SIM) in have:
-            side = "flink"
-        elif m.backend == SIM and (p, base, ENGINE) in have:
-            side = "sim"
-        else:
-            continue
-        rows.append({"pattern": p, "config": base, "side": side, **run_figures(d, m)})
+        if (p, m.config) in side_of:
+            base, side = side_of[(p, m.config)]
+            rows.append({"pattern": p, "config": base, "side": side, **run_figures(d, m)})
     return pd.DataFrame(rows)
 
 

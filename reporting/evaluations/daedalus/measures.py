@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Tuple
 
 import numpy as np
 import pandas as pd
 
-from testbed.backend_registry import split_run_config
+from reporting.metrics import ran_configurations
 from testbed.eventlog import EventLog, EventLogError, find_runs, read_manifest
 
 PROJECT = Path(__file__).resolve().parents[3]
@@ -148,27 +148,43 @@ def runs_table(root: Path) -> pd.DataFrame:
         m = read_manifest(d)
         if m.status != "complete" or not is_job_run(d):
             continue
-        rows.append({"pattern": m.pattern, "config": m.config, "rep": m.rep, "run_dir": str(d), **run_metrics(d)})
+        rows.append({"pattern": m.pattern, "config": m.config, "backend": m.backend, "rep": m.rep, "run_dir": str(d),
+                     **run_metrics(d)})
     return pd.DataFrame(rows)
 
 
+def backends(table: pd.DataFrame) -> pd.Series:
+    """The backend of each row of a runs or results table: its `backend` column (the runs' manifests);
+    a table without one (written before it existed, or built by hand) is read as named: ""."""
+    return table["backend"].astype(str) if "backend" in table.columns else pd.Series("", index=table.index)
+
+
+def ran(res: pd.DataFrame) -> Dict[str, Tuple[str, str]]:
+    """Run folders' name -> (the configuration it ran, the backend that ran it) of a results table."""
+    return dict(zip(res.config, zip(ran_configurations(res), backends(res), strict=True), strict=True))
+
+
 def results(runs: pd.DataFrame) -> pd.DataFrame:
-    """Long format: pattern, config, metric, mean, sd, n; plus workers_saved_pct vs each other config."""
+    """Long format: pattern, config, backend, metric, mean, sd, n; plus workers_saved_pct vs each
+    other config."""
     rows = []
-    for (pattern, config), g in runs.groupby(["pattern", "config"], sort=False):
+    runs = runs.assign(backend=backends(runs))
+    for (pattern, config, backend), g in runs.groupby(["pattern", "config", "backend"], sort=False):
         for metric in METRICS:
             vals = g[metric].dropna()
-            rows.append({"pattern": pattern, "config": config, "metric": metric, "against": "",
+            rows.append({"pattern": pattern, "config": config, "backend": backend, "metric": metric, "against": "",
                          "mean": float(vals.mean()) if len(vals) else math.nan,
                          "sd": float(vals.std(ddof=1)) if len(vals) > 1 else math.nan, "n": int(len(vals))})
     means = runs.groupby(["pattern", "config"]).mean_workers.mean()
+    backend_of = dict(zip(runs.config, runs.backend, strict=True))
     for pattern in runs.pattern.unique():
         configs = [c for (p, c) in means.index if p == pattern]
         for c in configs:
             for other in configs:
                 if other != c:
                     mine, theirs = means[(pattern, c)], means[(pattern, other)]
-                    rows.append({"pattern": pattern, "config": c, "metric": "workers_saved_pct", "against": other,
+                    rows.append({"pattern": pattern, "config": c, "backend": backend_of[c],
+                                 "metric": "workers_saved_pct", "against": other,
                                  "mean": (theirs - mine) / theirs * 100.0, "sd": math.nan, "n": 1})
     return pd.DataFrame(rows)
 
@@ -185,14 +201,15 @@ def load_reference(path: Path = REFERENCE) -> pd.DataFrame:
 def comparison(res: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     """Published beside measured: per workload and approach, mean workers, mean latency and the
     savings of Daedalus against the approach (for the r50 HPAs the paper's values of the same target)."""
-    rows = []
+    rows, names = [], ran(res)
     for pattern in res.pattern.unique():
         configs = list(dict.fromkeys(res[res.pattern == pattern].config))
         for c in configs:
-            base, suffix = split_run_config(c)
+            base, backend = names[c]
             ref_c = base.replace("-r50", "")
             ref = reference[(reference.pattern == pattern) & (reference.approach == ref_c)]
-            ours = "daedalus" + suffix  # Daedalus on the same backend
+            # Daedalus on the same backend
+            ours = next((o for o in configs if names[o] == ("daedalus", backend)), "daedalus")
 
             def paper(metric: str, ref: pd.DataFrame = ref) -> float:
                 sel = ref[ref.metric == metric]

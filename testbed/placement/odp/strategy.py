@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from testbed.emulation import EmulationConfig, NetworkModel
 from testbed.model import NEW_HOST_PREFIX, Action, LeaseHost, Migrate, OperatorType, ScaleUp
-from testbed.placement.base import Placement, PlacementConfig, register_placement
+from testbed.placement.base import Placement, PlacementChoice, PlacementParams, register_placement
 from testbed.placement.odp.instance import Edge, Link, NetworkObjective, Node, OdpInstance, Operator, Weights
 from testbed.placement.odp.result import OdpResult, SolverName, SolverSettings, Status
 from testbed.placement.odp.solve import solve
@@ -78,12 +78,54 @@ def edge_rates(plan: Plan) -> Dict[Tuple[str, str], float]:
     return {e: snap.edge_items.get(e, 0) / snap.monitoring_s for e in snap.edges}
 
 
+@dataclass
+class OdpPlacementConfig(PlacementParams):
+    """`placement.odp.*`: the ODP integer program as a placement (docs/papers/odp.md#odp-in-the-testbed)."""
+
+    w_r: float = 1.0  # SAW weights of response time, availability, the network term; they sum to 1
+    w_a: float = 0.0
+    w_z: float = 0.0
+    network_objective: str = ""  # traffic | network_usage | elastic_energy; needed when w_z > 0
+    solver: str = "highs"  # highs | cbc
+    time_limit_s: float = 10.0  # per solve; a time-limited incumbent is used and logged as such
+    mip_rel_gap: float = 1e-4
+    reoptimise_all: bool = False  # placing new instances may also move existing ones (else they are pinned)
+    rates_after_s: float = 100.0  # two-step S-ODP: w_a = 1 until then (no rates), then a re-solve with them
+
+    def validate(self) -> Optional[Tuple[str, str]]:
+        for name in ("w_r", "w_a", "w_z"):
+            if not 0 <= getattr(self, name) <= 1:
+                return name, f"must lie in [0, 1], got {getattr(self, name)}"
+        if abs(self.w_r + self.w_a + self.w_z - 1.0) > 1e-9:
+            return "w_r", f"w_r + w_a + w_z must be 1, got {self.w_r + self.w_a + self.w_z:g}"
+        return self._objective_problem() or self._solver_problem()
+
+    def _objective_problem(self) -> Optional[Tuple[str, str]]:
+        objectives = tuple(o.value for o in NetworkObjective)
+        if self.network_objective not in ("",) + objectives:
+            return "network_objective", f"must be one of {objectives} or empty, got {self.network_objective!r}"
+        if self.w_z > 0 and not self.network_objective:
+            return "network_objective", "is needed when placement.odp.w_z > 0"
+        return None
+
+    def _solver_problem(self) -> Optional[Tuple[str, str]]:
+        if self.solver not in tuple(s.value for s in SolverName):
+            return "solver", f"must be highs or cbc, got {self.solver!r}"
+        if not self.time_limit_s > 0:
+            return "time_limit_s", f"must be > 0, got {self.time_limit_s}"
+        if not 0 <= self.mip_rel_gap < 1:
+            return "mip_rel_gap", f"must lie in [0, 1), got {self.mip_rel_gap}"
+        if self.rates_after_s < 0:
+            return "rates_after_s", "must be >= 0"
+        return None
+
+
 class OdpPlacement(Placement):
     name = "odp"
 
-    def __init__(self, cfg: PlacementConfig):
-        self.cfg = cfg.odp
-        self.pins = dict(cfg.pins)
+    def __init__(self, params: OdpPlacementConfig, pins: Dict[str, str]):
+        self.cfg = params
+        self.pins = dict(pins)
         self.network = NetworkModel(EmulationConfig())
         self.provider_host = EmulationConfig().provider_host
         self.runs: List[SolveRecord] = []
@@ -254,6 +296,6 @@ class OdpPlacement(Placement):
         return actions
 
 
-@register_placement("odp")
-def _make(cfg: PlacementConfig) -> Placement:
-    return OdpPlacement(cfg)
+@register_placement("odp", OdpPlacementConfig, key="odp")
+def _make(params: OdpPlacementConfig, shared: PlacementChoice) -> Placement:
+    return OdpPlacement(params, shared.pins)

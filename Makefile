@@ -107,7 +107,7 @@ flink:
 	bash infra/flink.sh build
 
 flink-test: $(STAMP) flink
-	flock /tmp/testbed-flink.lock $(BIN)/pytest -q tests/integration/test_flink_engine.py
+	flock /tmp/testbed-flink.lock $(BIN)/pytest -q tests/integration/test_flink_engine.py tests/integration/test_flink_jobs.py
 
 flink-bench: $(STAMP) flink
 	flock /tmp/testbed-flink.lock $(BIN)/python benchmarks/bench_flink.py

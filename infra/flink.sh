@@ -3,7 +3,8 @@
 # the project's WordCount job built against it, and a demonstration cluster.
 #
 #   bash infra/flink.sh install   Flink 2.3.0 from PyPI into FLINK_DIR (default .flink/ in the project)
-#   bash infra/flink.sh build     compile the WordCount job (flink/jobs/wordcount) into FLINK_DIR/build/
+#   bash infra/flink.sh build     compile the jobs (flink/jobs/*/src: WordCount, YSB, Traffic Monitoring and
+#                                 their shared parts) into one jar in FLINK_DIR/build/
 #   bash infra/flink.sh start     install, build, then one application cluster: the job at a constant
 #                                 rate (FLINK_RATE, 100 records/s) and FLINK_TASKMANAGERS (1) TaskManagers
 #   bash infra/flink.sh stop      stop what `start` started (pid files in FLINK_DIR/run/)
@@ -24,7 +25,7 @@ FLINK_DIR=${FLINK_DIR:-$ROOT/.flink}
 PKG_DIR=$FLINK_DIR/pypi-$FLINK_VERSION
 FLINK_HOME=$PKG_DIR/pyflink
 BUILD_DIR=$FLINK_DIR/build
-JOB_SRC=$ROOT/flink/jobs/wordcount
+JOB_SRC=$ROOT/flink/jobs
 JOB_JAR=$BUILD_DIR/testbed-wordcount.jar
 RUN_DIR=$FLINK_DIR/run
 PIP=${PIP:-}
@@ -62,10 +63,10 @@ install() {
 build() {
   install
   local sources
-  sources=$(find "$JOB_SRC/src" -name '*.java' | sort)
-  if [ -f "$JOB_JAR" ] && [ -z "$(find "$JOB_SRC/src" -name '*.java' -newer "$JOB_JAR")" ]; then return 0; fi
+  sources=$(find "$JOB_SRC" -path '*/src/*' -name '*.java' | sort)
+  if [ -f "$JOB_JAR" ] && [ -z "$(find "$JOB_SRC" -path '*/src/*' -name '*.java' -newer "$JOB_JAR")" ]; then return 0; fi
   jdk
-  say "building the WordCount job ($JOB_JAR)…"
+  say "building the jobs ($JOB_JAR)…"
   rm -rf "$BUILD_DIR/classes" && mkdir -p "$BUILD_DIR/classes"
   # shellcheck disable=SC2086
   javac --release 17 -nowarn -d "$BUILD_DIR/classes" -cp "$FLINK_HOME/lib/*" $sources

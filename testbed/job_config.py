@@ -144,7 +144,9 @@ class FlinkJobConfig(BackendSettings):
     """Job mode on a real Apache Flink (`backend=flink`, testbed/live/flink_job.py): one TaskManager of
     one slot per worker, in reactive mode or, per vertex, under the adaptive scheduler (`parallelism`).
     `settings` are the cluster's (testbed/flink/settings.py, docs/flink.md#settings), validated by name
-    when the config is loaded."""
+    when the config is loaded. `jobs` says which job each workload runs on (a workload without one is
+    refused before anything starts), `tm_rates` what one TaskManager carries of a job other than
+    `tm_rate` says."""
 
     time_compression: float = 6.0  # f, as backend.live.job.time_compression
     # sentences/s one TaskManager counts at a busy time of 1 (measured: docs/flink.md): the workload is
@@ -159,9 +161,33 @@ class FlinkJobConfig(BackendSettings):
     # a policy that decides per vertex (docs/flink.md#per-vertex-parallelism)
     parallelism: str = REACTIVE
     settings: Dict[str, Any] = field(default_factory=dict)
+    jobs: Dict[str, str] = field(default_factory=dict)  # workload (pattern name) -> wordcount | ysb | traffic
+    tm_rates: Dict[str, float] = field(default_factory=dict)  # job -> source records/s per TaskManager
+
+    def job_for(self, workload: str) -> str:
+        """The job a workload runs on; KeyError if it has none (validate_workload says so first)."""
+        return self.jobs[workload]
+
+    def rate_of(self, job: str) -> float:
+        """Source records/s one TaskManager of this job counts at a busy time of 1."""
+        return float(self.tm_rates.get(job, self.tm_rate))
+
+    def validate_workload(self, workload: str) -> Optional[Tuple[str, str]]:
+        if workload not in self.jobs:
+            known = ", ".join(f"{w}={j}" for w, j in sorted(self.jobs.items())) or "none"
+            return "backend.flink.jobs", (f"no Flink job for workload {workload!r}: add "
+                                          f"+backend.flink.jobs.{workload}=wordcount|ysb|traffic (known: {known})")
+        if self.parallelism == PER_VERTEX and self.jobs[workload] != "wordcount":
+            # the vertex map (testbed/flink/vertices.py) names WordCount's vertices only
+            return "backend.flink.parallelism", (f"per-vertex parallelism is mapped for the WordCount job only; "
+                                                 f"workload {workload!r} runs on {self.jobs[workload]}")
+        return None
 
     def validate(self) -> Optional[Tuple[str, str]]:
         """(key, problem) of the first invalid value, None if all are fine."""
+        problem = self._validate_jobs()
+        if problem is not None:
+            return problem
         if self.time_compression < 1:
             return "backend.flink.time_compression", f"must be >= 1, got {self.time_compression}"
         for key in ("tm_rate", "drain_timeout_s"):
@@ -181,4 +207,19 @@ class FlinkJobConfig(BackendSettings):
             from_mapping(self.settings)
         except FlinkSettingsError as exc:
             return f"backend.flink.settings.{exc.key}", str(exc).split(": ", 1)[1]
+        return None
+
+    def _validate_jobs(self) -> Optional[Tuple[str, str]]:
+        from testbed.flink.jobs import JOB_NAMES
+
+        if "job" in self.settings:
+            return "backend.flink.settings.job", "the job comes from backend.flink.jobs (one per workload)"
+        for workload, job in self.jobs.items():
+            if job not in JOB_NAMES:
+                return f"backend.flink.jobs.{workload}", f"must be one of {', '.join(JOB_NAMES)}, got {job!r}"
+        for job, rate in self.tm_rates.items():
+            if job not in JOB_NAMES:
+                return f"backend.flink.tm_rates.{job}", f"not a job (known: {', '.join(JOB_NAMES)})"
+            if not (isinstance(rate, (int, float)) and rate > 0):
+                return f"backend.flink.tm_rates.{job}", f"must be > 0, got {rate!r}"
         return None

@@ -1,7 +1,8 @@
-"""One Flink application cluster (docs/flink.md): a JobManager running the WordCount job,
-TaskManagers of one slot each started and stopped on demand, metrics read from the REST API and each
-process's Prometheus endpoint. In reactive mode the job runs in every slot there is; under the
-adaptive scheduler (`settings.scheduler`) each vertex at its resource requirement (`require`).
+"""One Flink application cluster (docs/flink.md): a JobManager running one of the jobs (settings.job:
+WordCount, YSB or Traffic Monitoring), TaskManagers of one slot each started and stopped on demand,
+metrics read from the REST API and each process's Prometheus endpoint. In reactive mode the job runs
+in every slot there is; under the adaptive scheduler (`settings.scheduler`) each vertex at its resource
+requirement (`require`).
 
     with FlinkCluster(settings, schedule, work_dir) as cluster:
         cluster.start()                        # the JobManager; the job waits for a TaskManager
@@ -39,12 +40,11 @@ from testbed.flink.metrics import (
 )
 from testbed.flink.processes import FlinkProcess, free_port
 from testbed.flink.schedule import RateSchedule
-from testbed.flink.settings import FLINK_VERSION, JOB_CLASS, FlinkSettings, FlinkSettingsError, flink_config
-from testbed.flink.vertices import COUNTER, requirements_body, vertex_of
+from testbed.flink.settings import FLINK_VERSION, FlinkSettings, FlinkSettingsError, flink_config
+from testbed.flink.vertices import requirements_body, vertex_of
 from testbed.flink.work import WordCost, word_cost
 
 log = logging.getLogger(__name__)
-COUNT_VERTEX = COUNTER.prefix  # the counting vertex's name starts with this (chained with its sink)
 _LOG_FILES = ("log4j-console.properties", "logback-console.xml")
 
 
@@ -129,7 +129,7 @@ class FlinkCluster:
         schedule_file = self.schedule.write(self.work_dir / "schedule.txt")
         s = self.settings
         argv = [str(Path(s.flink_home) / "bin" / "standalone-job.sh"), "start-foreground",
-                "--job-classname", JOB_CLASS, "--jars", str(Path(s.job_jar).resolve()), "--job-id", self.job_id,
+                "--job-classname", s.spec.job_class, "--jars", str(Path(s.job_jar).resolve()), "--job-id", self.job_id,
                 f"-Dmetrics.reporter.prom.port={prom}",
                 "--schedule", str(schedule_file), "--words-per-sentence", str(s.words_per_sentence),
                 "--vocabulary", str(s.vocabulary), "--zipf", str(s.zipf), "--seed", str(s.seed),
@@ -191,11 +191,12 @@ class FlinkCluster:
         shutil.rmtree(self.work_dir / "tmp", ignore_errors=True)  # scratch only: logs and checkpoints stay
 
     def record(self) -> dict:
-        """What a run records about its engine: the Flink version, every setting (the stop mode and
+        """What a run records about its engine: the Flink version, the job, every setting (the stop mode and
         heartbeat among them), what gives a TaskManager its capacity (`capacity`: the mode, the work per
         word, the CPU limit and each TaskManager cgroup's CPU use), the schedule, the job id, where the
         logs are and every process started."""
-        return {"engine": "flink", "flink_version": FLINK_VERSION, "settings": self.settings.as_dict(),
+        return {"engine": "flink", "flink_version": FLINK_VERSION, "job": self.settings.job,
+                "job_class": self.settings.spec.job_class, "settings": self.settings.as_dict(),
                 "capacity": self._capacity_record(),
                 "schedule": {"times": list(self.schedule.times), "rates": list(self.schedule.rates)},
                 "job_id": self.job_id, "work_dir": str(self.work_dir),
@@ -261,7 +262,7 @@ class FlinkCluster:
             vertices = tuple(VertexState(str(v.get("id", "")), str(v.get("name", "")), int(v.get("parallelism", 0)),
                                          str(v.get("status", ""))) for v in job.get("vertices", []))
             for v in vertices:
-                if v.name.startswith(COUNT_VERTEX) and v.status == "RUNNING":
+                if v.name.startswith(self.settings.spec.vertex) and v.status == "RUNNING":
                     parallelism = v.parallelism
         except urllib.error.HTTPError as e:
             if e.code != 404:  # 404: the job does not exist yet
@@ -273,7 +274,7 @@ class FlinkCluster:
     def _scrape(self, proc: FlinkProcess, errors: Dict[str, str]):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{proc.prom_port}/metrics", timeout=3.0) as resp:
-                return read_taskmanager(proc.name, parse_prometheus(resp.read().decode()))
+                return read_taskmanager(proc.name, parse_prometheus(resp.read().decode()), self.settings.spec)
         except (OSError, MetricsFormatError) as e:
             errors[proc.name] = str(e)
             return None

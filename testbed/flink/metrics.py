@@ -1,5 +1,6 @@
 """Reading Flink's metrics: the Prometheus reporter's text format (one endpoint per process) and
-what the testbed takes from it per TaskManager and for the job. Pure functions of the text."""
+what the testbed takes from it per TaskManager and for the job (where a job keeps each figure: its
+JobSpec, testbed/flink/jobs.py). Pure functions of the text."""
 from __future__ import annotations
 
 import math
@@ -7,10 +8,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
+from testbed.flink.jobs import WORDCOUNT, JobSpec
+
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\d+)?$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
-# metric names of the WordCount job as the reporter writes them (scope components joined by _)
+# metric names of the jobs as the reporter writes them (scope components joined by _)
 TM_CPU_LOAD = "flink_taskmanager_Status_JVM_CPU_Load"
 TM_CPU_TIME = "flink_taskmanager_Status_JVM_CPU_Time"
 TM_HEAP_USED = "flink_taskmanager_Status_JVM_Memory_Heap_Used"
@@ -24,10 +27,12 @@ SOURCE_EMITTED = "flink_taskmanager_job_task_operator_emittedRecords"
 SOURCE_START = "flink_taskmanager_job_task_operator_scheduleStartMs"
 SOURCE_REPLAYED = "flink_taskmanager_job_task_operator_replayedRecords"
 COUNTED = "flink_taskmanager_job_task_operator_countedWords"
+OPERATOR_GAUGE = "flink_taskmanager_job_task_operator_"  # + a job's own gauge (JobSpec.counted_gauge)
+DROPPED = "flink_taskmanager_job_task_operator_droppedRecords"  # records a filter let go, counted once
+WINDOWED = "flink_taskmanager_job_task_operator_windowedRecords"  # records the window results stand for
 WORK_NS = "flink_taskmanager_job_task_operator_workNanosPerWord"
 LATENCY = "flink_taskmanager_job_task_operator_latencyMs"
 LATENCY_SUM = "flink_taskmanager_job_task_operator_latencySumMs"
-COUNT_OPERATOR = "count"
 
 
 class MetricsFormatError(ValueError):
@@ -81,17 +86,25 @@ def first(samples: Iterable[Sample], name: str, **labels: str) -> Optional[float
 
 @dataclass(frozen=True)
 class SubtaskReading:
-    """The counting operator's subtask on one TaskManager."""
+    """A subtask of the job's working operator on one TaskManager (WordCount's counter; the other
+    jobs' first stage), with what the TaskManager's subtasks of the counting operator counted."""
 
     subtask: int
     attempt: str  # the task attempt's id: a restart starts new attempts (and their counters at 0)
-    records_in: float  # words processed by this attempt (a restart starts again at 0)
-    counted: float  # words in its keyed state (checkpointed; replays are not counted twice)
-    busy_ms_per_s: float  # the counting task's busy time
+    records_in: float  # units processed by this attempt (a restart starts again at 0)
+    # units counted exactly once on this TaskManager (checkpointed; replays are not counted twice):
+    # admitted by the counting operator, plus what a filter let go
+    counted: float
+    busy_ms_per_s: float  # the working task's busy time
     latency_p50_ms: float
     latency_p95_ms: float
     latency_sum_ms: float
-    work_ns_per_word: float = math.nan  # CPU time of a word's work, as the job timed a sample of them
+    work_ns_per_word: float = math.nan  # CPU time of a unit's work, as the job timed a sample of them
+    latency_records: float = math.nan  # units whose latency is in latency_sum_ms (NaN: records_in)
+
+    @property
+    def latency_n(self) -> float:
+        return self.records_in if math.isnan(self.latency_records) else self.latency_records
 
 
 @dataclass(frozen=True)
@@ -129,16 +142,21 @@ class TaskManagerReading:
     cgroup_cpu_s: Optional[float] = None
     cgroup_throttled_s: Optional[float] = None
     tasks: Tuple[TaskReading, ...] = ()  # every subtask it runs, of every vertex
+    # jobs with filters and windows: the records its filter let go and those its window results stood for
+    dropped: float = 0.0
+    windowed: float = 0.0
 
 
-def read_taskmanager(name: str, samples: List[Sample]) -> TaskManagerReading:
+def read_taskmanager(name: str, samples: List[Sample], spec: JobSpec = WORDCOUNT) -> TaskManagerReading:
     heap = first(samples, TM_HEAP_USED)
     cpu_time = first(samples, TM_CPU_TIME)
     return TaskManagerReading(
         name=name, cpu_load=first(samples, TM_CPU_LOAD),
         cpu_time_s=None if cpu_time is None else cpu_time / 1e9,
         heap_used_mb=None if heap is None else heap / 2 ** 20,
-        subtasks=tuple(_subtasks(samples)), source=_source(samples), tasks=tuple(_tasks(samples)))
+        subtasks=tuple(_subtasks(samples, spec)), source=_source(samples), tasks=tuple(_tasks(samples)),
+        dropped=sum(s.value for s in select(samples, DROPPED)),
+        windowed=sum(s.value for s in select(samples, WINDOWED)))
 
 
 def _tasks(samples: List[Sample]) -> Iterable[TaskReading]:
@@ -151,20 +169,32 @@ def _tasks(samples: List[Sample]) -> Iterable[TaskReading]:
                           busy_ms_per_s=_nan(first(samples, TASK_BUSY, **on)))
 
 
-def _subtasks(samples: List[Sample]) -> Iterable[SubtaskReading]:
-    for s in select(samples, COUNTED, operator_name=COUNT_OPERATOR):
+def _subtasks(samples: List[Sample], spec: JobSpec) -> Iterable[SubtaskReading]:
+    """One reading per subtask of the working operator. A TaskManager has one slot, so it holds at most
+    one subtask of each operator: what the counting operator and the filters counted there goes with
+    the first (summed, so that nothing is lost if a TaskManager ever held more)."""
+    counted_name = OPERATOR_GAUGE + spec.counted_gauge
+    counters = select(samples, counted_name, operator_name=spec.count_operator)
+    counted = sum(s.value for s in counters) + sum(s.value for s in select(samples, DROPPED))
+    same = spec.work_operator == spec.count_operator
+    ids = counters if same else select(samples, OP_RECORDS_IN, operator_name=spec.work_operator)
+    at = {"operator_name": spec.count_operator}  # the latency: taken where the counting operator admits
+    if counters:
+        at["subtask_index"] = counters[0].labels.get("subtask_index", "0")
+    for i, s in enumerate(ids):
         idx = s.labels.get("subtask_index", "0")
-        on = dict(operator_name=COUNT_OPERATOR, subtask_index=idx)
+        on = dict(operator_name=spec.work_operator, subtask_index=idx)
         busy = [b.value for b in select(samples, TASK_BUSY, subtask_index=idx)
-                if b.labels.get("task_name", "").startswith(COUNT_OPERATOR)]
+                if b.labels.get("task_name", "").startswith(spec.work_operator)]
         yield SubtaskReading(
             subtask=int(idx), attempt=s.labels.get("task_attempt_id", ""),
-            records_in=first(samples, OP_RECORDS_IN, **on) or 0.0, counted=s.value,
+            records_in=first(samples, OP_RECORDS_IN, **on) or 0.0, counted=counted if i == 0 else 0.0,
             busy_ms_per_s=busy[0] if busy else math.nan,
-            latency_p50_ms=_nan(first(samples, LATENCY, quantile="0.5", **on)),
-            latency_p95_ms=_nan(first(samples, LATENCY, quantile="0.95", **on)),
-            latency_sum_ms=first(samples, LATENCY_SUM, **on) or 0.0,
-            work_ns_per_word=_nan(first(samples, WORK_NS, **on)))
+            latency_p50_ms=_nan(first(samples, LATENCY, quantile="0.5", **at)),
+            latency_p95_ms=_nan(first(samples, LATENCY, quantile="0.95", **at)),
+            latency_sum_ms=first(samples, LATENCY_SUM, **at) or 0.0,
+            work_ns_per_word=_nan(first(samples, WORK_NS, **on)),
+            latency_records=math.nan if same else first(samples, OP_RECORDS_IN, **at) or 0.0)
 
 
 def _source(samples: List[Sample]) -> Optional[SourceReading]:
@@ -206,16 +236,26 @@ class JobReading:
     vertices: Tuple[VertexState, ...] = ()  # every vertex of the job (empty before it exists)
 
     def counted(self) -> float:
-        """Words in the keyed state over every subtask."""
+        """Units counted exactly once over every subtask (WordCount: words in the keyed state; the
+        others: records the windows admitted plus those the filter let go)."""
         return sum(st.counted for tm in self.taskmanagers for st in tm.subtasks)
 
-    def backlog(self, words_per_sentence: int) -> float:
-        """Sentences due and not yet counted: the source's pending records plus what is in flight
-        in the network buffers (which `pendingRecords` does not see). NaN without the source.
+    def admitted(self) -> float:
+        """Units the counting operator admitted (what its windows hold or have emitted)."""
+        return self.counted() - sum(tm.dropped for tm in self.taskmanagers)
+
+    def windowed(self) -> float:
+        """Records the window results emitted so far stand for (jobs with windows): admitted() once
+        every window has fired."""
+        return sum(tm.windowed for tm in self.taskmanagers)
+
+    def backlog(self, units: int) -> float:
+        """Source records due and not yet counted: the source's pending records plus what is in
+        flight in the network buffers (which `pendingRecords` does not see). NaN without the source.
         Around a restart the subtasks read may mix old and new attempts, and the total with them."""
         if self.source is None:
             return math.nan
-        return max(0.0, self.source.scheduled - self.counted() / words_per_sentence)
+        return max(0.0, self.source.scheduled - self.counted() / units)
 
     def attempts(self) -> Dict[str, float]:
         """Words processed so far per task attempt of the counting operator."""

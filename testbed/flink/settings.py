@@ -1,6 +1,6 @@
 """Settings of a Flink cluster for the job mode (docs/flink.md#settings): memory, checkpoints, the
-reactive scheduler's timing, heartbeats, how a TaskManager is stopped, and the WordCount job's
-parameters. `from_mapping` refuses unknown keys and `validate` names the key of a bad value."""
+reactive scheduler's timing, heartbeats, how a TaskManager is stopped, which job it runs and the
+jobs' parameters. `from_mapping` refuses unknown keys and `validate` names the key of a bad value."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
+from testbed.flink.jobs import JOBS, JobSpec, units_per_record
+
 ROOT = Path(__file__).resolve().parents[2]
 FLINK_VERSION = "2.3.0"
 DEFAULT_HOME = ROOT / ".flink" / f"pypi-{FLINK_VERSION}" / "pyflink"  # infra/flink.sh install
-DEFAULT_JAR = ROOT / ".flink" / "build" / "testbed-wordcount.jar"  # infra/flink.sh build
-JOB_CLASS = "testbed.flink.wordcount.WordCountJob"
+DEFAULT_JAR = ROOT / ".flink" / "build" / "testbed-wordcount.jar"  # infra/flink.sh build: every job
 STOP_MODES = ("graceful", "kill")  # SIGTERM (the TaskManager deregisters) or SIGKILL (found by heartbeat)
 # what gives a TaskManager its capacity: a wait per word (whatever the machine's cores), or CPU work
 # per word under a CPU limit per TaskManager, as a pod's (docs/flink.md#cpu-mode)
@@ -56,18 +57,20 @@ class FlinkSettings:
     scheduler: str = "reactive"  # reactive | adaptive (per-vertex parallelism by resource requirements)
     start_timeout_s: float = 180.0  # a process must answer (REST up, TaskManager registered) within this
     stop_timeout_s: float = 30.0  # a graceful stop waits this long before SIGKILL
+    job: str = "wordcount"  # which job the cluster runs (testbed/flink/jobs.py): wordcount, ysb, traffic
     # the WordCount job (WordCountJob.java)
     words_per_sentence: int = 8
     vocabulary: int = 10000
     zipf: float = 1.0
     seed: int = 1
     mode: str = "wait"
-    # CPU time per word the counting operator spends on a deterministic computation: the rounds that
-    # take this long on this machine are measured when the cluster starts (work_rounds 0), or given
+    # CPU time per unit of work (a word of WordCount, an event of the other jobs) spent on a deterministic
+    # computation: the rounds that take this long on this machine are measured when the cluster starts
+    # (work_rounds 0), or given
     work_us: float = 0.0
     work_rounds: int = 0
-    # time the counting operator waits per word (as for an external call): a TaskManager's capacity is
-    # then 1e6 / wait_us words/s whatever the machine's cores, so that TaskManagers add capacity
+    # time waited per unit of work (as for an external call): a TaskManager's capacity is then
+    # 1e6 / wait_us units/s whatever the machine's cores, so that TaskManagers add capacity
     wait_us: int = 0
     # cpu mode: each TaskManager's processes in a cgroup of this many cores (CFS quota per period)
     tm_cpu_limit: float = 0.0
@@ -85,6 +88,8 @@ class FlinkSettings:
         for key in ("work_us", "tm_cpu_limit"):
             _non_negative(key, getattr(self, key))
         self._validate_mode()
+        if self.job not in JOBS:
+            raise FlinkSettingsError("job", f"must be one of {', '.join(JOBS)}, got {self.job!r}")
         for key in ("stabilization_s", "cooldown_s", "restart_delay_s", "zipf", "buffer_timeout_ms"):
             _non_negative(key, getattr(self, key))
         if self.rescale_max_delay_s is not None:
@@ -122,6 +127,16 @@ class FlinkSettings:
             raise FlinkSettingsError("work_us", "mode cpu needs CPU work per word (work_us > 0 or work_rounds > 0)")
         if self.wait_us > 0:
             raise FlinkSettingsError("wait_us", f"mode cpu spends CPU, it does not wait: must be 0, got {self.wait_us}")
+
+    @property
+    def spec(self) -> JobSpec:
+        """The job's description: what it runs and where the testbed reads it."""
+        return JOBS[self.job]
+
+    @property
+    def units(self) -> int:
+        """Counted units per source record (a sentence's words for WordCount, else 1)."""
+        return units_per_record(self.spec, self.words_per_sentence)
 
     @property
     def cpu_limited(self) -> bool:

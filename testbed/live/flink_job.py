@@ -2,10 +2,13 @@
 the same `daedalus`, `hpa` and `static_n` controllers as in the simulator and the container job
 mode, deciding on the same `JobSnapshot`, with each worker one TaskManager of one slot.
 
+* **Job.** Each workload runs on its own job (`backend.flink.jobs`: wc_sine on WordCount, ysb_avazu
+  on YSB, tm_two_spike on Traffic Monitoring); its records are sentences, ad events or vehicle reports.
 * **Workload.** The pattern's per-second rates, compressed in time as the live job mode does
   (`backend.flink.time_compression`), normalised so that the peak is job.peak_fraction x
-  job.capacity_workers x `backend.flink.tm_rate` sentences/s, become the source's rate schedule; it
-  ends (rate 0) after the run's duration, so that what is due can be drained and counted.
+  job.capacity_workers x the job's rate per TaskManager (`backend.flink.tm_rates`, else `tm_rate`)
+  records/s, become the source's rate schedule; it ends (rate 0) after the run's duration, so that
+  what is due can be drained and counted.
 * **Measurements, every second** (`engine.read()`): arrivals = sentences the schedule made due,
   throughput per worker = words its counting subtask processed / words per sentence, CPU per worker
   = the counting task's busy fraction, lag = sentences due and not yet counted, latency = the mean
@@ -24,8 +27,10 @@ mode, deciding on the same `JobSnapshot`, with each worker one TaskManager of on
   measured) is given up (`details.given_up`); TaskManagers that never registered are replaced. A
   JobManager that exits or a job that fails for good ends the run early, incomplete.
 * **Accounting.** After the run the source's schedule has ended; the run waits until everything due
-  is counted (`drain_timeout_s`, longer while a replacement is under way): then scheduled = counted
-  (the keyed state's total is exactly-once), and replays are what the source emitted a second time
+  is counted (`drain_timeout_s`, longer while a replacement is under way) and, for the windowed jobs,
+  until every window has fired: then scheduled = counted (the keyed state's total is exactly-once;
+  YSB and Traffic Monitoring count what their filter let go beside what their windows admitted) and
+  the window results stand for every record admitted, and replays are what the source emitted a second time
   after restarts (its emission ledger). A run whose drain did not finish or whose accounting does
   not balance is incomplete (`testbed.run_result.verdict`).
 """
@@ -91,18 +96,26 @@ class Accounting:
 
     scheduled: float  # due by the schedule (all of it once the schedule has ended)
     emitted: float  # the source's position (after the last restart: from its checkpoint on)
-    counted: float  # counted in the keyed state (words / words per sentence)
+    counted: float  # counted exactly once (WordCount: words / words per sentence)
     pending: float  # scheduled - counted: not counted when the drain ended
     replays: float  # emitted a second time after restarts (the source's emission ledger)
     drained: bool  # everything due was counted within the drain's bound
+    job: str = "wordcount"
+    # windowed jobs: records the windows admitted (counted less what the filter let go) and those
+    # their results stood for (NaN for WordCount)
+    admitted: float = math.nan
+    windowed: float = math.nan
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
     def imbalances(self) -> Dict[str, float]:
         """What must be 0 once the drain finished: every sentence due emitted and counted exactly once."""
-        return {"counted - scheduled": round(self.counted - self.scheduled, 6),
+        gaps = {"counted - scheduled": round(self.counted - self.scheduled, 6),
                 "emitted - scheduled": round(self.emitted - self.scheduled, 6)}
+        if not math.isnan(self.windowed):
+            gaps["windowed - admitted"] = round(self.windowed - self.admitted, 6)
+        return gaps
 
 
 class FlinkJobRun:
@@ -118,16 +131,18 @@ class FlinkJobRun:
         self.run_dir = run_dir
         self.make_engine = engine or self._cluster
         self.clock = clock or MonotonicClock()
-        # the job's checkpoint interval is the config's (compressed with the run's other times)
+        # the workload's own job; its checkpoint interval is the config's (compressed with the run's other
+        # times); per-vertex mode needs the adaptive scheduler (reactive mode refuses resource requirements)
+        job = self.flink.job_for(cfg.pattern.name)
         self.per_vertex = self.flink.parallelism == PER_VERTEX
-        # per-vertex mode needs the adaptive scheduler (reactive mode refuses resource requirements)
         self.settings: FlinkSettings = dataclasses.replace(
-            from_mapping(self.flink.settings), checkpoint_s=float(cfg.job.checkpoint_s),
-            scheduler="adaptive" if self.per_vertex else "reactive")
-        self.wps = self.settings.words_per_sentence
+            from_mapping(self.flink.settings), job=job, checkpoint_s=float(cfg.job.checkpoint_s),
+            scheduler="adaptive" if self.per_vertex else "reactive").validate()
+        self.tm_rate = self.flink.rate_of(job)
+        self.wps = self.settings.units  # counted units per source record
         self.duration = int(round(cfg.duration_min * 60.0))  # run seconds (the config is compressed already)
         self.top = self.job.max_scaleout
-        self.peak_rate = self.job.peak_fraction * self.job.capacity_workers * self.flink.tm_rate
+        self.peak_rate = self.job.peak_fraction * self.job.capacity_workers * self.tm_rate
         self.rates = workload_rates(pattern, self.duration, self.flink.time_compression, self.peak_rate)
         self.schedule = run_schedule(self.rates)
         self.ledger = JobLedger()
@@ -185,7 +200,7 @@ class FlinkJobRun:
         start = self.policy.initial_parallelism(self.top)
         n0 = int(start or self.job.initial_parallelism)
         kind = FlinkVertexEngine if self.per_vertex else FlinkJobEngine
-        job_engine = self.job_engine = kind(engine, self.settings, self.flink.tm_rate, self.top, self.ledger,
+        job_engine = self.job_engine = kind(engine, self.settings, self.tm_rate, self.top, self.ledger,
                                             self.clock, self.now)
         settings = LoopSettings(duration=self.duration, top=self.top, window_s=self.job.window_s,
                                 checkpoint_s=self.job.checkpoint_s, max_recoveries=self.flink.max_recoveries,
@@ -211,7 +226,7 @@ class FlinkJobRun:
         total = float(self.schedule.total())
         deadline = self.now() + self.flink.drain_timeout_s
         reading = job_engine.read()
-        while not _counted_all(reading, total, self.wps):
+        while not self._done(reading, total):
             t = self.now()
             loop.check_faults(t)
             loop.settle(None)
@@ -220,15 +235,23 @@ class FlinkJobRun:
                 break
             self.clock.sleep(DRAIN_POLL_S)
             reading = job_engine.read()
-        return self._account(reading, _counted_all(reading, total, self.wps))
+        return self._account(reading, self._done(reading, total))
+
+    def _done(self, reading: JobReading, total: float) -> bool:
+        """Everything due counted and, for a windowed job, every window fired."""
+        counted = _counted_all(reading, total, self.wps)
+        return counted and (not self.settings.spec.windows or reading.windowed() >= reading.admitted())
 
     def _account(self, reading: JobReading, drained: bool) -> Accounting:
         src = reading.source
         counted = reading.counted() / self.wps
         scheduled = src.scheduled if src is not None else float(self.schedule.total())
+        windows = self.settings.spec.windows
         return Accounting(scheduled=scheduled, emitted=src.emitted if src is not None else math.nan,
                           counted=counted, pending=scheduled - counted, replays=self.ledger.replayed,
-                          drained=drained)
+                          drained=drained, job=self.settings.job,
+                          admitted=reading.admitted() if windows else math.nan,
+                          windowed=reading.windowed() if windows else math.nan)
 
     def _tables(self) -> Dict[str, Dict[str, list]]:
         assert self.loop is not None and self.job_engine is not None
@@ -238,10 +261,11 @@ class FlinkJobRun:
                           led.rescales)
 
     def _details(self, accounting: Accounting, record: Dict[str, Any]) -> Dict[str, Any]:
-        capacity = {str(n): n * self.flink.tm_rate for n in range(1, self.top + 1)}
+        capacity = {str(n): n * self.tm_rate for n in range(1, self.top + 1)}
         details: Dict[str, Any] = {
-            "job": {"mu": self.flink.tm_rate, "capacity": capacity, "peak_rate": self.peak_rate,
-                    "items": accounting.scheduled, "unprocessed_at_end": accounting.pending, "flink": True},
+            "job": {"mu": self.tm_rate, "capacity": capacity, "peak_rate": self.peak_rate,
+                    "items": accounting.scheduled, "unprocessed_at_end": accounting.pending, "flink": True,
+                    "flink_job": self.settings.job, "record": self.settings.spec.record},
             "accounting": accounting.as_dict(), "flink": record,
             "recoveries": [_recovery(r) for r in self.ledger.recoveries], "given_up": self.ledger.given_up,
             "time_compression": self.flink.time_compression, "parallelism": self._mode()}

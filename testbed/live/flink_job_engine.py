@@ -25,7 +25,7 @@ class FlinkJobEngine:
                  clock: Clock, now: Callable[[], float]) -> None:
         self.engine, self.settings, self.tm_rate, self.top = engine, settings, tm_rate, top
         self.ledger, self.clock, self.now = ledger, clock, now
-        self.wps = settings.words_per_sentence
+        self.wps = settings.units  # counted units per source record
         self.n = 0
         self.up = False  # the job ran at the deployed parallelism at the last reading
         self.up_since = 0.0
@@ -156,14 +156,14 @@ class FlinkJobEngine:
         return cur.source.scheduled - last.scheduled if last is not None else 0.0
 
     def _latency(self, k: int, prev: JobReading, cur: JobReading) -> None:
-        """The mean latency of the words counted in second k (same task attempts in both readings)."""
+        """The mean latency of the units counted in second k (same task attempts in both readings)."""
         before = {st.attempt: st for tm in prev.taskmanagers for st in tm.subtasks}
         words = total = 0.0
         for tm in cur.taskmanagers:
             for st in tm.subtasks:
                 old = before.get(st.attempt)
-                if old is not None and st.records_in > old.records_in:
-                    words += st.records_in - old.records_in
+                if old is not None and st.latency_n > old.latency_n:
+                    words += st.latency_n - old.latency_n
                     total += st.latency_sum_ms - old.latency_sum_ms
         if words > 0:
             self.lat_t.append(k + 1.0)

@@ -10,7 +10,10 @@ is dropped by the JobManager `heartbeat_s` after it froze.
 
 With `adaptive` (the adaptive scheduler, per-vertex mode) each vertex runs at its requirement or at
 the registered slots, whichever is less, and the job restarts `restart_s` after that changed; every
-registered TaskManager i runs subtask i of each vertex whose parallelism exceeds i."""
+registered TaskManager i runs subtask i of each vertex whose parallelism exceeds i.
+With `windows` (the windowed jobs) half of what is counted is let go by the filter and the rest
+admitted to windows, whose results stand for it at once, or never once `windows_stop_at` has passed
+(windows that do not fire)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,8 +59,11 @@ class FakeTaskManager:
 
 class FakeFlink:
     def __init__(self, clock: FakeClock, schedule: RateSchedule, wps: int = 8, register_s: float = 10.0,
-                 restart_s: float = 2.0, heartbeat_s: float = 5.0, replay: float = 7.0, adaptive: bool = False) -> None:
-        self.clock, self.schedule, self.wps = clock, schedule, wps
+                 restart_s: float = 2.0, heartbeat_s: float = 5.0, replay: float = 7.0, adaptive: bool = False,
+                 windows: bool = False) -> None:
+        self.clock, self.schedule, self.wps, self.windows = clock, schedule, wps, windows
+        self.windows_stop_at = float("inf")
+        self.windowed = 0.0  # units the window results stood for
         self.adaptive = adaptive
         self.required: Dict[str, int] = {}  # adaptive: each vertex's requirement (upper bound)
         self.bodies: List[dict] = []  # the bodies of the resource-requirements calls
@@ -146,6 +152,8 @@ class FakeFlink:
         frozen = any(self.tms[n].frozen_at is not None for n in registered)
         if running and not frozen and now < self.stall_at:
             self.counted = scheduled
+        if now < self.windows_stop_at:
+            self.windowed = self.counted * self.wps - self._dropped()
         return self._reading(now, registered, running, scheduled)
 
     # -- the fake job ----------------------------------------------------------------------------------
@@ -179,6 +187,9 @@ class FakeFlink:
                                          1000.0 * BUSY[name]))
         return tuple(tasks)
 
+    def _dropped(self) -> float:
+        return self.counted * self.wps / 2 if self.windows else 0.0
+
     def _registered(self, now: float) -> List[str]:
         return [name for name, tm in self.tms.items()
                 if tm.status is None and now >= tm.started + tm.register_s
@@ -191,10 +202,11 @@ class FakeFlink:
             words = self.counted * self.wps if i == 0 else 0.0
             subtask = SubtaskReading(0, f"a{self.epoch}-{name}", words, words, 500.0, 10.0, 20.0, 10.0 * words)
             source = SourceReading(scheduled, scheduled, 0.0, 0.0, self.replayed) if i == 0 else None
+            dropped, windowed = (self._dropped(), self.windowed) if i == 0 and self.windows else (0.0, 0.0)
             cgroup = None if self.cgroup_cores is None else self.cgroup_cores * (now - self.tms[name].started)
             tasks = self._tasks(i, p) if running and self.adaptive else ()
             tms.append(TaskManagerReading(name, 0.1, 1.0, 100.0, (subtask,) if running else (), source,
-                                          cgroup_cpu_s=cgroup, tasks=tasks))
+                                          cgroup_cpu_s=cgroup, tasks=tasks, dropped=dropped, windowed=windowed))
         source = tms[0].source if tms else None
         if any(a <= now < b for a, b in self.source_missing):  # its metrics not reported (yet)
             source = None

@@ -299,3 +299,12 @@ def test_the_flink_autoscaler_scales_the_counter_and_aligns_it_to_the_key_groups
     actions = policy.decide_vertices(s)
     assert {(a.operator, a.n) for a in actions} == {("splitter", 1), ("counter", 6)}
     assert all(a.reason.startswith(f"flink-autoscaler: {a.operator} parallelism 2 -> ") for a in actions)
+
+
+def test_per_vertex_mode_is_refused_for_a_job_whose_vertices_are_not_mapped():
+    from testbed.job_config import FlinkJobConfig
+
+    flink = FlinkJobConfig(parallelism="per-vertex", jobs={"wc_sine": "wordcount", "ysb_avazu": "ysb"})
+    assert flink.validate_workload("wc_sine") is None
+    key, why = flink.validate_workload("ysb_avazu")
+    assert key == "backend.flink.parallelism" and "ysb" in why

@@ -4,6 +4,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import org.apache.flink.api.common.eventtime.Watermark;
 import org.apache.flink.api.connector.source.ReaderOutput;
 import org.apache.flink.api.connector.source.SourceReader;
 import org.apache.flink.api.connector.source.SourceReaderContext;
@@ -13,24 +14,31 @@ import org.apache.flink.metrics.groups.SourceReaderMetricGroup;
 /**
  * Emits record k of the schedule once its time has come, in order, never skipping: what is due
  * and not yet emitted is the backlog (metric pendingRecords, the consumer lag), emitted in batches
- * as fast as the task's output accepts them.
+ * as fast as the task's output accepts them. With eventTime, a record's timestamp is its scheduled
+ * time and the watermark after each poll is just below the next record's scheduled time (or now,
+ * if that lies ahead): records leave in the order of their times, so none is ever late, and once
+ * the schedule has ended the watermark follows the clock, which closes the last windows.
  */
-final class ScheduleReader implements SourceReader<Sentence, ScheduledSplit> {
+final class ScheduleReader<T> implements SourceReader<T, ScheduledSplit> {
     private static final int BATCH = 256; // records per poll: returns to the mailbox for checkpoints
     private static final long MAX_WAIT_MS = 20; // idle poll interval cap, bounds the added latency
     private final SourceReaderContext context;
     private final RateSchedule schedule;
-    private final String[] sentences;
+    private final RecordFactory<T> records;
     private final String ledgerPath; // null: replays not counted
+    private final boolean eventTime;
+    private long watermark = Long.MIN_VALUE;
     private EmissionLedger ledger;
     private ScheduledSplit split;
     private CompletableFuture<Void> splitArrived = new CompletableFuture<>();
 
-    ScheduleReader(SourceReaderContext context, RateSchedule schedule, String[] sentences, String ledgerPath) {
+    ScheduleReader(SourceReaderContext context, RateSchedule schedule, RecordFactory<T> records, String ledgerPath,
+                   boolean eventTime) {
         this.context = context;
         this.schedule = schedule;
-        this.sentences = sentences;
+        this.records = records;
         this.ledgerPath = ledgerPath;
+        this.eventTime = eventTime;
     }
 
     @Override
@@ -49,7 +57,7 @@ final class ScheduleReader implements SourceReader<Sentence, ScheduledSplit> {
     }
 
     @Override
-    public InputStatus pollNext(ReaderOutput<Sentence> output) {
+    public InputStatus pollNext(ReaderOutput<T> output) {
         if (split == null) {
             return InputStatus.NOTHING_AVAILABLE;
         }
@@ -58,14 +66,32 @@ final class ScheduleReader implements SourceReader<Sentence, ScheduledSplit> {
         while (split.emitted < due && n < BATCH) {
             long k = split.emitted;
             long at = split.startMs + (long) Math.ceil(schedule.timeOf(k) * 1000.0);
-            output.collect(new Sentence(at, sentences[(int) (k % sentences.length)]));
+            if (eventTime) {
+                output.collect(records.make(k, at), at);
+            } else {
+                output.collect(records.make(k, at));
+            }
             split.emitted = k + 1;
             n++;
         }
         if (ledger != null && n > 0) {
             ledger.emitted(split.emitted);
         }
+        if (eventTime) {
+            advanceWatermark(output);
+        }
         return split.emitted < due ? InputStatus.MORE_AVAILABLE : InputStatus.NOTHING_AVAILABLE;
+    }
+
+    private void advanceWatermark(ReaderOutput<T> output) {
+        double next = schedule.timeOf(split.emitted);
+        long now = System.currentTimeMillis();
+        long nextMs = Double.isInfinite(next) ? now : split.startMs + (long) Math.ceil(next * 1000.0);
+        long mark = Math.min(now, nextMs) - 1;
+        if (mark > watermark) {
+            watermark = mark;
+            output.emitWatermark(new Watermark(mark));
+        }
     }
 
     @Override

@@ -1,6 +1,8 @@
 package testbed.flink.wordcount;
 
 import java.util.List;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.api.java.typeutils.ResultTypeQueryable;
 import org.apache.flink.api.connector.source.Boundedness;
 import org.apache.flink.api.connector.source.Source;
 import org.apache.flink.api.connector.source.SourceReader;
@@ -12,18 +14,30 @@ import org.apache.flink.core.io.SimpleVersionedSerializer;
 /**
  * A source that follows a rate schedule and survives restarts: its position (records emitted) is
  * checkpointed, so after a restart it replays from the checkpoint and then emits the backlog
- * (due - emitted) as fast as downstream takes it. Run it at parallelism 1 (one split).
+ * (due - emitted) as fast as downstream takes it. Run it at parallelism 1 (one split). Record k is
+ * the factory's; with eventTime each record carries its scheduled time as its timestamp and the
+ * source emits watermarks (ScheduleReader), for jobs with event-time windows.
  */
-public final class ScheduledSource implements Source<Sentence, ScheduledSplit, List<ScheduledSplit>> {
+public final class ScheduledSource<T> implements Source<T, ScheduledSplit, List<ScheduledSplit>>, ResultTypeQueryable<T> {
     private static final long serialVersionUID = 1L;
     private final RateSchedule schedule;
-    private final String[] sentences;
+    private final RecordFactory<T> records;
     private final String ledgerPath; // the EmissionLedger's file (null: replays not counted)
+    private final boolean eventTime;
+    private final TypeInformation<T> type; // what the records are: erased from the factory, so given
 
-    public ScheduledSource(RateSchedule schedule, String[] sentences, String ledgerPath) {
+    public ScheduledSource(RateSchedule schedule, RecordFactory<T> records, TypeInformation<T> type, String ledgerPath,
+                           boolean eventTime) {
         this.schedule = schedule;
-        this.sentences = sentences;
+        this.type = type;
+        this.records = records;
         this.ledgerPath = ledgerPath;
+        this.eventTime = eventTime;
+    }
+
+    @Override
+    public TypeInformation<T> getProducedType() {
+        return type;
     }
 
     @Override
@@ -54,7 +68,7 @@ public final class ScheduledSource implements Source<Sentence, ScheduledSplit, L
     }
 
     @Override
-    public SourceReader<Sentence, ScheduledSplit> createReader(SourceReaderContext context) {
-        return new ScheduleReader(context, schedule, sentences, ledgerPath);
+    public SourceReader<T, ScheduledSplit> createReader(SourceReaderContext context) {
+        return new ScheduleReader<>(context, schedule, records, ledgerPath, eventTime);
     }
 }

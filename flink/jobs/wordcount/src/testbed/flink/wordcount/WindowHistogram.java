@@ -5,11 +5,11 @@ import org.apache.flink.metrics.Histogram;
 import org.apache.flink.metrics.HistogramStatistics;
 
 /** A histogram of the last N values (the recent latency distribution), safe to read from the reporter. */
-final class WindowHistogram implements Histogram {
+public final class WindowHistogram implements Histogram {
     private final long[] window;
     private long count;
 
-    WindowHistogram(int size) {
+    public WindowHistogram(int size) {
         window = new long[size];
     }
 

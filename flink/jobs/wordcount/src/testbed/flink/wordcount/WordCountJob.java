@@ -3,6 +3,7 @@ package testbed.flink.wordcount;
 import java.nio.file.Path;
 import java.util.Random;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.functions.FlatMapFunction;
 import org.apache.flink.util.ParameterTool;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
@@ -25,7 +26,9 @@ public final class WordCountJob {
         String[] sentences = sentences(params.getInt("sentences", 4096), params.getInt("words-per-sentence", 8),
                 params.getInt("vocabulary", 10000), params.getDouble("zipf", 1.0), params.getLong("seed", 1));
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
-        env.fromSource(new ScheduledSource(schedule, sentences, params.get("ledger")), WatermarkStrategy.noWatermarks(), "source")
+        RecordFactory<Sentence> records = (k, at) -> new Sentence(at, sentences[(int) (k % sentences.length)]);
+        env.fromSource(new ScheduledSource<>(schedule, records, TypeInformation.of(Sentence.class), params.get("ledger"), false),
+                        WatermarkStrategy.<Sentence>noWatermarks(), "source")
                 .setParallelism(1).setMaxParallelism(1).uid("source")
                 .rebalance()
                 // never chained to the source (Flink chains them across the rebalance while both

@@ -401,18 +401,20 @@ class KafkaSource:
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self.prefetch)
 
     def _poll_thread(self, index: int, state: _EdgeState, ready: threading.Event) -> None:
-        from kafka import ConsumerRebalanceListener
+        from kafka import AsyncConsumerRebalanceListener
         from kafka.errors import KafkaError
 
         source = self
 
-        class Listener(ConsumerRebalanceListener):
-            def on_partitions_revoked(self, revoked: Iterable[Any]) -> None:
+        # kafka-python 3 runs the listener on its IO thread, where a blocking call (a synchronous
+        # commit) is refused: the listener is a coroutine the client awaits, and awaits its commit
+        class Listener(AsyncConsumerRebalanceListener):
+            async def on_partitions_revoked(self, revoked: Iterable[Any]) -> None:
                 source._apply_settled(state)
-                source._commit(consumer, state)
+                await source._commit_in_rebalance(consumer, state)
                 source._forget(state, revoked, rewind=True)  # records still held come again
 
-            def on_partitions_assigned(self, assigned: Iterable[Any]) -> None:
+            async def on_partitions_assigned(self, assigned: Iterable[Any]) -> None:
                 source._rewind(consumer, state, assigned)
                 ready.set()
 
@@ -503,8 +505,9 @@ class KafkaSource:
                 held.remove(offset)
                 state.held -= 1
 
-    def _commit(self, consumer: Any, state: _EdgeState) -> bool:
-        """Commit each partition up to its lowest outstanding offset; False if the commit failed."""
+    @staticmethod
+    def _due_offsets(state: _EdgeState) -> Dict[Any, Any]:
+        """Each partition's lowest outstanding offset, where it differs from the last commit."""
         from kafka.structs import OffsetAndMetadata
 
         offsets = {}
@@ -513,15 +516,35 @@ class KafkaSource:
             upto = min(held) if held else nxt  # everything below is settled
             if state.committed.get(tp) != upto:
                 offsets[tp] = OffsetAndMetadata(upto, "", -1)
-        if not offsets:
-            return True
+        return offsets
+
+    def _commit(self, consumer: Any, state: _EdgeState) -> bool:
+        """Commit each partition up to its lowest outstanding offset; False if the commit failed."""
         from kafka.errors import KafkaError
 
+        offsets = self._due_offsets(state)
+        if not offsets:
+            return True
         try:
             consumer.commit(offsets)
         except KafkaError as exc:  # e.g. a rebalance under way: the next loop turn tries again
             log.warning("kafka source (%s): commit failed: %r", state.edge.consumer_group, exc)
             return False
-        for tp, om in offsets.items():
-            state.committed[tp] = om.offset
+        state.committed.update({tp: om.offset for tp, om in offsets.items()})
         return True
+
+    async def _commit_in_rebalance(self, consumer: Any, state: _EdgeState) -> None:
+        """`_commit` from the rebalance listener on the client's IO thread: the same offsets, the
+        commit awaited instead of blocked on. A failed one leaves the last commit, from which the next
+        owner starts (records processed since come again and are deduplicated downstream)."""
+        from kafka.errors import KafkaError
+
+        offsets = self._due_offsets(state)
+        if not offsets:
+            return
+        try:
+            await consumer.commit_async(offsets)
+        except KafkaError as exc:
+            log.warning("kafka source (%s): commit before the rebalance failed: %r", state.edge.consumer_group, exc)
+            return
+        state.committed.update({tp: om.offset for tp, om in offsets.items()})

@@ -3,6 +3,8 @@ join on tansu takes ~20 s): paused, it stops fetching; ``release`` commits what 
 past a released input) and leaves the group; ``resume`` joins again and reads on from the commit."""
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
 import time
 from collections import namedtuple
@@ -43,11 +45,11 @@ class FakeConsumer:
             raise AssertionError("poll without a subscription")
         if self.position is None:
             self.position = self.committed.get(TP, 0)
-            self.listener.on_partitions_assigned([TP])
+            self._invoke("on_partitions_assigned")
         elif self.rebalance.is_set():  # as kafka-python does: a kept partition keeps its position
             self.rebalance.clear()
-            self.listener.on_partitions_revoked([TP])
-            self.listener.on_partitions_assigned([TP])
+            self._invoke("on_partitions_revoked")
+            self._invoke("on_partitions_assigned")
         records = [Record(o, self.log[o]) for o in range(self.position, min(len(self.log),
                                                                              self.position + max_records))]
         self.position += len(records)
@@ -55,10 +57,22 @@ class FakeConsumer:
             time.sleep(timeout_ms / 1000)
         return {TP: records} if records else {}
 
+    def _invoke(self, method):
+        """As kafka-python 3 does: an async listener's methods are awaited on the client's loop."""
+        result = getattr(self.listener, method)([TP])
+        if inspect.iscoroutine(result):
+            asyncio.run(result)
+
     def commit(self, offsets):
         for tp, om in offsets.items():
             self.committed[tp] = om.offset
             self.calls.append(("commit", om.offset))
+
+    async def _committed(self, offsets):
+        self.commit(offsets)
+
+    def commit_async(self, offsets):
+        return self._committed(offsets)
 
     def unsubscribe(self):
         self.calls.append("unsubscribe")

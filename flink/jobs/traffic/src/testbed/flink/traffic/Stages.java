@@ -3,13 +3,9 @@ package testbed.flink.traffic;
 import java.util.Map;
 import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.api.common.functions.OpenContext;
-import org.apache.flink.api.common.functions.RichFilterFunction;
 import org.apache.flink.api.common.functions.RichMapFunction;
-import org.apache.flink.runtime.state.FunctionInitializationContext;
-import org.apache.flink.runtime.state.FunctionSnapshotContext;
-import org.apache.flink.streaming.api.checkpoint.CheckpointedFunction;
+import testbed.flink.jobs.CountingFilter;
 import testbed.flink.jobs.FlatJson;
-import testbed.flink.jobs.OperatorCount;
 import testbed.flink.jobs.RecordCost;
 import testbed.flink.jobs.WindowLedger;
 
@@ -45,37 +41,17 @@ final class Stages {
     }
 
     /** Reports within radiusM of the point of interest (geodesic distance); the rest are counted (droppedRecords). */
-    static final class RadiusFilter extends RichFilterFunction<TrafficEvent> implements CheckpointedFunction {
+    static final class RadiusFilter extends CountingFilter<TrafficEvent> {
         private static final long serialVersionUID = 1L;
         private final double radiusM;
-        private final OperatorCount dropped = new OperatorCount("droppedRecords");
 
         RadiusFilter(double radiusM) {
             this.radiusM = radiusM;
         }
 
         @Override
-        public void open(OpenContext openContext) {
-            dropped.register(getRuntimeContext().getMetricGroup());
-        }
-
-        @Override
-        public boolean filter(TrafficEvent e) {
-            boolean near = Geodesic.distance(VehicleEvents.CENTER_LAT, VehicleEvents.CENTER_LON, e.lt, e.lg) <= radiusM;
-            if (!near) {
-                dropped.add(1);
-            }
-            return near;
-        }
-
-        @Override
-        public void snapshotState(FunctionSnapshotContext context) throws Exception {
-            dropped.snapshot();
-        }
-
-        @Override
-        public void initializeState(FunctionInitializationContext context) throws Exception {
-            dropped.initialize(context);
+        protected boolean keeps(TrafficEvent e) {
+            return Geodesic.distance(VehicleEvents.CENTER_LAT, VehicleEvents.CENTER_LON, e.lt, e.lg) <= radiusM;
         }
     }
 

@@ -3,13 +3,9 @@ package testbed.flink.ysb;
 import java.util.Map;
 import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.api.common.functions.OpenContext;
-import org.apache.flink.api.common.functions.RichFilterFunction;
 import org.apache.flink.api.common.functions.RichMapFunction;
-import org.apache.flink.runtime.state.FunctionInitializationContext;
-import org.apache.flink.runtime.state.FunctionSnapshotContext;
-import org.apache.flink.streaming.api.checkpoint.CheckpointedFunction;
+import testbed.flink.jobs.CountingFilter;
 import testbed.flink.jobs.FlatJson;
-import testbed.flink.jobs.OperatorCount;
 import testbed.flink.jobs.RecordCost;
 import testbed.flink.jobs.WindowLedger;
 
@@ -48,32 +44,12 @@ final class Stages {
     }
 
     /** Keeps views; what it drops is counted (gauge droppedRecords), so every event is accounted for. */
-    static final class ViewFilter extends RichFilterFunction<AdEvent> implements CheckpointedFunction {
+    static final class ViewFilter extends CountingFilter<AdEvent> {
         private static final long serialVersionUID = 1L;
-        private final OperatorCount dropped = new OperatorCount("droppedRecords");
 
         @Override
-        public void open(OpenContext openContext) {
-            dropped.register(getRuntimeContext().getMetricGroup());
-        }
-
-        @Override
-        public boolean filter(AdEvent e) {
-            boolean view = "view".equals(e.eventType);
-            if (!view) {
-                dropped.add(1);
-            }
-            return view;
-        }
-
-        @Override
-        public void snapshotState(FunctionSnapshotContext context) throws Exception {
-            dropped.snapshot();
-        }
-
-        @Override
-        public void initializeState(FunctionInitializationContext context) throws Exception {
-            dropped.initialize(context);
+        protected boolean keeps(AdEvent e) {
+            return "view".equals(e.eventType);
         }
     }
 

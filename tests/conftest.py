@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import time
 from typing import Callable, Dict, Tuple
 
 import pytest
@@ -86,3 +87,16 @@ def pytest_xdist_make_scheduler(config, log):
             return lane(nodeid)
 
     return ServicesApart(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With TESTBED_TEST_TIMELINE set, each test's worker, start and end (set-up to tear-down) go to
+    that file, one line each: CI prints every lane's span from it (`python -m tests.timeline`)."""
+    path = os.environ.get("TESTBED_TEST_TIMELINE")
+    start = time.time()
+    yield
+    if path:
+        line = f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}\t{start:.2f}\t{time.time():.2f}\t{item.nodeid}\n"
+        with open(path, "a", encoding="utf-8") as f:  # one short append per line: workers do not interleave
+            f.write(line)

@@ -18,6 +18,8 @@ from typing import Dict, Iterator, List
 
 import pytest
 
+from tests.cpu_hog import machine_hogs
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "infra" / "services.sh"
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -186,23 +188,17 @@ def operator_images(docker_url) -> Dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def cpu_hog() -> Iterator[List[subprocess.Popen]]:
-    """With TESTBED_CPU_HOG=N (CI sets 1: .ci/run), N processes each keeping a core busy for a whole
-    test module (started and stopped here): the live testbed's guarantees (nothing lost, nothing
-    counted twice, clean shutdown) must hold on a loaded machine, as a user's usually is. N=2 on a
-    two-core machine is busier than CI, for hunting races."""
-    import sys
-
+def cpu_hog() -> Iterator[List[int]]:
+    """With TESTBED_CPU_HOG=N (CI sets 1: .ci/run), N processes each keeping a core busy while a test
+    module runs: the live testbed's guarantees (nothing lost, nothing counted twice, clean shutdown)
+    must hold on a loaded machine, as a user's usually is. The hogs are the machine's, shared by the
+    test workers (tests/cpu_hog.py): two workers in such modules at once still load N cores, not 2N.
+    N=2 on a two-core machine is busier than CI, for hunting races."""
     raw = os.environ.get("TESTBED_CPU_HOG", "0") or "0"
     if not raw.isdigit():
         raise pytest.UsageError(f"TESTBED_CPU_HOG={raw!r}: expected a number of busy processes (0, 1, 2, ...)")
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(int(raw))]
-    try:
-        yield hogs
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+    with machine_hogs(int(raw)) as pids:
+        yield pids
 
 
 def name_of(container) -> str:

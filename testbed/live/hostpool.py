@@ -14,6 +14,7 @@ engines, the containers and the threads.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -427,7 +428,8 @@ class HostPool:
         container = ops.container
         if container is not None:
             try:
-                self._terminate(container, self.drain_timeout_s(self.book.instances[ident].operator))
+                operator = self.book.instances[ident].operator
+                self._terminate(container, lambda: self.drain_timeout_s(operator))
                 container.reload()
                 exit_code = int(container.attrs["State"]["ExitCode"])
             except docker.errors.NotFound:
@@ -446,14 +448,21 @@ class HostPool:
         """How long a stopping instance may drain before it is killed: what it can still hold in
         process (it hands back what it has not started) at the slowest service time seen so far in
         the run, three times over for a loaded machine, plus `stop_timeout_s` for its confirms,
-        metrics flush and exit. A slow machine shows slow service times, so the bound grows with it."""
-        return self.live.stop_timeout_s + 3.0 * self.live.parallel * max(0.0, self.service_bound_s(operator))
+        metrics flush and exit. A slow machine shows slow service times, so the bound grows with it;
+        and when more instances stop at once than the machine has cores (a run's end stops them all),
+        each exit waits for a core: the exit allowance grows with the instances per core."""
+        with self._lock:
+            stopping = sum(1 for i in self.book.instances.values()
+                           if i.stop_requested_at is not None and i.exited_at is None)
+        per_core = max(1.0, stopping / float(os.cpu_count() or 1))
+        return self.live.stop_timeout_s * per_core + 3.0 * self.live.parallel * max(0.0, self.service_bound_s(operator))
 
-    def _terminate(self, container: Any, timeout_s: float) -> None:
-        """SIGTERM until the container exits, SIGKILL after `timeout_s`. The image starts the runner
-        with SIGTERM ignored until its handler is installed (operators/Dockerfile), so a stop that
-        comes during start-up is not lost and not fatal: it is repeated every second instead."""
-        deadline = time.monotonic() + timeout_s
+    def _terminate(self, container: Any, timeout_s: Callable[[], float]) -> None:
+        """SIGTERM until the container exits, SIGKILL once it has had `timeout_s()` (read again each
+        second: it grows while other instances begin to stop). The image starts the runner with
+        SIGTERM ignored until its handler is installed (operators/Dockerfile), so a stop that comes
+        during start-up is not lost and not fatal: it is repeated every second instead."""
+        start = time.monotonic()
         while True:
             try:
                 container.kill(signal="SIGTERM")
@@ -461,6 +470,7 @@ class HostPool:
                 if exc.status_code != 409:  # 409: not running any more
                     raise
                 return
+            deadline = start + timeout_s()
             try:
                 container.wait(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
                 return

@@ -12,7 +12,6 @@ Docker engine, and an interrupted run.
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from testbed.live.engines import EngineError
 
 from .conftest import ROOT, name_of, wait_for_rabbit
 from .runner_helpers import interrupt_experiment
+from .service_faults import rabbitmqctl
 from .test_live_run import config
 
 # TESTBED_CPU_HOG=1: one core busy
@@ -49,10 +49,6 @@ def run_containers(name_prefix: str, operator: Optional[str] = None) -> List:
         return [c for c in listed if name_of(c).startswith(name_prefix)]
     finally:
         client.close()
-
-
-def rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=180)
 
 
 class Faults(threading.Thread):
@@ -96,7 +92,7 @@ def faulty_run(tmp_path_factory, rabbitmq_url, redis_url, docker_url, operator_i
     finally:
         faults.join(timeout=240)
         if not faults.restarted:  # never leave the shared broker stopped
-            subprocess.run(["rabbitmqctl", "-q", "start_app"], capture_output=True, timeout=180)
+            rabbitmqctl("start_app", check=False)
             wait_for_rabbit(rabbitmq_url)
     assert faults.error is None, faults.error
     assert faults.killed and faults.restarted

@@ -21,7 +21,6 @@ In every case no container of the run is left, and its queues, exchange and Redi
 The broker and Redis are always restored in a `finally`."""
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from testbed.experiment import run_experiment
 from testbed.live.job import LiveJobError
 
 from .conftest import name_of, wait_for_rabbit
-from .service_faults import restart_broker, restart_redis, restore_broker, restore_redis
+from .service_faults import rabbitmqctl, restart_broker, restart_redis, restore_broker, restore_redis
 from .test_live_job import SCENARIO, check_run, table
 from .test_live_run import config
 
@@ -112,8 +111,7 @@ def assert_cleaned_up(rabbitmq_url: str, redis_url: str) -> None:
     assert left == [], left
     wait_for_rabbit(rabbitmq_url)
     for what in ("list_queues", "list_exchanges"):
-        listed = subprocess.run(["rabbitmqctl", "-q", what, "name"], check=True, capture_output=True, text=True,
-                                timeout=120).stdout.split()
+        listed = rabbitmqctl(what, "name").split()
         assert [n for n in listed if n.startswith(NAME)] == [], what
 
 

@@ -28,7 +28,6 @@ In both, no container, queue or Redis key of the run is left, and the services a
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -178,8 +177,7 @@ def restart_redis_at_the_drain(faults: Faults) -> None:
     faults.log["redis_restarted_at"] = time.monotonic()
 def queued_for(instance: str) -> int:
     """Messages (ready and unacknowledged) in the input queues of one instance."""
-    listed = subprocess.run(["rabbitmqctl", "-q", "list_queues", "name", "messages"], check=True, capture_output=True,
-                            text=True, timeout=120).stdout.splitlines()
+    listed = rabbitmqctl("list_queues", "name", "messages").splitlines()
     rows = [line.split() for line in listed]
     return sum(int(row[1]) for row in rows if len(row) == 2 and row[0].endswith(f"{INSTANCE_SEPARATOR}{instance}")
                and row[1].isdigit())
@@ -191,8 +189,7 @@ def queues_and_keys_left(prefix: str, redis_url: str) -> dict:
         keys = [k.decode() for k in client.scan_iter(f"{prefix}*", count=1000)]
     finally:
         client.close()
-    listed = subprocess.run(["rabbitmqctl", "-q", "list_queues", "name"], check=True, capture_output=True, text=True,
-                            timeout=120).stdout.split()
+    listed = rabbitmqctl("list_queues", "name").split()
     return {"keys": keys, "queues": [n for n in listed if n.startswith(prefix)]}
 
 

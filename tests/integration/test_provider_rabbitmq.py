@@ -1,7 +1,6 @@
 """The data provider against a real RabbitMQ (started by infra/services.sh)."""
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from typing import Dict, List, Set
@@ -18,6 +17,7 @@ from operators.wiring import delete, wiring_for
 from testbed.eventlog import EventLog
 
 from .conftest import wait_for_rabbit
+from .service_faults import rabbitmqctl
 
 pytestmark = pytest.mark.integration
 
@@ -99,10 +99,6 @@ def test_a_minute_at_constant_load_is_on_time_and_complete(rabbitmq_url, unique_
     assert np.percentile(load.lateness_ms, 99) < cfg.topology.tick_ms / 2
 
 
-def rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=120)
-
-
 def test_broker_restart_during_emission_loses_no_confirmed_item(rabbitmq_url, unique_prefix, tmp_path, cleanup):
     machines, duration_s = 2, 12
     cfg = compose_provider(["pattern=constant", f"pattern.levels=[{machines}]", f"duration={duration_s}s",
@@ -132,7 +128,7 @@ def test_broker_restart_during_emission_loses_no_confirmed_item(rabbitmq_url, un
         restarted = True
     finally:
         if not restarted:
-            subprocess.run(["rabbitmqctl", "-q", "start_app"], capture_output=True, timeout=120)
+            rabbitmqctl("start_app", check=False)
         runner.join(120)
     wait_for_rabbit(rabbitmq_url)
     result = outcome["result"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from typing import Dict, List, Optional
 
@@ -31,6 +30,7 @@ from testbed.live.metrics_reader import MetricsReader, edge_counts, utilisation
 
 from .conftest import wait_for_rabbit
 from .runner_helpers import RunnerProcess, drain, items, publish, queue_state, runner_env, wait_for
+from .service_faults import rabbitmqctl
 
 pytestmark = pytest.mark.integration
 
@@ -216,10 +216,6 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_nothing_downstream(run,
     assert queue_state(channel, inp)[0] == queue_state(channel, mid)[0] == 0
 
 
-def rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=120)
-
-
 @pytest.mark.slow
 def test_runners_reconnect_after_a_broker_restart_and_lose_nothing(run, rabbitmq_url, redis):
     w = run.wiring(TWO_STAGES)
@@ -244,7 +240,7 @@ def test_runners_reconnect_after_a_broker_restart_and_lose_nothing(run, rabbitmq
         restarted = True
     finally:
         if not restarted:
-            subprocess.run(["rabbitmqctl", "-q", "start_app"], capture_output=True, timeout=120)
+            rabbitmqctl("start_app", check=False)
     wait_for_rabbit(rabbitmq_url)
     conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
     ch = conn.channel()
@@ -284,9 +280,7 @@ def broker_channels(connection_name: str) -> List[tuple]:
     """(unacknowledged, consumers) of each channel of the named connection, from the broker's channel
     processes (the management API's figures lag by up to its statistics interval)."""
     def listing(*args: str) -> list:
-        done = subprocess.run(["rabbitmqctl", "-q", "--formatter", "json", *args], check=True, capture_output=True,
-                              text=True, timeout=120)
-        return json.loads(done.stdout)
+        return json.loads(rabbitmqctl("--formatter", "json", *args))
 
     pids = {c["pid"] for c in listing("list_connections", "pid", "client_properties")
             if ["connection_name", "longstr", connection_name] in c["client_properties"]}

@@ -178,3 +178,30 @@ def test_unreachable_engine_fails_before_anything_is_leased():
     with pytest.raises(EngineError, match="tcp://127.0.0.1:1"):
         pool.check_engines()
 
+
+
+def test_the_drain_allowance_grows_with_the_instances_stopping_per_core(monkeypatch):
+    """At a run's end every instance stops at once; each exit (confirms, metrics flush) needs a core,
+    so the allowance for it is stop_timeout_s times the instances stopping per core, never less."""
+    from types import SimpleNamespace
+
+    import testbed.live.hostpool as hostpool
+
+    cfg = compose_config("backend=docker", "backend.live.stop_timeout_s=20")
+    pool = HostPool(cfg, "Run-7", clock=lambda: 0.0)
+    pool.service_bound_s = lambda operator: 0.5
+    monkeypatch.setattr(hostpool.os, "cpu_count", lambda: 2)
+    work = 3.0 * cfg.backend.live.parallel * 0.5
+
+    def stopping(n: int, exited: int = 0) -> None:
+        pool.book.instances = {f"i{k}": SimpleNamespace(stop_requested_at=1.0, exited_at=2.0 if k < exited else None)
+                               for k in range(n)}
+
+    stopping(1)
+    assert pool.drain_timeout_s("O1") == pytest.approx(20.0 + work)
+    stopping(2)
+    assert pool.drain_timeout_s("O1") == pytest.approx(20.0 + work)  # one per core
+    stopping(21)
+    assert pool.drain_timeout_s("O1") == pytest.approx(20.0 * 10.5 + work)
+    stopping(21, exited=17)  # four still stopping: two per core
+    assert pool.drain_timeout_s("O1") == pytest.approx(40.0 + work)

@@ -11,11 +11,12 @@ body of the REST call that sets their parallelism (docs/flink.md#per-vertex-para
   one task (same parallelism, forward edge), so they are one vertex: scaled as one."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Tuple
 
-from testbed.flink.metrics import JobReading
+from testbed.flink.metrics import JobReading, TaskReading
 
 
 @dataclass(frozen=True)
@@ -91,26 +92,36 @@ def running(reading: JobReading) -> Dict[str, int]:
 
 @dataclass(frozen=True)
 class SubtaskDelta:
-    """One subtask between two readings: records taken in and sent on, and its busy fraction now."""
+    """One subtask since its attempt was last read: records taken in and sent on, the busy time it
+    spent meanwhile, and Flink's busy gauge now."""
 
     records_in: float
     records_out: float
-    busy: float  # NaN: not reported
+    busy: float  # busyTimeMsPerSecond now, as a fraction (NaN: not reported)
+    useful_s: float  # busy seconds since the last reading of the attempt (NaN: not running)
 
 
-def task_deltas(prev: JobReading, cur: JobReading) -> Dict[str, Dict[int, SubtaskDelta]]:
-    """Per vertex of ours and subtask index, what it did between the readings; a task attempt new in
-    `cur` (the job restarted) counts from 0."""
-    before = {t.attempt: t for tm in prev.taskmanagers for t in tm.tasks}
+def task_deltas(seen: Mapping[str, TaskReading], cur: JobReading) -> Dict[str, Dict[int, SubtaskDelta]]:
+    """Per vertex of ours and subtask index, what it did since its attempt was last read (`seen`, per
+    attempt id). Records and busy time are the attempt's own counters read together, so their
+    differences cover the same span even where a reading missed the subtask; an attempt not seen
+    before (the job restarted) counts from 0, as its counters start when it is deployed."""
     out: Dict[str, Dict[int, SubtaskDelta]] = {}
     for tm in cur.taskmanagers:
         for t in tm.tasks:
             v = vertex_of(t.task)
             if v is None:
                 continue
-            old = before.get(t.attempt)
+            old = seen.get(t.attempt)
             records_in = t.records_in - (old.records_in if old is not None else 0.0)
             records_out = t.records_out - (old.records_out if old is not None else 0.0)
-            out.setdefault(v.name, {})[t.subtask] = SubtaskDelta(max(0.0, records_in), max(0.0, records_out),
-                                                                 t.busy_ms_per_s / 1000.0)
+            busy_before = old.busy_ms if old is not None and not math.isnan(old.busy_ms) else 0.0
+            out.setdefault(v.name, {})[t.subtask] = SubtaskDelta(
+                max(0.0, records_in), max(0.0, records_out), t.busy_ms_per_s / 1000.0,
+                (t.busy_ms - busy_before) / 1000.0)
     return out
+
+
+def tasks_of(reading: JobReading) -> Dict[str, TaskReading]:
+    """Every subtask the reading has, by attempt id."""
+    return {t.attempt: t for tm in reading.taskmanagers for t in tm.tasks}

@@ -10,7 +10,8 @@ needs. What each vertex runs at is read back from the REST API and is what the p
 * **Done** when every vertex runs at its requirement with every one of our TaskManagers registered;
   else the loop gives the change up at its bound, as in reactive mode.
 * **The rows** stay per TaskManager (the counter's subtask on it) for the tables; beside them the
-  engine keeps per vertex and subtask its records in and out and busy time, the policy's input."""
+  engine keeps per vertex and subtask its records in and out, busy gauge and useful time (from the
+  attempt's accumulated busy time), and each row's real span: the policy's input."""
 from __future__ import annotations
 
 import math
@@ -19,7 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from testbed.flink import vertices as vx
-from testbed.flink.metrics import JobReading
+from testbed.flink.metrics import JobReading, TaskReading
 from testbed.job.engine import Second
 from testbed.live.flink_job_engine import FlinkJobEngine
 from testbed.policies.job_inputs import JobSnapshot, VertexSeries, VertexSnapshot
@@ -34,12 +35,15 @@ class FlinkVertexEngine(FlinkJobEngine):
         self.required: Dict[str, int] = {}  # the requirement in force per scalable vertex
         self.runs: Dict[str, int] = {}  # per vertex, what it last ran at (while running)
         self.rows: List[Dict[str, Dict[int, vx.SubtaskDelta]]] = []  # per run second
+        self.spans: List[float] = []  # per run second, the real seconds between its readings
+        self.seen: Dict[str, TaskReading] = {}  # every subtask attempt as last read
         self.timeline: List[Dict[str, Any]] = []  # every change of what is required or runs
 
     def start(self, n: int) -> None:
         super().start(n)
         self.required = {name: n for name in vx.SCALABLE}
         assert self.cur is not None
+        self.seen = vx.tasks_of(self.cur)
         self._note(0.0, self.cur)
 
     def scalable(self) -> Tuple[str, ...]:
@@ -49,7 +53,9 @@ class FlinkVertexEngine(FlinkJobEngine):
     def measure(self, k: int) -> Optional[Second]:
         prev, cur = self.prev, self.cur
         assert prev is not None and cur is not None
-        self.rows.append(vx.task_deltas(prev, cur))
+        self.rows.append(vx.task_deltas(self.seen, cur))
+        self.seen.update(vx.tasks_of(cur))
+        self.spans.append(cur.t - prev.t)
         self._note(k + 1.0, cur)
         if self.runs_as_deployed(cur):
             self._release_idle(cur)
@@ -119,16 +125,19 @@ class FlinkVertexEngine(FlinkJobEngine):
         lo = max(0, k + 1 - len(job.seconds))
         rows = self.rows[lo:k + 1]
         series = tuple(self._series(v, rows) for v in vx.VERTICES)
-        return VertexSnapshot(job, series, vx.EDGES)
+        return VertexSnapshot(job, series, vx.EDGES, np.asarray(self.spans[lo:k + 1], dtype=float))
 
     def _series(self, v: vx.Vertex, rows: List[Dict[str, Dict[int, vx.SubtaskDelta]]]) -> VertexSeries:
         shape = (len(rows), self.top)
-        records_in, records_out, busy = np.zeros(shape), np.zeros(shape), np.full(shape, np.nan)
+        records_in, records_out = np.zeros(shape), np.zeros(shape)
+        busy, useful = np.full(shape, np.nan), np.full(shape, np.nan)
         for i, row in enumerate(rows):
             for j, d in row.get(v.name, {}).items():
                 if j < self.top:
-                    records_in[i, j], records_out[i, j], busy[i, j] = d.records_in, d.records_out, d.busy
-        return VertexSeries(v.name, self.runs.get(v.name, 1), v.scalable, v.keyed, records_in, records_out, busy)
+                    records_in[i, j], records_out[i, j] = d.records_in, d.records_out
+                    busy[i, j], useful[i, j] = d.busy, d.useful_s
+        return VertexSeries(v.name, self.runs.get(v.name, 1), v.scalable, v.keyed, records_in, records_out, busy,
+                            useful)
 
     def mode_record(self) -> Dict[str, Any]:
         """What the manifest says of the mode: the vertices, what was required and what ran."""

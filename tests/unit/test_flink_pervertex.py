@@ -19,7 +19,7 @@ from testbed.config import ConfigError
 from testbed.experiment import build_pattern, config_for, plan_runs, policy_for
 from testbed.flink import vertices as vx
 from testbed.flink.cluster import FlinkCluster, FlinkClusterError
-from testbed.flink.metrics import JobReading, TaskManagerReading, TaskReading
+from testbed.flink.metrics import JobReading, TaskManagerReading, TaskReading, VertexState
 from testbed.flink.schedule import from_rates
 from testbed.flink.settings import FlinkSettings
 from testbed.live.flink_job import FlinkJobRun
@@ -101,27 +101,28 @@ def test_a_refused_requirement_fails_naming_what_flink_said(rest):
 def test_what_each_vertex_runs_at_is_read_back_from_the_job(rest):
     reading = rest.read()
     assert reading.parallelism == 3  # the counting vertex, as in reactive mode
-    assert vx.running(reading) == {"source": 1, "splitter": 2, "counter": 3}
+    assert vx.WORDCOUNT.running(reading) == {"source": 1, "splitter": 2, "counter": 3}
     _Rest.job = {**_Rest.job, "vertices": [{**v, "status": "INITIALIZING"} if v["name"] == "split" else v
                                            for v in _Rest.job["vertices"]]}
-    assert vx.running(rest.read())["splitter"] == 0  # not running yet
+    assert vx.WORDCOUNT.running(rest.read())["splitter"] == 0  # not running yet
 
 
 # -- the mapping, pure ---------------------------------------------------------------------------------
 def test_the_vertices_map_to_the_policys_operators_in_one_place():
-    assert vx.vertex_of("Source: source").name == "source"
-    assert vx.vertex_of("split").name == "splitter"
-    assert vx.vertex_of("count -> discard: Writer").operators == ("counter", "sink")  # chained: one vertex
+    wc = vx.of_job("wordcount")
+    assert wc.vertex_of("Source: source").name == "source"
+    assert wc.vertex_of("split").name == "splitter"
+    assert wc.vertex_of("count -> discard: Writer").operators == ("counter", "sink")  # chained: one vertex
     # the same vertices as the Prometheus reporter labels their tasks
-    assert [vx.vertex_of(t).name for t in ("Source:_source", "split", "count____discard:_Writer")] == \
+    assert [wc.vertex_of(t).name for t in ("Source:_source", "split", "count____discard:_Writer")] == \
         ["source", "splitter", "counter"]
-    assert vx.vertex_of("something else") is None
-    assert vx.SCALABLE == ("splitter", "counter")  # the source's rate is the schedule's, at parallelism 1
-    assert vx.requirements({"splitter": 2, "counter": 3}) == {"source": 1, "splitter": 2, "counter": 3}
+    assert wc.vertex_of("something else") is None
+    assert wc.scalable == ("splitter", "counter")  # the source's rate is the schedule's, at parallelism 1
+    assert wc.requirements({"splitter": 2, "counter": 3}) == {"source": 1, "splitter": 2, "counter": 3}
     with pytest.raises(KeyError, match="no parallelism for counter"):
-        vx.requirements({"splitter": 2})
+        wc.requirements({"splitter": 2})
     with pytest.raises(KeyError, match="not a scalable vertex: source"):
-        vx.requirements({"source": 2, "splitter": 1, "counter": 1})
+        wc.requirements({"source": 2, "splitter": 1, "counter": 1})
     with pytest.raises(KeyError, match="the job has no vertex for counter"):
         vx.requirements_body({"source": "a", "splitter": "b"}, {"counter": 2})
 
@@ -135,7 +136,7 @@ def test_task_deltas_count_each_subtask_since_its_attempt_was_last_read():
     cur = reading(2.0, TaskReading("split", 0, "a", 130, 1040, 60.0, 2040.0),
                   TaskReading("count -> x", 0, "c", 90, 0, 1000.0, 450.0),
                   TaskReading("Source: source", 0, "s", 0, 130, math.nan))
-    d = vx.task_deltas(vx.tasks_of(prev), cur)
+    d = vx.task_deltas(vx.WORDCOUNT, vx.tasks_of(prev), cur)
     assert d["splitter"][0] == vx.SubtaskDelta(30, 240, 0.06, 0.04)
     # restarted: its records and busy time count from 0; the gauge reads 1.0 before its first update
     assert d["counter"][0] == vx.SubtaskDelta(90, 0, 1.0, 0.45)
@@ -143,20 +144,20 @@ def test_task_deltas_count_each_subtask_since_its_attempt_was_last_read():
     assert math.isnan(d["source"][0].useful_s)  # not reported
     # a reading that missed the splitter: the next counts from the last one that had it
     later = reading(3.0, TaskReading("split", 0, "a", 190, 1520, 60.0, 2120.0))
-    assert vx.task_deltas(vx.tasks_of(prev), later)["splitter"][0] == vx.SubtaskDelta(90, 720, 0.06, 0.12)
+    assert vx.task_deltas(vx.WORDCOUNT, vx.tasks_of(prev), later)["splitter"][0] == vx.SubtaskDelta(90, 720, 0.06, 0.12)
 
 
 def test_a_vertex_target_is_clamped_and_recorded_per_subtask():
     current = {"source": 1, "splitter": 2, "counter": 2}
-    targets, records = vertex_rescale(current, [ScaleTo("counter", 9, "why")], 4, vx.SCALABLE)
+    targets, records = vertex_rescale(current, [ScaleTo("counter", 9, "why")], 4, vx.WORDCOUNT.scalable)
     assert targets == {"splitter": 2, "counter": 4}
     assert records == [ScaleUp("counter", "counter", "why")] * 2
-    targets, records = vertex_rescale(current, [ScaleTo("splitter", 1, "less")], 4, vx.SCALABLE)
+    targets, records = vertex_rescale(current, [ScaleTo("splitter", 1, "less")], 4, vx.WORDCOUNT.scalable)
     assert targets == {"splitter": 1, "counter": 2} and records == [ScaleDown("splitter", "splitter-1", "splitter",
                                                                               "less")]
-    assert vertex_rescale(current, [ScaleTo("counter", 2, "same")], 4, vx.SCALABLE) is None
+    assert vertex_rescale(current, [ScaleTo("counter", 2, "same")], 4, vx.WORDCOUNT.scalable) is None
     with pytest.raises(TypeError, match="per-vertex mode takes a ScaleTo"):
-        vertex_rescale(current, [ScaleTo("source", 2, "no")], 4, vx.SCALABLE)
+        vertex_rescale(current, [ScaleTo("source", 2, "no")], 4, vx.WORDCOUNT.scalable)
 
 
 # -- the configuration ----------------------------------------------------------------------------------
@@ -268,7 +269,7 @@ def snapshot(seconds: int, arrivals: float, split: VertexSeries, count: VertexSe
                       throughput={}, cpu={}, uptime=uptime0 + t)
     zero, nan = np.zeros((seconds, 8)), np.full((seconds, 8), np.nan)
     source = VertexSeries("source", 1, False, False, zero, zero, nan, nan)
-    return VertexSnapshot(job, (source, split, count), vx.EDGES, np.ones(seconds))
+    return VertexSnapshot(job, (source, split, count), vx.WORDCOUNT.edges, np.ones(seconds))
 
 
 def series(name: str, n: int, seconds: int, records_in: float, busy: float, out_per_in: float,
@@ -309,13 +310,61 @@ def test_the_flink_autoscaler_scales_the_counter_and_aligns_it_to_the_key_groups
     assert all(a.reason.startswith(f"flink-autoscaler: {a.operator} parallelism 2 -> ") for a in actions)
 
 
-def test_per_vertex_mode_is_refused_for_a_job_whose_vertices_are_not_mapped():
+def test_per_vertex_mode_runs_every_job_with_a_vertex_map_and_refuses_one_without(monkeypatch):
+    from testbed.flink.jobs import JOB_NAMES
     from testbed.job_config import FlinkJobConfig
 
-    flink = FlinkJobConfig(parallelism="per-vertex", jobs={"wc_sine": "wordcount", "ysb_avazu": "ysb"})
-    assert flink.validate_workload("wc_sine") is None
+    assert set(vx.MAPS) == set(JOB_NAMES)
+    flink = FlinkJobConfig(parallelism="per-vertex", jobs={"wc_sine": "wordcount", "ysb_avazu": "ysb",
+                                                           "tm_two_spike": "traffic"})
+    assert [flink.validate_workload(w) for w in ("wc_sine", "ysb_avazu", "tm_two_spike")] == [None] * 3
+    monkeypatch.delitem(vx.MAPS, "ysb")
     key, why = flink.validate_workload("ysb_avazu")
-    assert key == "backend.flink.parallelism" and "ysb" in why
+    assert key == "backend.flink.parallelism" and "vertex map of job 'ysb'" in why
+
+
+# the vertices of a running job as the REST API (GET /jobs/:jobid) and the Prometheus reporter name them
+YSB_VERTICES = ("Source: source", "parse -> filter -> project -> join", "count -> sink -> discard: Writer")
+YSB_TASKS = ("Source:_source", "parse____filter____project____join", "count____sink____discard:_Writer")
+TRAFFIC_VERTICES = ("Source: source", "parse -> filter", "speed -> enrich -> sink -> discard: Writer")
+TRAFFIC_TASKS = ("Source:_source", "parse____filter", "speed____enrich____sink____discard:_Writer")
+
+
+@pytest.mark.parametrize("job, rest_names, task_labels, scalable, keyed", [
+    ("ysb", YSB_VERTICES, YSB_TASKS, ("parse", "count"), "count"),
+    ("traffic", TRAFFIC_VERTICES, TRAFFIC_TASKS, ("parse", "speed"), "speed"),
+])
+def test_ysb_and_traffic_map_their_chained_vertices(job, rest_names, task_labels, scalable, keyed):
+    """Each job's chains as Flink names them: the source alone at 1; the parse chain (deserialise,
+    filter and, in YSB, project and join) after the rebalance, scaled, paying the per-record cost;
+    the keyed windowed stage chained to the sink, scaled as one and aligned to the key groups."""
+    m = vx.of_job(job)
+    assert [m.vertex_of(n).name for n in rest_names] == ["source", *scalable]
+    assert [m.vertex_of(n).name for n in task_labels] == ["source", *scalable]
+    assert m.scalable == scalable and m.working == "parse"
+    assert m.edges == (("source", scalable[0]), scalable)
+    assert [v.name for v in m.vertices if v.keyed] == [keyed]
+    assert m.requirements({scalable[0]: 2, scalable[1]: 3}) == {"source": 1, scalable[0]: 2, scalable[1]: 3}
+    reading = JobReading(1.0, "RUNNING", 3, ("tm-1",), vertices=tuple(
+        VertexState(f"id{i}", name, p, "RUNNING") for i, (name, p) in enumerate(zip(rest_names, (1, 2, 3),
+                                                                                     strict=True))))
+    assert m.running(reading) == {"source": 1, scalable[0]: 2, scalable[1]: 3}
+    with pytest.raises(KeyError, match="no vertex map for job 'nope'"):
+        vx.of_job("nope")
+
+
+def test_ds2_sizes_ysbs_vertices_through_the_filters_selectivity():
+    """YSB per vertex: 30 events/s arrive; two parse subtasks take 15/s each at 0.15 busy seconds a
+    second (true rate 100/s each) and pass a third on (the view filter): ceil(30 / 100) = 1. The count
+    stage's target input is 30 x 1/3 = 10/s; its two subtasks take 5/s each at 0.01 s (500/s each):
+    ceil(10 / 500) = 1."""
+    parse = series("parse", 2, 10, 15.0, 0.15, 1 / 3, False)
+    count = series("count", 2, 10, 5.0, 0.01, 0.0, True)
+    s = snapshot(10, 30.0, parse, count)
+    s = VertexSnapshot(s.job, s.vertices, vx.YSB.edges, s.spans)
+    actions = Ds2Policy(Ds2Params(policy_interval_s=10, warm_up_s=0)).decide_vertices(s)
+    assert [(a.operator, a.n) for a in actions] == [("parse", 1), ("count", 1)]
+    assert "target input 10.0/s over true rate 500.0/s per instance" in actions[1].reason
 
 
 # -- DS2 on what Flink reports after a restart ---------------------------------------------------------
@@ -346,7 +395,7 @@ def test_ds2_measures_the_deployment_it_decides_for_from_useful_time_over_real_s
     job = JobSnapshot(t=4.0, parallelism=3, max_scaleout=8, checkpoint_s=1.0, lag=0.0, seconds=np.arange(1.0, 5.0),
                       workload=np.array([30.0, 30.0, 90.0, 0.0]), throughput={}, cpu={},
                       uptime=np.array([0.0, 1.0, 2.0, 3.0]))
-    s = VertexSnapshot(job, (source, split, count), vx.EDGES, np.array([1.0, 1.0, 3.0, 0.01]))
+    s = VertexSnapshot(job, (source, split, count), vx.WORDCOUNT.edges, np.array([1.0, 1.0, 3.0, 0.01]))
     actions = Ds2Policy(Ds2Params(policy_interval_s=0.14, warm_up_s=0.28)).decide_vertices(s)
     assert [(a.operator, a.n) for a in actions] == [("splitter", 1), ("counter", 2)]
     assert actions[0].reason == "ds2: target input 29.9/s over true rate 5000.0/s per instance = 0.01 -> 1 (was 2)"
@@ -363,7 +412,7 @@ def test_ds2_does_not_decide_on_a_deployment_it_has_not_seen_run_through_a_row()
     job = JobSnapshot(t=1.0, parallelism=3, max_scaleout=8, checkpoint_s=1.0, lag=0.0, seconds=np.array([1.0]),
                       workload=np.array([30.0]), throughput={}, cpu={}, uptime=np.array([1.0]))
     policy = Ds2Policy(Ds2Params(policy_interval_s=0.14, warm_up_s=0.0))
-    assert policy.decide_vertices(VertexSnapshot(job, (source, split, count), vx.EDGES, np.ones(1))) == []
+    assert policy.decide_vertices(VertexSnapshot(job, (source, split, count), vx.WORDCOUNT.edges, np.ones(1))) == []
     assert policy.state.evaluations == 0
 
 
@@ -396,7 +445,7 @@ def test_ds2_on_the_fake_flinks_restarts_measures_true_rates_and_stops_flapping(
     run, result, fake = vertex_run(tmp_path, policy, "duration_min=360", setup=setup)
     assert result.incomplete is None and result.details["accounting"]["drained"]
     actions = pd.DataFrame(result.tables["actions"])
-    decided = actions[actions.operator.isin(vx.SCALABLE)].drop_duplicates(["t_s", "operator"])
+    decided = actions[actions.operator.isin(vx.WORDCOUNT.scalable)].drop_duplicates(["t_s", "operator"])
     rates = {"splitter": "true rate 5000.0/s", "counter": "true rate 200.0/s"}
     assert all(rates[op] in why for op, why in zip(decided.operator, decided.reason, strict=True))
     assert [(op, int(why.split("-> ")[1].split()[0])) for op, why in zip(decided.operator, decided.reason,

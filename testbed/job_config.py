@@ -177,10 +177,12 @@ class FlinkJobConfig(BackendSettings):
             known = ", ".join(f"{w}={j}" for w, j in sorted(self.jobs.items())) or "none"
             return "backend.flink.jobs", (f"no Flink job for workload {workload!r}: add "
                                           f"+backend.flink.jobs.{workload}=wordcount|ysb|traffic (known: {known})")
-        if self.parallelism == PER_VERTEX and self.jobs[workload] != "wordcount":
-            # the vertex map (testbed/flink/vertices.py) names WordCount's vertices only
-            return "backend.flink.parallelism", (f"per-vertex parallelism is mapped for the WordCount job only; "
-                                                 f"workload {workload!r} runs on {self.jobs[workload]}")
+        from testbed.flink.vertices import MAPS
+
+        if self.parallelism == PER_VERTEX and self.jobs[workload] not in MAPS:
+            return "backend.flink.parallelism", (f"per-vertex parallelism needs the vertex map of job "
+                                                 f"{self.jobs[workload]!r} (testbed/flink/vertices.py; mapped: "
+                                                 f"{', '.join(MAPS)}); workload {workload!r} runs on it")
         return None
 
     def validate(self) -> Optional[Tuple[str, str]]:

@@ -41,7 +41,7 @@ from testbed.flink.metrics import (
 from testbed.flink.processes import FlinkProcess, free_port
 from testbed.flink.schedule import RateSchedule
 from testbed.flink.settings import FLINK_VERSION, FlinkSettings, FlinkSettingsError, flink_config
-from testbed.flink.vertices import requirements_body, vertex_of
+from testbed.flink.vertices import of_job, requirements_body
 from testbed.flink.work import WordCost, word_cost
 
 log = logging.getLogger(__name__)
@@ -228,8 +228,8 @@ class FlinkCluster:
     def require(self, parallelism: Mapping[str, int]) -> None:
         """Sets the vertices' parallelism (the adaptive scheduler's resource requirements; by the
         policy's vertex names, testbed/flink/vertices.py). FlinkClusterError if Flink refuses it."""
-        job = self._rest(f"/jobs/{self.job_id}")
-        ids = {v.name: str(x["id"]) for x in job.get("vertices", []) if (v := vertex_of(str(x.get("name", ""))))}
+        job, mapped = self._rest(f"/jobs/{self.job_id}"), of_job(self.settings.job)
+        ids = {v.name: str(x["id"]) for x in job.get("vertices", []) if (v := mapped.vertex_of(str(x.get("name", ""))))}
         body = json.dumps(requirements_body(ids, parallelism)).encode()
         request = urllib.request.Request(f"http://127.0.0.1:{self.rest_port}/jobs/{self.job_id}/resource-requirements",
                                          data=body, method="PUT", headers={"Content-Type": "application/json"})

@@ -18,6 +18,7 @@ TM_CPU_LOAD = "flink_taskmanager_Status_JVM_CPU_Load"
 TM_CPU_TIME = "flink_taskmanager_Status_JVM_CPU_Time"
 TM_HEAP_USED = "flink_taskmanager_Status_JVM_Memory_Heap_Used"
 TASK_BUSY = "flink_taskmanager_job_task_busyTimeMsPerSecond"
+TASK_BUSY_ACC = "flink_taskmanager_job_task_accumulateBusyTimeMs"
 TASK_RECORDS_IN = "flink_taskmanager_job_task_numRecordsIn"
 TASK_RECORDS_OUT = "flink_taskmanager_job_task_numRecordsOut"
 OP_RECORDS_IN = "flink_taskmanager_job_task_operator_numRecordsIn"
@@ -116,7 +117,13 @@ class TaskReading:
     attempt: str
     records_in: float  # records the task took in (this attempt)
     records_out: float  # records it sent downstream (this attempt)
-    busy_ms_per_s: float  # NaN: not reported
+    # Flink's busy gauge: 1000 until its first 5 s update after the attempt starts, then the mean over
+    # the last 5-60 s in 5 s steps; NaN: not reported
+    busy_ms_per_s: float
+    # busy milliseconds since the attempt started (NaN before it runs or when not reported): wall time
+    # less idle and back-pressured time, read at the same moment as the records, so that two readings
+    # give the useful time between them
+    busy_ms: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -166,7 +173,8 @@ def _tasks(samples: List[Sample]) -> Iterable[TaskReading]:
         yield TaskReading(task=s.labels.get("task_name", ""), subtask=int(s.labels.get("subtask_index", "0")),
                           attempt=s.labels.get("task_attempt_id", ""), records_in=s.value,
                           records_out=first(samples, TASK_RECORDS_OUT, **on) or 0.0,
-                          busy_ms_per_s=_nan(first(samples, TASK_BUSY, **on)))
+                          busy_ms_per_s=_nan(first(samples, TASK_BUSY, **on)),
+                          busy_ms=_nan(first(samples, TASK_BUSY_ACC, **on)))
 
 
 def _subtasks(samples: List[Sample], spec: JobSpec) -> Iterable[SubtaskReading]:

@@ -10,7 +10,8 @@ needs. What each vertex runs at is read back from the REST API and is what the p
 * **Done** when every vertex runs at its requirement with every one of our TaskManagers registered;
   else the loop gives the change up at its bound, as in reactive mode.
 * **The rows** stay per TaskManager (the counter's subtask on it) for the tables; beside them the
-  engine keeps per vertex and subtask its records in and out and busy time, the policy's input."""
+  engine keeps per vertex and subtask its records in and out, busy gauge and useful time (from the
+  attempt's accumulated busy time), and each row's real span: the policy's input."""
 from __future__ import annotations
 
 import math
@@ -19,7 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from testbed.flink import vertices as vx
-from testbed.flink.metrics import JobReading
+from testbed.flink.metrics import JobReading, TaskReading
 from testbed.job.engine import Second
 from testbed.live.flink_job_engine import FlinkJobEngine
 from testbed.policies.job_inputs import JobSnapshot, VertexSeries, VertexSnapshot
@@ -31,25 +32,31 @@ MODE = {"mode": "per-vertex", "scheduler": "adaptive"}
 class FlinkVertexEngine(FlinkJobEngine):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.map = vx.of_job(self.settings.job)  # the job's vertices
         self.required: Dict[str, int] = {}  # the requirement in force per scalable vertex
         self.runs: Dict[str, int] = {}  # per vertex, what it last ran at (while running)
         self.rows: List[Dict[str, Dict[int, vx.SubtaskDelta]]] = []  # per run second
+        self.spans: List[float] = []  # per run second, the real seconds between its readings
+        self.seen: Dict[str, TaskReading] = {}  # every subtask attempt as last read
         self.timeline: List[Dict[str, Any]] = []  # every change of what is required or runs
 
     def start(self, n: int) -> None:
         super().start(n)
-        self.required = {name: n for name in vx.SCALABLE}
+        self.required = {name: n for name in self.map.scalable}
         assert self.cur is not None
+        self.seen = vx.tasks_of(self.cur)
         self._note(0.0, self.cur)
 
     def scalable(self) -> Tuple[str, ...]:
-        return vx.SCALABLE
+        return self.map.scalable
 
     # -- measuring -------------------------------------------------------------------------------
     def measure(self, k: int) -> Optional[Second]:
         prev, cur = self.prev, self.cur
         assert prev is not None and cur is not None
-        self.rows.append(vx.task_deltas(prev, cur))
+        self.rows.append(vx.task_deltas(self.map, self.seen, cur))
+        self.seen.update(vx.tasks_of(cur))
+        self.spans.append(cur.t - prev.t)
         self._note(k + 1.0, cur)
         if self.runs_as_deployed(cur):
             self._release_idle(cur)
@@ -57,7 +64,7 @@ class FlinkVertexEngine(FlinkJobEngine):
 
     def _note(self, t: float, cur: JobReading) -> None:
         """Remembers what each vertex runs at, and a timeline row when that or the requirement changed."""
-        running = vx.running(cur)
+        running = self.map.running(cur)
         if cur.status == "RUNNING":
             self.runs.update({name: n for name, n in running.items() if n > 0})
         row = {"required": dict(self.required), "running": {name: running.get(name, 0) for name in self.required}}
@@ -66,12 +73,12 @@ class FlinkVertexEngine(FlinkJobEngine):
 
     def runs_as_deployed(self, cur: JobReading) -> bool:
         """Every scalable vertex runs at its requirement."""
-        running = vx.running(cur)
+        running = self.map.running(cur)
         return cur.status == "RUNNING" and all(running.get(name) == n for name, n in self.required.items())
 
     def running(self, cur: JobReading) -> int:
         """The slots the job runs in: its largest vertex's parallelism."""
-        return min(max(vx.running(cur).values(), default=0), self.n) if cur.status == "RUNNING" else 0
+        return min(max(self.map.running(cur).values(), default=0), self.n) if cur.status == "RUNNING" else 0
 
     def settled(self, target: int) -> bool:
         assert self.cur is not None
@@ -81,7 +88,7 @@ class FlinkVertexEngine(FlinkJobEngine):
     # -- changing --------------------------------------------------------------------------------
     def rescale_vertices(self, k: int, targets: Dict[str, int]) -> Optional[int]:
         n, t, slots = self.n, float(k + 1), max(targets.values())
-        change = ", ".join(f"{name} {self.runs.get(name, 0)} -> {targets[name]}" for name in vx.SCALABLE)
+        change = ", ".join(f"{name} {self.runs.get(name, 0)} -> {targets[name]}" for name in self.map.scalable)
         started = f"{slots - n} TaskManager(s) started first" if slots > n else (
             f"{n - slots} TaskManager(s) stopped once idle" if slots < n else "the TaskManagers stay")
         self.ledger.record(t, "restart", f"adaptive rescale {change}: resource requirements set, {started}; "
@@ -91,14 +98,15 @@ class FlinkVertexEngine(FlinkJobEngine):
         for _ in range(n, slots):
             name = self.engine.add()
             self.started_at[name], self.ready_from[name] = self.now(), math.inf  # until the job runs with it
-        self.engine.require(vx.requirements(targets))
+        self.engine.require(self.map.requirements(targets))
         self.required = dict(targets)
         self.n = len(self.workers)
         return row
 
     def _capacity(self, parallelism: Dict[str, int]) -> float:
-        """Sentences/s the counter's subtasks carry (each TaskManager's rate: the wait is the counter's)."""
-        return parallelism.get(vx.COUNTER.name, 0) * self.tm_rate
+        """Source records/s the working vertex's subtasks carry (each a TaskManager's rate: the per-record
+        cost is paid there)."""
+        return parallelism.get(self.map.working, 0) * self.tm_rate
 
     def _release_idle(self, cur: JobReading) -> None:
         """Stops our TaskManagers beyond the largest requirement that run no task, newest first."""
@@ -118,20 +126,23 @@ class FlinkVertexEngine(FlinkJobEngine):
     def vertex_snapshot(self, k: int, job: JobSnapshot) -> VertexSnapshot:
         lo = max(0, k + 1 - len(job.seconds))
         rows = self.rows[lo:k + 1]
-        series = tuple(self._series(v, rows) for v in vx.VERTICES)
-        return VertexSnapshot(job, series, vx.EDGES)
+        series = tuple(self._series(v, rows) for v in self.map.vertices)
+        return VertexSnapshot(job, series, self.map.edges, np.asarray(self.spans[lo:k + 1], dtype=float))
 
     def _series(self, v: vx.Vertex, rows: List[Dict[str, Dict[int, vx.SubtaskDelta]]]) -> VertexSeries:
         shape = (len(rows), self.top)
-        records_in, records_out, busy = np.zeros(shape), np.zeros(shape), np.full(shape, np.nan)
+        records_in, records_out = np.zeros(shape), np.zeros(shape)
+        busy, useful = np.full(shape, np.nan), np.full(shape, np.nan)
         for i, row in enumerate(rows):
             for j, d in row.get(v.name, {}).items():
                 if j < self.top:
-                    records_in[i, j], records_out[i, j], busy[i, j] = d.records_in, d.records_out, d.busy
-        return VertexSeries(v.name, self.runs.get(v.name, 1), v.scalable, v.keyed, records_in, records_out, busy)
+                    records_in[i, j], records_out[i, j] = d.records_in, d.records_out
+                    busy[i, j], useful[i, j] = d.busy, d.useful_s
+        return VertexSeries(v.name, self.runs.get(v.name, 1), v.scalable, v.keyed, records_in, records_out, busy,
+                            useful)
 
     def mode_record(self) -> Dict[str, Any]:
         """What the manifest says of the mode: the vertices, what was required and what ran."""
         roles = {v.name: {"flink_vertex": v.prefix, "operators": list(v.operators), "scalable": v.scalable}
-                 for v in vx.VERTICES}
+                 for v in self.map.vertices}
         return {**MODE, "vertices": roles, "timeline": self.timeline}

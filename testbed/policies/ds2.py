@@ -28,9 +28,11 @@ per-operator results of the paper collapse into the one vertex, whose rate is th
 slowest stage's share of each worker's CPU is inside the worker's busy time).
 
 Per-vertex mode (an engine that sets each vertex's parallelism: Flink's adaptive scheduler): the
-paper's model as in operator mode, over the job's vertices: each subtask's records in over its busy
-seconds, each vertex's records out over its records in along its one outgoing edge, the source at
-its arrival rate; every scalable vertex gets its own parallelism."""
+paper's model as in operator mode, over the job's vertices: each subtask's records in over its useful
+seconds (counters of the subtask read together, not a trailing busy gauge), each vertex's records
+out over its records in along its one outgoing edge, the source at its arrivals over the window's
+real seconds; every scalable vertex gets its own parallelism. The window holds only rows the current
+deployment ran through, so that no instance of the previous one, nor the restart, is measured."""
 from __future__ import annotations
 
 import math
@@ -151,14 +153,15 @@ class Ds2Policy(Policy):
 
     def decide_vertices(self, s: VertexSnapshot) -> List[Action]:
         job = s.job
-        if not self.due(job.t, float(job.uptime[-1]) if len(job.uptime) else 0.0):
+        # the loop samples once a second, so no decision interval is shorter than a second of real time
+        rows = deployment_rows(job.uptime, s.spans, max(self.params.policy_interval_s, 1.0))
+        if not rows or not self.due(job.t, float(job.uptime[-1])):
             return []
-        k = max(1, int(round(self.params.policy_interval_s)))
         source = s.vertices[0].name
         downstream = {u: d for u, d in s.edges}
-        windows = [vertex_window(v, k, downstream.get(v.name)) for v in s.vertices[1:]]
-        arrivals = np.asarray(job.workload[-k:], dtype=float)
-        rate = float(arrivals.mean()) if arrivals.size else 0.0
+        windows = [vertex_window(v, rows, float(s.spans[-rows:].sum()), downstream.get(v.name))
+                   for v in s.vertices[1:]]
+        rate = float(np.asarray(job.workload[-rows:], dtype=float).sum() / s.spans[-rows:].sum())
         estimates = self.estimate(windows, list(s.edges), {e: rate for e in s.edges if e[0] == source})
         actions: List[Action] = []
         for v in s.vertices:
@@ -173,17 +176,29 @@ class Ds2Policy(Policy):
         return actions
 
 
-def vertex_window(v: VertexSeries, k: int, downstream: Optional[str]) -> VertexWindow:
-    """A vertex over its last k seconds: per subtask slot that ran, the records it took in and its busy
-    seconds (seconds a slot did not run count for neither), and what it pushed downstream."""
-    busy, records, out = v.busy[-k:], v.records_in[-k:], v.records_out[-k:]
+def deployment_rows(uptime: np.ndarray, spans: np.ndarray, interval_s: float) -> int:
+    """How many of the newest rows make the observation window: rows the current deployment ran
+    through (it ran at both readings that bound the row; the row in which it started holds part of
+    the restart), back from the newest until they cover `interval_s` of real time. 0: none yet."""
+    n, covered = 0, 0.0
+    for up, span in zip(uptime[::-1], spans[::-1], strict=True):
+        if up < 2 or covered >= interval_s - 1e-9:
+            break
+        n, covered = n + 1, covered + float(span)
+    return n
+
+
+def vertex_window(v: VertexSeries, rows: int, window_s: float, downstream: Optional[str]) -> VertexWindow:
+    """A vertex over its newest `rows` rows: per subtask slot that ran, the records it took in and its
+    useful seconds (rows a slot did not run count for neither), and what it pushed downstream."""
+    useful, records, out = v.useful[-rows:], v.records_in[-rows:], v.records_out[-rows:]
     instances, pushed = [], 0.0
-    for j in range(busy.shape[1]):
-        running = np.isfinite(busy[:, j])
+    for j in range(useful.shape[1]):
+        running = np.isfinite(useful[:, j])
         if running.any():
-            instances.append(InstanceWindow(float(records[running, j].sum()), float(busy[running, j].sum())))
+            instances.append(InstanceWindow(float(records[running, j].sum()), float(useful[running, j].sum())))
             pushed += float(out[running, j].sum())
-    return VertexWindow(v.name, v.parallelism, tuple(instances), {downstream: pushed} if downstream else {}, float(k))
+    return VertexWindow(v.name, v.parallelism, tuple(instances), {downstream: pushed} if downstream else {}, window_s)
 
 
 def operator_windows(snapshot: Snapshot) -> List[VertexWindow]:

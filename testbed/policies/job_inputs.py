@@ -34,16 +34,20 @@ class JobSnapshot:
 
 @dataclass(frozen=True)
 class VertexSeries:
-    """One vertex of the job over the window (per-vertex mode): per second and subtask slot (max
-    scale-out wide) the records it took in and its busy fraction (NaN: that subtask did not run)."""
+    """One vertex of the job over the window (per-vertex mode): per row (a run second; its real span
+    is the snapshot's `spans`) and subtask slot (max scale-out wide) the records it took in and sent
+    on, the engine's busy gauge and the useful time within the row (NaN: that subtask did not run)."""
 
     name: str
     parallelism: int  # the subtasks it runs now, as read back from the engine
     scalable: bool
     keyed: bool  # a keyed input: its parallelism is aligned to the key groups
-    records_in: np.ndarray  # (seconds, slots)
-    records_out: np.ndarray  # (seconds, slots): records it sent downstream
-    busy: np.ndarray  # (seconds, slots)
+    records_in: np.ndarray  # (rows, slots)
+    records_out: np.ndarray  # (rows, slots): records it sent downstream
+    busy: np.ndarray  # (rows, slots): the busy fraction the engine reports (Flink: a trailing average)
+    # (rows, slots): seconds the subtask spent processing within the row, from a counter read with
+    # its records (not clipped: a sum over rows telescopes to the difference of the window's ends)
+    useful: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class VertexSnapshot:
     job: JobSnapshot
     vertices: Tuple[VertexSeries, ...]  # topological order; the first is the source
     edges: Tuple[Tuple[str, str], ...]
+    spans: np.ndarray  # real seconds each row covers (a late reading makes a longer row, the next shorter)
 
     def vertex(self, name: str) -> VertexSeries:
         return next(v for v in self.vertices if v.name == name)

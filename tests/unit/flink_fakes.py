@@ -10,7 +10,13 @@ is dropped by the JobManager `heartbeat_s` after it froze.
 
 With `adaptive` (the adaptive scheduler, per-vertex mode) each vertex runs at its requirement or at
 the registered slots, whichever is less, and the job restarts `restart_s` after that changed; every
-registered TaskManager i runs subtask i of each vertex whose parallelism exceeds i.
+registered TaskManager i runs subtask i of each vertex whose parallelism exceeds i. A subtask is busy
+`COST_S` per record: its accumulated busy time is that times its records, and its busy gauge behaves
+as Flink's (1000 ms/s until the gauge's first update 5 s after the attempt started, then the mean
+over the last 5-60 s, updated every 5 s); with `capacity` it takes at most 1 / COST_S records a
+second, the job as many as its slowest vertex (a backlog builds up). Reads started within a
+`slow_reads` interval take its seconds (a loaded machine); those within a `tasks_missing` interval
+lack every subtask's metrics.
 With `windows` (the windowed jobs) half of what is counted is let go by the filter and the rest
 admitted to windows, whose results stand for it at once, or never once `windows_stop_at` has passed
 (windows that do not fire)."""
@@ -35,7 +41,9 @@ from testbed.flink.vertices import COUNTER, SOURCE, SPLITTER, requirements_body
 FLINK_NAMES = {SOURCE.name: "Source: source", SPLITTER.name: "split", COUNTER.name: "count -> discard: Writer"}
 TASK_LABELS = {SOURCE.name: "Source:_source", SPLITTER.name: "split", COUNTER.name: "count____discard:_Writer"}
 IDS = {name: f"id-{name}" for name in FLINK_NAMES}
-BUSY = {SPLITTER.name: 0.05, COUNTER.name: 0.5}  # each subtask's busy fraction
+# each subtask's busy time per record: the WordCount job's counter waits 5 ms a word (200 words/s a subtask)
+COST_S = {SPLITTER.name: 0.0002, COUNTER.name: 0.005}
+GAUGE_STEP_S, GAUGE_STEPS = 5.0, 12  # Flink's busy gauge: updated every 5 s, over at most the last 12 steps
 
 
 class FakeClock:
@@ -90,6 +98,11 @@ class FakeFlink:
         # None: no cgroup, as in the wait mode
         self.cgroup_cores: Optional[float] = None
         self.source_missing: List[Tuple[float, float]] = []  # clock intervals whose readings lack the source
+        self.slow_reads: List[Tuple[float, float, float]] = []  # (from, to, seconds a read started then takes)
+        self.tasks_missing: List[Tuple[float, float]] = []  # clock intervals whose readings lack the subtasks
+        self.epoch_at = 0.0  # clock time the current attempts started
+        self.capacity = False  # adaptive: each subtask takes at most 1 / COST_S records a second
+        self.history: List[Tuple[float, float]] = []  # (clock time, sentences counted) at every read
 
     # -- the Engine interface ------------------------------------------------------------------------
     def start(self, n: int) -> None:
@@ -134,6 +147,11 @@ class FakeFlink:
         self.tms.clear()
 
     def read(self) -> JobReading:
+        for a, b, seconds in self.slow_reads:
+            if a <= self.clock.now() < b:
+                self.clock.sleep(seconds)
+        if self.history and self.clock.now() <= self.history[-1][0]:
+            self.clock.sleep(0.01)  # a read right after a late one still takes a moment
         now = self.clock.now()
         self._apply_faults()
         registered = tuple(sorted(self._registered(now)))
@@ -142,18 +160,19 @@ class FakeFlink:
             self.members, self.changed_at = shape, now
         running = bool(registered) and now >= self.changed_at + self.restart_s
         if running and self.job_start is None:
-            self.job_start, self.epoch, self.epoch_members = now, 1, shape
+            self.job_start, self.epoch, self.epoch_members, self.epoch_at = now, 1, shape, now
         scheduled = float(self.schedule.due_at(now - self.job_start)) if self.job_start is not None else 0.0
         if running and self.epoch_members != shape:
             self.epoch += 1
             self.replayed += self.replay
             self.epoch_members = shape
-            self.epoch_counted = self.counted
+            self.epoch_counted, self.epoch_at = self.counted, self.changed_at + self.restart_s
         frozen = any(self.tms[n].frozen_at is not None for n in registered)
         if running and not frozen and now < self.stall_at:
-            self.counted = scheduled
+            self.counted = self._progress(scheduled, now, shape)
         if now < self.windows_stop_at:
             self.windowed = self.counted * self.wps - self._dropped()
+        self.history.append((now, self.counted))
         return self._reading(now, registered, running, scheduled)
 
     # -- the fake job ----------------------------------------------------------------------------------
@@ -175,17 +194,44 @@ class FakeFlink:
     def _parallelism(self, registered: Tuple[str, ...]) -> Dict[str, int]:
         return {name: min(n, len(registered)) for name, n in self.required.items()}
 
-    def _tasks(self, i: int, p: Dict[str, int]) -> Tuple[TaskReading, ...]:
+    def _tasks(self, i: int, p: Dict[str, int], now: float) -> Tuple[TaskReading, ...]:
         """TaskManager i's subtasks: one of each vertex whose parallelism exceeds i."""
         tasks = []
         for name in (SPLITTER.name, COUNTER.name):
             if i < p[name]:
-                sentences = (self.counted - self.epoch_counted) / p[name]
-                records = sentences if name == SPLITTER.name else sentences * self.wps
-                out = sentences * self.wps if name == SPLITTER.name else 0.0
+                records = self._records(name, p, now)
+                out = records * self.wps if name == SPLITTER.name else 0.0
                 tasks.append(TaskReading(TASK_LABELS[name], i, f"a{self.epoch}-{name}-{i}", records, out,
-                                         1000.0 * BUSY[name]))
+                                         self._gauge_ms(name, p, now), 1000.0 * COST_S[name] * records))
         return tuple(tasks)
+
+    def _progress(self, scheduled: float, now: float, shape: Tuple) -> float:
+        """Sentences counted by now: all that are due, or with `capacity` what the slowest vertex's
+        subtasks can take in since the last read (or since the attempts started)."""
+        if not (self.capacity and self.adaptive):
+            return scheduled
+        p = dict(shape)
+        since = max(self.history[-1][0] if self.history else now, self.epoch_at)
+        per_sentence = {SPLITTER.name: COST_S[SPLITTER.name], COUNTER.name: COST_S[COUNTER.name] * self.wps}
+        rate = min(p[name] / cost for name, cost in per_sentence.items())
+        return min(scheduled, self.counted + rate * max(0.0, now - since))
+
+    def _records(self, name: str, p: Dict[str, int], at: float) -> float:
+        """Records each subtask of vertex `name` has taken in since its attempt started, at clock time `at`."""
+        counted = max((c for t, c in self.history if t <= at), default=self.epoch_counted)
+        sentences = max(0.0, counted - self.epoch_counted) / p[name]
+        return sentences if name == SPLITTER.name else sentences * self.wps
+
+    def _gauge_ms(self, name: str, p: Dict[str, int], now: float) -> float:
+        """busyTimeMsPerSecond as Flink computes it: 1000 before its first update, then the busy share of
+        the updates' span (at most the last GAUGE_STEPS)."""
+        updates = int((now - self.epoch_at) // GAUGE_STEP_S)
+        if updates == 0:
+            return 1000.0
+        steps = min(updates, GAUGE_STEPS)
+        t1 = self.epoch_at + updates * GAUGE_STEP_S
+        busy = COST_S[name] * (self._records(name, p, t1) - self._records(name, p, t1 - steps * GAUGE_STEP_S))
+        return 1000.0 * min(1.0, busy / (steps * GAUGE_STEP_S))
 
     def _dropped(self) -> float:
         return self.counted * self.wps / 2 if self.windows else 0.0
@@ -204,7 +250,8 @@ class FakeFlink:
             source = SourceReading(scheduled, scheduled, 0.0, 0.0, self.replayed) if i == 0 else None
             dropped, windowed = (self._dropped(), self.windowed) if i == 0 and self.windows else (0.0, 0.0)
             cgroup = None if self.cgroup_cores is None else self.cgroup_cores * (now - self.tms[name].started)
-            tasks = self._tasks(i, p) if running and self.adaptive else ()
+            missing = any(a <= now < b for a, b in self.tasks_missing)
+            tasks = self._tasks(i, p, now) if running and self.adaptive and not missing else ()
             tms.append(TaskManagerReading(name, 0.1, 1.0, 100.0, (subtask,) if running else (), source,
                                           cgroup_cpu_s=cgroup, tasks=tasks, dropped=dropped, windowed=windowed))
         source = tms[0].source if tms else None

@@ -19,7 +19,7 @@ from testbed.config import ConfigError
 from testbed.experiment import build_pattern, config_for, plan_runs, policy_for
 from testbed.flink import vertices as vx
 from testbed.flink.cluster import FlinkCluster, FlinkClusterError
-from testbed.flink.metrics import JobReading, TaskManagerReading, TaskReading
+from testbed.flink.metrics import JobReading, TaskManagerReading, TaskReading, VertexState
 from testbed.flink.schedule import from_rates
 from testbed.flink.settings import FlinkSettings
 from testbed.live.flink_job import FlinkJobRun
@@ -101,55 +101,63 @@ def test_a_refused_requirement_fails_naming_what_flink_said(rest):
 def test_what_each_vertex_runs_at_is_read_back_from_the_job(rest):
     reading = rest.read()
     assert reading.parallelism == 3  # the counting vertex, as in reactive mode
-    assert vx.running(reading) == {"source": 1, "splitter": 2, "counter": 3}
+    assert vx.WORDCOUNT.running(reading) == {"source": 1, "splitter": 2, "counter": 3}
     _Rest.job = {**_Rest.job, "vertices": [{**v, "status": "INITIALIZING"} if v["name"] == "split" else v
                                            for v in _Rest.job["vertices"]]}
-    assert vx.running(rest.read())["splitter"] == 0  # not running yet
+    assert vx.WORDCOUNT.running(rest.read())["splitter"] == 0  # not running yet
 
 
 # -- the mapping, pure ---------------------------------------------------------------------------------
 def test_the_vertices_map_to_the_policys_operators_in_one_place():
-    assert vx.vertex_of("Source: source").name == "source"
-    assert vx.vertex_of("split").name == "splitter"
-    assert vx.vertex_of("count -> discard: Writer").operators == ("counter", "sink")  # chained: one vertex
+    wc = vx.of_job("wordcount")
+    assert wc.vertex_of("Source: source").name == "source"
+    assert wc.vertex_of("split").name == "splitter"
+    assert wc.vertex_of("count -> discard: Writer").operators == ("counter", "sink")  # chained: one vertex
     # the same vertices as the Prometheus reporter labels their tasks
-    assert [vx.vertex_of(t).name for t in ("Source:_source", "split", "count____discard:_Writer")] == \
+    assert [wc.vertex_of(t).name for t in ("Source:_source", "split", "count____discard:_Writer")] == \
         ["source", "splitter", "counter"]
-    assert vx.vertex_of("something else") is None
-    assert vx.SCALABLE == ("splitter", "counter")  # the source's rate is the schedule's, at parallelism 1
-    assert vx.requirements({"splitter": 2, "counter": 3}) == {"source": 1, "splitter": 2, "counter": 3}
+    assert wc.vertex_of("something else") is None
+    assert wc.scalable == ("splitter", "counter")  # the source's rate is the schedule's, at parallelism 1
+    assert wc.requirements({"splitter": 2, "counter": 3}) == {"source": 1, "splitter": 2, "counter": 3}
     with pytest.raises(KeyError, match="no parallelism for counter"):
-        vx.requirements({"splitter": 2})
+        wc.requirements({"splitter": 2})
     with pytest.raises(KeyError, match="not a scalable vertex: source"):
-        vx.requirements({"source": 2, "splitter": 1, "counter": 1})
+        wc.requirements({"source": 2, "splitter": 1, "counter": 1})
     with pytest.raises(KeyError, match="the job has no vertex for counter"):
         vx.requirements_body({"source": "a", "splitter": "b"}, {"counter": 2})
 
 
-def test_task_deltas_count_each_subtask_and_a_new_attempt_from_zero():
+def test_task_deltas_count_each_subtask_since_its_attempt_was_last_read():
     def reading(t: float, *tasks: TaskReading) -> JobReading:
         return JobReading(t, "RUNNING", 1, ("tm-1",), (TaskManagerReading("tm-1", None, None, None, tasks=tasks),))
 
-    prev = reading(1.0, TaskReading("split", 0, "a", 100, 800, 50.0), TaskReading("count -> x", 0, "b", 500, 0, 400.0))
-    cur = reading(2.0, TaskReading("split", 0, "a", 130, 1040, 60.0), TaskReading("count -> x", 0, "c", 90, 0, 450.0),
+    prev = reading(1.0, TaskReading("split", 0, "a", 100, 800, 50.0, 2000.0),
+                   TaskReading("count -> x", 0, "b", 500, 0, 400.0, 9000.0))
+    cur = reading(2.0, TaskReading("split", 0, "a", 130, 1040, 60.0, 2040.0),
+                  TaskReading("count -> x", 0, "c", 90, 0, 1000.0, 450.0),
                   TaskReading("Source: source", 0, "s", 0, 130, math.nan))
-    d = vx.task_deltas(prev, cur)
-    assert d["splitter"][0] == vx.SubtaskDelta(30, 240, 0.06)
-    assert d["counter"][0] == vx.SubtaskDelta(90, 0, 0.45)  # restarted: counts from 0
+    d = vx.task_deltas(vx.WORDCOUNT, vx.tasks_of(prev), cur)
+    assert d["splitter"][0] == vx.SubtaskDelta(30, 240, 0.06, 0.04)
+    # restarted: its records and busy time count from 0; the gauge reads 1.0 before its first update
+    assert d["counter"][0] == vx.SubtaskDelta(90, 0, 1.0, 0.45)
     assert d["source"][0].records_out == 130 and math.isnan(d["source"][0].busy)
+    assert math.isnan(d["source"][0].useful_s)  # not reported
+    # a reading that missed the splitter: the next counts from the last one that had it
+    later = reading(3.0, TaskReading("split", 0, "a", 190, 1520, 60.0, 2120.0))
+    assert vx.task_deltas(vx.WORDCOUNT, vx.tasks_of(prev), later)["splitter"][0] == vx.SubtaskDelta(90, 720, 0.06, 0.12)
 
 
 def test_a_vertex_target_is_clamped_and_recorded_per_subtask():
     current = {"source": 1, "splitter": 2, "counter": 2}
-    targets, records = vertex_rescale(current, [ScaleTo("counter", 9, "why")], 4, vx.SCALABLE)
+    targets, records = vertex_rescale(current, [ScaleTo("counter", 9, "why")], 4, vx.WORDCOUNT.scalable)
     assert targets == {"splitter": 2, "counter": 4}
     assert records == [ScaleUp("counter", "counter", "why")] * 2
-    targets, records = vertex_rescale(current, [ScaleTo("splitter", 1, "less")], 4, vx.SCALABLE)
+    targets, records = vertex_rescale(current, [ScaleTo("splitter", 1, "less")], 4, vx.WORDCOUNT.scalable)
     assert targets == {"splitter": 1, "counter": 2} and records == [ScaleDown("splitter", "splitter-1", "splitter",
                                                                               "less")]
-    assert vertex_rescale(current, [ScaleTo("counter", 2, "same")], 4, vx.SCALABLE) is None
+    assert vertex_rescale(current, [ScaleTo("counter", 2, "same")], 4, vx.WORDCOUNT.scalable) is None
     with pytest.raises(TypeError, match="per-vertex mode takes a ScaleTo"):
-        vertex_rescale(current, [ScaleTo("source", 2, "no")], 4, vx.SCALABLE)
+        vertex_rescale(current, [ScaleTo("source", 2, "no")], 4, vx.WORDCOUNT.scalable)
 
 
 # -- the configuration ----------------------------------------------------------------------------------
@@ -259,17 +267,18 @@ def snapshot(seconds: int, arrivals: float, split: VertexSeries, count: VertexSe
     job = JobSnapshot(t=float(seconds), parallelism=max(split.parallelism, count.parallelism), max_scaleout=8,
                       checkpoint_s=1.0, lag=lag, seconds=t, workload=np.full(seconds, arrivals),
                       throughput={}, cpu={}, uptime=uptime0 + t)
-    zero = np.zeros((seconds, 8))
-    source = VertexSeries("source", 1, False, False, zero, zero, np.full((seconds, 8), np.nan))
-    return VertexSnapshot(job, (source, split, count), vx.EDGES)
+    zero, nan = np.zeros((seconds, 8)), np.full((seconds, 8), np.nan)
+    source = VertexSeries("source", 1, False, False, zero, zero, nan, nan)
+    return VertexSnapshot(job, (source, split, count), vx.WORDCOUNT.edges, np.ones(seconds))
 
 
 def series(name: str, n: int, seconds: int, records_in: float, busy: float, out_per_in: float,
            keyed: bool) -> VertexSeries:
-    """n subtasks, each taking `records_in` per second at `busy`, sending `out_per_in` per record on."""
+    """n subtasks, each taking `records_in` per second at `busy` (gauge and useful seconds alike),
+    sending `out_per_in` per record on."""
     r, b = np.zeros((seconds, 8)), np.full((seconds, 8), np.nan)
     r[:, :n], b[:, :n] = records_in, busy
-    return VertexSeries(name, n, True, keyed, r, r * out_per_in, b)
+    return VertexSeries(name, n, True, keyed, r, r * out_per_in, b, b)
 
 
 def test_ds2_sizes_each_vertex_from_its_own_true_rate():
@@ -301,10 +310,150 @@ def test_the_flink_autoscaler_scales_the_counter_and_aligns_it_to_the_key_groups
     assert all(a.reason.startswith(f"flink-autoscaler: {a.operator} parallelism 2 -> ") for a in actions)
 
 
-def test_per_vertex_mode_is_refused_for_a_job_whose_vertices_are_not_mapped():
+def test_per_vertex_mode_runs_every_job_with_a_vertex_map_and_refuses_one_without(monkeypatch):
+    from testbed.flink.jobs import JOB_NAMES
     from testbed.job_config import FlinkJobConfig
 
-    flink = FlinkJobConfig(parallelism="per-vertex", jobs={"wc_sine": "wordcount", "ysb_avazu": "ysb"})
-    assert flink.validate_workload("wc_sine") is None
+    assert set(vx.MAPS) == set(JOB_NAMES)
+    flink = FlinkJobConfig(parallelism="per-vertex", jobs={"wc_sine": "wordcount", "ysb_avazu": "ysb",
+                                                           "tm_two_spike": "traffic"})
+    assert [flink.validate_workload(w) for w in ("wc_sine", "ysb_avazu", "tm_two_spike")] == [None] * 3
+    monkeypatch.delitem(vx.MAPS, "ysb")
     key, why = flink.validate_workload("ysb_avazu")
-    assert key == "backend.flink.parallelism" and "ysb" in why
+    assert key == "backend.flink.parallelism" and "vertex map of job 'ysb'" in why
+
+
+# the vertices of a running job as the REST API (GET /jobs/:jobid) and the Prometheus reporter name them
+YSB_VERTICES = ("Source: source", "parse -> filter -> project -> join", "count -> sink -> discard: Writer")
+YSB_TASKS = ("Source:_source", "parse____filter____project____join", "count____sink____discard:_Writer")
+TRAFFIC_VERTICES = ("Source: source", "parse -> filter", "speed -> enrich -> sink -> discard: Writer")
+TRAFFIC_TASKS = ("Source:_source", "parse____filter", "speed____enrich____sink____discard:_Writer")
+
+
+@pytest.mark.parametrize("job, rest_names, task_labels, scalable, keyed", [
+    ("ysb", YSB_VERTICES, YSB_TASKS, ("parse", "count"), "count"),
+    ("traffic", TRAFFIC_VERTICES, TRAFFIC_TASKS, ("parse", "speed"), "speed"),
+])
+def test_ysb_and_traffic_map_their_chained_vertices(job, rest_names, task_labels, scalable, keyed):
+    """Each job's chains as Flink names them: the source alone at 1; the parse chain (deserialise,
+    filter and, in YSB, project and join) after the rebalance, scaled, paying the per-record cost;
+    the keyed windowed stage chained to the sink, scaled as one and aligned to the key groups."""
+    m = vx.of_job(job)
+    assert [m.vertex_of(n).name for n in rest_names] == ["source", *scalable]
+    assert [m.vertex_of(n).name for n in task_labels] == ["source", *scalable]
+    assert m.scalable == scalable and m.working == "parse"
+    assert m.edges == (("source", scalable[0]), scalable)
+    assert [v.name for v in m.vertices if v.keyed] == [keyed]
+    assert m.requirements({scalable[0]: 2, scalable[1]: 3}) == {"source": 1, scalable[0]: 2, scalable[1]: 3}
+    reading = JobReading(1.0, "RUNNING", 3, ("tm-1",), vertices=tuple(
+        VertexState(f"id{i}", name, p, "RUNNING") for i, (name, p) in enumerate(zip(rest_names, (1, 2, 3),
+                                                                                     strict=True))))
+    assert m.running(reading) == {"source": 1, scalable[0]: 2, scalable[1]: 3}
+    with pytest.raises(KeyError, match="no vertex map for job 'nope'"):
+        vx.of_job("nope")
+
+
+def test_ds2_sizes_ysbs_vertices_through_the_filters_selectivity():
+    """YSB per vertex: 30 events/s arrive; two parse subtasks take 15/s each at 0.15 busy seconds a
+    second (true rate 100/s each) and pass a third on (the view filter): ceil(30 / 100) = 1. The count
+    stage's target input is 30 x 1/3 = 10/s; its two subtasks take 5/s each at 0.01 s (500/s each):
+    ceil(10 / 500) = 1."""
+    parse = series("parse", 2, 10, 15.0, 0.15, 1 / 3, False)
+    count = series("count", 2, 10, 5.0, 0.01, 0.0, True)
+    s = snapshot(10, 30.0, parse, count)
+    s = VertexSnapshot(s.job, s.vertices, vx.YSB.edges, s.spans)
+    actions = Ds2Policy(Ds2Params(policy_interval_s=10, warm_up_s=0)).decide_vertices(s)
+    assert [(a.operator, a.n) for a in actions] == [("parse", 1), ("count", 1)]
+    assert "target input 10.0/s over true rate 500.0/s per instance" in actions[1].reason
+
+
+# -- DS2 on what Flink reports after a restart ---------------------------------------------------------
+def vertex(name: str, records: List[List[float]], useful: List[List[float]], n: int, out_per_in: float = 0.0,
+           scalable: bool = True) -> VertexSeries:
+    """A vertex over rows x subtasks (8 slots wide) whose busy gauge reads 1.0 wherever it ran, as
+    Flink's does for 5 s after an attempt starts."""
+    r, u = np.zeros((len(records), 8)), np.full((len(records), 8), np.nan)
+    r[:, :len(records[0])], u[:, :len(useful[0])] = records, useful
+    gauge = np.where(np.isfinite(u), 1.0, np.nan)
+    return VertexSeries(name, n, scalable, name == "counter", r, r * out_per_in, gauge, u)
+
+
+def test_ds2_measures_the_deployment_it_decides_for_from_useful_time_over_real_seconds():
+    """Four rows after a restart: restarting; the row in which it restarted (left out: part of it is
+    the restart); a row a late reading stretched to 3 s; a catch-up row of 0.01 s whose reading missed
+    the second counter. The window is the newest rows the deployment ran through covering 1 s: the
+    last two, 3.01 s. Arrivals 90 / 3.01 s = 29.90/s; splitter 90 in, 720 out over 0.018 s useful:
+    true rate 5,000/s, ceil(29.90 / 5000) = 1; counters (300 + 2) / (1.5 + 0.01) = 200/s and
+    240 / 1.2 = 200/s, target input 29.90 x 720 / 90 = 239.2/s, ceil(239.2 / 200) = ceil(1.196) = 2.
+    (The gauge over the last row alone would have given 2 words/s a counter: ceil(239.2 / 2) = 120.)"""
+    nan = math.nan
+    split = vertex("splitter", [[0.0], [10.0], [90.0], [0.0]], [[nan], [0.002], [0.018], [0.0]], 2, 8.0)
+    count = vertex("counter", [[0, 0], [30, 20], [300, 240], [2, 0]],
+                   [[nan, nan], [0.15, 0.1], [1.5, 1.2], [0.01, nan]], 3)
+    zero, none = np.zeros((4, 8)), np.full((4, 8), np.nan)
+    source = VertexSeries("source", 1, False, False, zero, zero, none, none)
+    job = JobSnapshot(t=4.0, parallelism=3, max_scaleout=8, checkpoint_s=1.0, lag=0.0, seconds=np.arange(1.0, 5.0),
+                      workload=np.array([30.0, 30.0, 90.0, 0.0]), throughput={}, cpu={},
+                      uptime=np.array([0.0, 1.0, 2.0, 3.0]))
+    s = VertexSnapshot(job, (source, split, count), vx.WORDCOUNT.edges, np.array([1.0, 1.0, 3.0, 0.01]))
+    actions = Ds2Policy(Ds2Params(policy_interval_s=0.14, warm_up_s=0.28)).decide_vertices(s)
+    assert [(a.operator, a.n) for a in actions] == [("splitter", 1), ("counter", 2)]
+    assert actions[0].reason == "ds2: target input 29.9/s over true rate 5000.0/s per instance = 0.01 -> 1 (was 2)"
+    assert actions[1].reason == "ds2: target input 239.2/s over true rate 200.0/s per instance = 1.20 -> 2 (was 3)"
+
+
+def test_ds2_does_not_decide_on_a_deployment_it_has_not_seen_run_through_a_row():
+    """Right after the restart only the row in which it started exists: nothing to measure yet, and
+    no evaluation is counted."""
+    split = vertex("splitter", [[10.0]], [[0.002]], 2, 8.0)
+    count = vertex("counter", [[30, 20]], [[0.15, 0.1]], 3)
+    zero, none = np.zeros((1, 8)), np.full((1, 8), np.nan)
+    source = VertexSeries("source", 1, False, False, zero, zero, none, none)
+    job = JobSnapshot(t=1.0, parallelism=3, max_scaleout=8, checkpoint_s=1.0, lag=0.0, seconds=np.array([1.0]),
+                      workload=np.array([30.0]), throughput={}, cpu={}, uptime=np.array([1.0]))
+    policy = Ds2Policy(Ds2Params(policy_interval_s=0.14, warm_up_s=0.0))
+    assert policy.decide_vertices(VertexSnapshot(job, (source, split, count), vx.WORDCOUNT.edges, np.ones(1))) == []
+    assert policy.state.evaluations == 0
+
+
+class RecordingDs2(Ds2Policy):
+    """DS2 keeping every snapshot it was given."""
+
+    def __init__(self, params: Ds2Params):
+        super().__init__(params)
+        self.snapshots: List[VertexSnapshot] = []
+
+    def decide_vertices(self, snapshot: VertexSnapshot) -> List:
+        self.snapshots.append(snapshot)
+        return super().decide_vertices(snapshot)
+
+
+def test_ds2_on_the_fake_flinks_restarts_measures_true_rates_and_stops_flapping(tmp_path):
+    """wc_sine's 5 min on the fake Flink with what made DS2 flap on a real one: busy gauges reading
+    1.0 for 5 s after every restart and then a trailing average, subtasks limited to their capacity
+    (a counter 200 words/s), reads that a loaded machine delays by 3 s, and readings that miss every
+    subtask. Every decision measures the subtasks' true rates exactly (counter 1 / 5 ms = 200 words/s,
+    splitter 1 / 0.2 ms = 5,000 sentences/s), so DS2 follows the load: 4 rescales. The gauge over the
+    same rows, what DS2 was handed before, gives a counter 2-3 words/s in the row a subtask started."""
+    def setup(fake: FakeFlink) -> None:
+        fake.capacity = True
+        fake.slow_reads = [(1000.0 + t, 1001.0 + t, 3.0) for t in range(30, 300, 40)]
+        fake.tasks_missing = [(1000.0 + t, 1001.0 + t) for t in range(50, 300, 60)]
+
+    cfg = compose_config(*PER_VERTEX, f"out={tmp_path}", "duration_min=360")
+    policy = RecordingDs2(policy_for(config_for(cfg, plan_runs(cfg)[0])).params)
+    run, result, fake = vertex_run(tmp_path, policy, "duration_min=360", setup=setup)
+    assert result.incomplete is None and result.details["accounting"]["drained"]
+    actions = pd.DataFrame(result.tables["actions"])
+    decided = actions[actions.operator.isin(vx.WORDCOUNT.scalable)].drop_duplicates(["t_s", "operator"])
+    rates = {"splitter": "true rate 5000.0/s", "counter": "true rate 200.0/s"}
+    assert all(rates[op] in why for op, why in zip(decided.operator, decided.reason, strict=True))
+    assert [(op, int(why.split("-> ")[1].split()[0])) for op, why in zip(decided.operator, decided.reason,
+                                                                        strict=True)] == \
+        [("splitter", 1), ("counter", 1), ("counter", 2), ("counter", 1)]
+    assert len(result.tables["rescales"]["t_s"]) == 4
+    # the input is the one that made it flap: gauge-based rates of the last row, where a subtask ran
+    gauge_rates = [float(np.nansum(c.records_in[-1]) / np.nansum(c.busy[-1])) for c in
+                   (s.vertex("counter") for s in policy.snapshots) if np.nansum(c.busy[-1]) > 0]
+    assert min(gauge_rates) < 5 and max(s.spans.max() for s in policy.snapshots) > 3
+    assert any(np.isnan(s.vertex("counter").useful[-1]).all() and s.job.uptime[-1] > 1 for s in policy.snapshots)

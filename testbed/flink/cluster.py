@@ -328,7 +328,8 @@ class FlinkCluster:
             self._check_alive(what)
             why = self.start_failure(reading.status) if of_job else None
             if why is not None:
-                raise FlinkClusterError(f"the Flink job cannot start ({what} awaited): {why}; see {self.work_dir / 'log'}")
+                raise FlinkClusterError(f"the Flink job cannot start ({what} awaited): {why}; "
+                                        f"see {self.work_dir / 'log'}")
             if time.monotonic() > deadline:
                 raise FlinkClusterError(f"timed out before {what} (last: status {reading.status}, parallelism "
                                         f"{reading.parallelism}, errors {reading.errors}); see {self.work_dir / 'log'}")

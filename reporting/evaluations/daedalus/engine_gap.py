@@ -77,7 +77,8 @@ def side_by_side(per_run: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     rows = []
     for (p, c), g in per_run.groupby(["pattern", "config"], sort=False):
-        row: Dict[str, Any] = {"pattern": p, "config": c, **{f"n_{side}": int((g.side == side).sum()) for side in SIDES}}
+        row: Dict[str, Any] = {"pattern": p, "config": c,
+                               **{f"n_{side}": int((g.side == side).sum()) for side in SIDES}}
         for m, _, _, gap in MEASURES:
             for side in SIDES:
                 spread = LiveValues.of(g[g.side == side][m])  # median and range of the runs that have the value
@@ -124,7 +125,8 @@ def spread_text(table: pd.DataFrame, pattern: str) -> str:
                          f"{_fmt(r[f'{m}_{side}_max'], dec)}, a range of {s:.0%} of their median.")
     within = [f"{r.config} {head}" for _, r in t.iterrows() for m, head, *_ in MEASURES if overlaps(r, m)]
     if within:
-        parts.append("The two sides' ranges overlap, so the runs do not tell them apart, for: " + ", ".join(within) + ".")
+        parts.append("The two sides' ranges overlap, so the runs do not tell them apart, for: "
+                     + ", ".join(within) + ".")
     return " ".join(parts)
 
 

@@ -114,7 +114,10 @@ def why_not_started(rest: Rest, job_id: str, status: str, ran: bool) -> Optional
     job's main method threw: a bad argument, a class not found) or was cancelled, the job is FAILED,
     or it failed START_FAILURES times before it first ran. `ran`: the job has run already (then only
     a state it does not leave counts); `status`: the job's as last read."""
-    app = failed_application(rest("/applications/overview"))
+    try:
+        app = failed_application(rest("/applications/overview"))
+    except (OSError, ValueError):  # no answer about applications: the job's own state still says
+        app = None
     if app is not None:
         history = exception_history(rest(f"/applications/{app.get('id', '')}/exceptions"))
         state = app.get("status", app.get("state"))

@@ -264,6 +264,14 @@ def test_what_the_rest_api_says_of_a_start_that_fails():
               "/applications/a1/exceptions": ok}
     assert why_not_started(failed.__getitem__, "j", "NONE", ran=False) == \
         "the application is FAILED: no exception recorded"
+    del answers["/applications/overview"]  # an API without applications: the job's own state still counts
+
+    def rest(path: str):
+        if path not in answers:
+            raise OSError(f"HTTP 404: {path}")
+        return answers[path]
+
+    assert why_not_started(rest, "j", "FAILED", ran=False) == "the job is FAILED: java.lang.Error: e"
     assert first_line("\n  a: b  \n\tat c") == "a: b" and first_line("") == "no message"
 
 

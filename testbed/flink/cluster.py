@@ -30,7 +30,7 @@ import yaml
 
 from testbed.flink import processes
 from testbed.flink.cgroups import CgroupError, ClusterCgroups, detect
-from testbed.flink.faults import why_not_started
+from testbed.flink.faults import NO_JOB, why_not_started
 from testbed.flink.metrics import (
     JobReading,
     MetricsFormatError,
@@ -249,18 +249,18 @@ class FlinkCluster:
     def _rest_only(self) -> JobReading:
         try:
             self._rest("/config")
-            return JobReading(self.now(), "NONE", 0, ())
+            return JobReading(self.now(), NO_JOB, 0, ())
         except (OSError, ValueError) as e:
-            return JobReading(self.now(), "NONE", 0, (), errors={"rest": str(e)})
+            return JobReading(self.now(), NO_JOB, 0, (), errors={"rest": str(e)})
 
     def _job_state(self, errors: Dict[str, str]) -> tuple:
-        status, parallelism = "NONE", 0
+        status, parallelism = NO_JOB, 0
         registered: Tuple[str, ...] = ()
         vertices: Tuple[VertexState, ...] = ()
         try:
             registered = tuple(sorted(tm["id"] for tm in self._rest("/taskmanagers").get("taskmanagers", [])))
             job = self._rest(f"/jobs/{self.job_id}")
-            status = job.get("state", "NONE")
+            status = job.get("state", NO_JOB)
             vertices = tuple(VertexState(str(v.get("id", "")), str(v.get("name", "")), int(v.get("parallelism", 0)),
                                          str(v.get("status", ""))) for v in job.get("vertices", []))
             for v in vertices:

@@ -15,6 +15,7 @@ TERMINAL_STATES = ("FAILED", "CANCELED", "FINISHED", "SUSPENDED")
 START_MARGIN = 3.0  # a change may take this many times the slowest start the run measured
 # an application's states from which its job never runs (its main method threw, or it was cancelled)
 FAILED_APPLICATION = ("FAILED", "CANCELED")
+NO_JOB = "NONE"  # the status a reading gives while the JobManager knows no job of the run's id
 # GET of a path of the JobManager's REST API, its JSON body (raises OSError or ValueError without one)
 Rest = Callable[[str], Mapping[str, Any]]
 # the job failing this often before it first ran is a start that fails (the fixed-delay restart
@@ -76,10 +77,12 @@ def change_bound_s(slowest_start_s: float, s: FlinkSettings) -> float:
     return START_MARGIN * slowest_start_s + waits
 
 
-def first_line(text: str, limit: int = 300) -> str:
-    """A stack trace's first line (the exception and its message), shortened: a reason is one line."""
-    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    return (lines[0] if lines else "no message")[:limit]
+def root_cause(trace: str, limit: int = 300) -> str:
+    """A stack trace's root cause in one line: its last `Caused by:` (Flink wraps the job's own
+    exception, e.g. "Could not execute application."), else its first line; shortened."""
+    lines = [ln.strip() for ln in str(trace).splitlines() if ln.strip()]
+    causes = [ln[len("Caused by:"):].strip() for ln in lines if ln.startswith("Caused by:")]
+    return (causes[-1] if causes else lines[0] if lines else "no message")[:limit]
 
 
 def failed_application(overview: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
@@ -92,10 +95,10 @@ def failed_application(overview: Mapping[str, Any]) -> Optional[Mapping[str, Any
 
 
 def exception_history(exceptions: Mapping[str, Any]) -> List[str]:
-    """The first lines of the failures the REST API's exception history holds (a job's or an
+    """The root causes of the failures the REST API's exception history holds (a job's or an
     application's), newest first."""
     entries = (exceptions.get("exceptionHistory") or {}).get("entries") or []
-    return [first_line(e.get("stacktrace") or e.get("exceptionName") or "") for e in entries]
+    return [root_cause(e.get("stacktrace") or e.get("exceptionName") or "") for e in entries]
 
 
 def start_failure(status: str, history: Sequence[str], ran: bool) -> Optional[str]:
@@ -122,6 +125,6 @@ def why_not_started(rest: Rest, job_id: str, status: str, ran: bool) -> Optional
         history = exception_history(rest(f"/applications/{app.get('id', '')}/exceptions"))
         state = app.get("status", app.get("state"))
         return f"the application is {state}: {history[0] if history else 'no exception recorded'}"
-    if ran and status not in TERMINAL_STATES:
-        return None
+    if status == NO_JOB or (ran and status not in TERMINAL_STATES):
+        return None  # asking after a job that does not exist makes the JobManager log an error each time
     return start_failure(status, exception_history(rest(f"/jobs/{job_id}/exceptions")), ran)

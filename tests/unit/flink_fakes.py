@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Set, Tuple
 
 from testbed.flink.engine import JOBMANAGER
-from testbed.flink.faults import why_not_started
+from testbed.flink.faults import NO_JOB, why_not_started
 from testbed.flink.metrics import (
     JobReading,
     SourceReading,
@@ -169,7 +169,7 @@ class FakeFlink:
             self.members, self.changed_at = shape, now
         running = bool(registered) and now >= self.changed_at + self.restart_s
         if self.main_error is not None and now >= self.main_error[0]:
-            return JobReading(now, "NONE", 0, registered, (), None, {}, ())  # no job was ever submitted
+            return JobReading(now, NO_JOB, 0, registered, (), None, {}, ())  # no job was ever submitted
         if running and self.task_error is not None:  # the attempt fails: restart_s until the next one
             self.failures.append((now, self.task_error))
             self.changed_at, running = now, False

@@ -28,7 +28,7 @@ from testbed.flink.faults import (
     change_bound_s,
     exit_status,
     find_losses,
-    first_line,
+    root_cause,
     start_failure,
     unregistered,
     why_not_started,
@@ -217,17 +217,21 @@ def test_a_jobmanager_that_exits_ends_the_run_incomplete(tmp_path):
     assert len(result.tables["instances"]["t_s"]) <= 15
 
 
-MAIN_TRACE = ("org.apache.flink.client.program.ProgramInvocationException: The main method caused an error: "
-              'For input string: "3000000000"\n\tat org.apache.flink.client.program.PackagedProgram.callMainMethod'
-              "(PackagedProgram.java:373)\nCaused by: java.lang.NumberFormatException")
+# as a real Flink 2.3 gave it for the application of a job whose main method threw (shortened)
+MAIN_TRACE = ("org.apache.flink.client.deployment.application.ApplicationExecutionException: Could not execute "
+              "application.\n\tat org.apache.flink.client.deployment.application.PackagedProgramApplication."
+              "runApplicationEntryPoint(PackagedProgramApplication.java:732)\nCaused by: org.apache.flink.client."
+              "program.ProgramInvocationException: The main method caused an error: For input string: \"3000000000\"\n"
+              "\tat org.apache.flink.client.program.PackagedProgram.callMainMethod(PackagedProgram.java:373)\n"
+              "Caused by: java.lang.NumberFormatException: For input string: \"3000000000\"\n\tat java.base/java.lang."
+              "NumberFormatException.forInputString(NumberFormatException.java:67)")
 
 
 def test_an_application_whose_main_method_fails_ends_the_run_at_once_and_incomplete(tmp_path):
     run, result, fake = make_run(tmp_path, setup=lambda f: setattr(f, "main_error", (1003.0, MAIN_TRACE)))
     assert result.incomplete == ("the Flink job did not start: the application is FAILED: "
-                                 "org.apache.flink.client.program.ProgramInvocationException: The main method "
-                                 'caused an error: For input string: "3000000000" (before the job runs at '
-                                 "parallelism 2)"), result.incomplete
+                                 'java.lang.NumberFormatException: For input string: "3000000000" (before the job '
+                                 "runs at parallelism 2)"), result.incomplete
     assert fake.clock.t - 1000.0 < 5.0  # at the first reading that says so, not after the start timeout
     assert fake.closed and result.tables == {} and "flink" in result.details
 
@@ -272,7 +276,9 @@ def test_what_the_rest_api_says_of_a_start_that_fails():
         return answers[path]
 
     assert why_not_started(rest, "j", "FAILED", ran=False) == "the job is FAILED: java.lang.Error: e"
-    assert first_line("\n  a: b  \n\tat c") == "a: b" and first_line("") == "no message"
+    assert why_not_started(rest, "j", "NONE", ran=False) is None  # no job yet: not asked after
+    assert root_cause("\n  a: b  \n\tat c") == "a: b" and root_cause("") == "no message"
+    assert root_cause(MAIN_TRACE) == "java.lang.NumberFormatException: For input string: \"3000000000\""
 
 
 

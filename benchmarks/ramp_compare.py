@@ -1,7 +1,8 @@
 """The load ramp, simulator against Flink (docs/flink.md#the-load-ramp): reads the Flink runs of
 benchmarks/flink_ramp.py, measures from them the TaskManager's capacity (the bands above 100 %) and
 how the controllers' readings follow the truth (busy time against throughput / capacity and against
-the cgroup's CPU; throughput against the arrivals), runs the same ramp on the job model (three
+the cgroup's CPU; the cgroup's CPU against throughput / capacity, the job model's
+job.cgroup_overhead; throughput against the arrivals), runs the same ramp on the job model (three
 seeds) and prints latency per band, sim against the median and range of the Flink runs.
 
     .venv/bin/python benchmarks/ramp_compare.py RUN.json [RUN.json ...] [--fit] [--set job.KEY=VALUE]
@@ -34,6 +35,7 @@ from testbed.fidelity.ramp import (  # noqa: E402
     RampRun,
     RampSpec,
     band_of,
+    cgroup_fit,
     compare,
     overload_capacity,
     per_second,
@@ -84,6 +86,7 @@ def readings(run: RampRun, capacity: float, wps: int) -> Dict[str, object]:
         out[f"busy_vs_{name}_windowed"] = dataclasses.asdict(reading_fit(busy, windowed(truth, 0, 60, 5), 1.0, 0.0))
         out[f"busy_vs_{name}_delayed"] = dataclasses.asdict(reading_fit(busy, truth, 1.0, 90.0))
     below = [r for r in rows if (b := band_of(run.spec, r.t)) is not None and run.spec.fractions[b] < 1.0]
+    out["cgroup_vs_utilisation"] = dataclasses.asdict(cgroup_fit(run.spec, rows, capacity, wps))
     out["throughput_vs_arrivals"] = dataclasses.asdict(reading_fit(
         [r.words / wps / r.dt for r in below], [rate_at(run.spec, r.t - r.dt / 2) for r in below], 1.0, 5.0))
     return out

@@ -22,6 +22,8 @@ from testbed.backend_registry import BackendSettings
 # backend.flink.parallelism: one parallelism for the job (reactive mode) or one per vertex
 REACTIVE, PER_VERTEX = "reactive", "per-vertex"
 PARALLELISM_MODES = (REACTIVE, PER_VERTEX)
+# job.cpu_reading: a worker's utilisation (busy time) or its TaskManager's cgroup CPU over its limit
+CPU_READINGS = ("busy", "cgroup")
 
 
 @dataclass
@@ -49,6 +51,12 @@ class JobConfig:
     cpu_update_s: int = 1
     cpu_lag_s: float = 0.0
     cpu_bias: float = 0.0
+    # what is read: `busy`, the worker's utilisation (the counted work's busy time), or `cgroup`, its
+    # TaskManager's whole CPU over its limit: cgroup_overhead of the limit spent besides the counted
+    # work at any load (source, splitter, network, checkpoints, GC), the rest in proportion to the
+    # utilisation, so that a worker at capacity reads 1 (docs/flink.md#the-cgroup-reading-simulated)
+    cpu_reading: str = "busy"
+    cgroup_overhead: float = 0.0
     base_latency_ms: float = 250.0  # processing and transport without queueing (Decision)
     # queueing below capacity (docs/papers/daedalus.md#queueing-below-capacity): the job's capacity
     # in each second varies by this coefficient of variation (pauses, throttling, other load), so a
@@ -89,11 +97,24 @@ class JobConfig:
                 return f"job.{key}", f"must be > 0, got {getattr(self, key)}"
         if not -1.0 <= self.cpu_bias <= 1.0:
             return "job.cpu_bias", f"must be in [-1, 1], got {self.cpu_bias}"
+        problem = self._reading_problem()
+        if problem is not None:
+            return problem
         if self.service_cv > 1.0:
             return "job.service_cv", f"must be <= 1, got {self.service_cv}"
         for key in ("cpu_noise", "base_latency_ms", "cpu_lag_s", "service_cv", "batch_wait_ms"):
             if getattr(self, key) < 0:
                 return f"job.{key}", f"must be >= 0, got {getattr(self, key)}"
+        return None
+
+    def _reading_problem(self) -> Optional[Tuple[str, str]]:
+        if self.cpu_reading not in CPU_READINGS:
+            return "job.cpu_reading", f"must be one of {', '.join(CPU_READINGS)}, got {self.cpu_reading!r}"
+        if not 0.0 <= self.cgroup_overhead < 1.0:
+            return "job.cgroup_overhead", f"must be in [0, 1), got {self.cgroup_overhead}"
+        if self.cgroup_overhead > 0 and self.cpu_reading != "cgroup":
+            return "job.cgroup_overhead", f"is the cgroup reading's (job.cpu_reading=cgroup), got cpu_reading " \
+                                          f"{self.cpu_reading!r}"
         return None
 
 

@@ -190,6 +190,34 @@ def reading_fit(reading: Sequence[float], truth: Sequence[float], step_s: float,
     return best
 
 
+@dataclass(frozen=True)
+class CgroupFit:
+    """The TaskManager cgroup's CPU / limit against the utilisation u (throughput / capacity) below
+    capacity, as overhead + (1 - overhead) u (a worker at capacity reads 1): the least-squares
+    overhead, the residuals' mean and sd, and the intervals used."""
+
+    overhead: float
+    mean: float
+    sd: float
+    n: int
+
+
+def cgroup_fit(spec: RampSpec, rows: Sequence[Interval], capacity: float, words_per_item: float,
+               below: float = 0.95) -> CgroupFit:
+    """The job model's cgroup reading (`job.cgroup_overhead`) fitted to a ramp's intervals after its
+    warm-up whose utilisation is under `below` (above it the quota, not the load, sets the CPU)."""
+    pairs = [(r.words / words_per_item / r.dt / capacity, r.cpu_share) for r in rows
+             if r.t > spec.warmup_s and r.dt > 0 and math.isfinite(r.cpu_share)]
+    kept = np.array([p for p in pairs if p[0] < below], dtype=float).reshape(-1, 2)
+    if len(kept) < 10:
+        raise ValueError("cgroup_fit: fewer than 10 intervals below capacity with a cgroup reading")
+    u, share = kept[:, 0], kept[:, 1]
+    x = 1.0 - u
+    overhead = float((x * (share - u)).sum() / (x * x).sum())
+    resid = share - (overhead + (1.0 - overhead) * u)
+    return CgroupFit(overhead, float(resid.mean()), float(resid.std(ddof=1)), len(u))
+
+
 def windowed(values: Sequence[float], lag: int, window: int, update: int) -> np.ndarray:
     """A per-second series as a windowed metric reads it (testbed/sim/job.py `reading_span`); NaN
     before its first update."""

@@ -30,6 +30,7 @@ import yaml
 
 from testbed.flink import processes
 from testbed.flink.cgroups import CgroupError, ClusterCgroups, detect
+from testbed.flink.faults import NO_JOB, why_not_started
 from testbed.flink.metrics import (
     JobReading,
     MetricsFormatError,
@@ -78,6 +79,7 @@ class FlinkCluster:
         self._next_tm = 1
         self._t0 = time.monotonic()
         self.parallelism = 1  # the adaptive scheduler's initial parallelism (set by start)
+        self.ran = False  # the job's counting vertex has run (a failure before that is a start that fails)
 
     def __enter__(self) -> "FlinkCluster":
         return self
@@ -247,18 +249,18 @@ class FlinkCluster:
     def _rest_only(self) -> JobReading:
         try:
             self._rest("/config")
-            return JobReading(self.now(), "NONE", 0, ())
+            return JobReading(self.now(), NO_JOB, 0, ())
         except (OSError, ValueError) as e:
-            return JobReading(self.now(), "NONE", 0, (), errors={"rest": str(e)})
+            return JobReading(self.now(), NO_JOB, 0, (), errors={"rest": str(e)})
 
     def _job_state(self, errors: Dict[str, str]) -> tuple:
-        status, parallelism = "NONE", 0
+        status, parallelism = NO_JOB, 0
         registered: Tuple[str, ...] = ()
         vertices: Tuple[VertexState, ...] = ()
         try:
             registered = tuple(sorted(tm["id"] for tm in self._rest("/taskmanagers").get("taskmanagers", [])))
             job = self._rest(f"/jobs/{self.job_id}")
-            status = job.get("state", "NONE")
+            status = job.get("state", NO_JOB)
             vertices = tuple(VertexState(str(v.get("id", "")), str(v.get("name", "")), int(v.get("parallelism", 0)),
                                          str(v.get("status", ""))) for v in job.get("vertices", []))
             for v in vertices:
@@ -292,7 +294,16 @@ class FlinkCluster:
         tms = [self._with_cgroup(r) for r in (self._scrape(p, errors) for p in list(self.taskmanagers.values()))
                if r is not None]
         source = next((tm.source for tm in tms if tm.source is not None), None)
+        self.ran = self.ran or parallelism > 0
         return JobReading(self.now(), status, parallelism, registered, tuple(tms), source, errors, vertices)
+
+    def start_failure(self, status: str) -> Optional[str]:
+        """What the JobManager says keeps the job from starting (faults.why_not_started); None while
+        nothing says so, or the REST API cannot be read (not up yet, no such job yet)."""
+        try:
+            return why_not_started(self._rest, self.job_id, status, self.ran)
+        except (OSError, ValueError):
+            return None
 
     def _check_alive(self, what: str) -> None:
         """FlinkClusterError if a process exited that nobody stopped (with its log's last line)."""
@@ -306,14 +317,19 @@ class FlinkCluster:
     def wait_until(self, ok: Callable[[JobReading], bool], what: str, timeout_s: Optional[float] = None,
                    read: Optional[Callable[[], JobReading]] = None, every_s: float = 0.25) -> JobReading:
         """Reads until `ok` holds; FlinkClusterError naming `what` after timeout_s (default: the
-        settings' start timeout) or if the JobManager exits."""
+        settings' start timeout), if a process exits, or once the JobManager says the job cannot start."""
         deadline = time.monotonic() + (self.settings.start_timeout_s if timeout_s is None else timeout_s)
+        of_job = read is None  # the job's own readings (not the REST API's first answer): ask why it fails
         read = read or self.read
         while True:
             reading = read()
             if ok(reading):
                 return reading
             self._check_alive(what)
+            why = self.start_failure(reading.status) if of_job else None
+            if why is not None:
+                raise FlinkClusterError(f"the Flink job cannot start ({what} awaited): {why}; "
+                                        f"see {self.work_dir / 'log'}")
             if time.monotonic() > deadline:
                 raise FlinkClusterError(f"timed out before {what} (last: status {reading.status}, parallelism "
                                         f"{reading.parallelism}, errors {reading.errors}); see {self.work_dir / 'log'}")

@@ -40,6 +40,10 @@ class Engine(Protocol):
     def log_tail(self, name: str) -> str:
         """The last error line of a process's log (for a reason)."""
 
+    def start_failure(self, status: str) -> Optional[str]:
+        """Why the job will not start as the JobManager says it (its application failed, the job is
+        FAILED, or it keeps failing before it ever ran); None while nothing says so."""
+
     def record(self) -> dict:
         """What the run's manifest records about the engine."""
 
@@ -82,6 +86,9 @@ class ClusterEngine:
     def log_tail(self, name: str) -> str:
         proc = self.cluster.jobmanager if name == JOBMANAGER else self.cluster.taskmanagers.get(name)
         return last_error(proc.log) if proc is not None else ""
+
+    def start_failure(self, status: str) -> Optional[str]:
+        return self.cluster.start_failure(status)
 
     def record(self) -> dict:
         record = self.cluster.record()

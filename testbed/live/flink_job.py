@@ -47,7 +47,7 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 from testbed.config import ExperimentConfig
-from testbed.flink.cluster import FlinkCluster
+from testbed.flink.cluster import FlinkCluster, FlinkClusterError
 from testbed.flink.engine import ClusterEngine, Engine
 from testbed.flink.metrics import JobReading
 from testbed.flink.schedule import RateSchedule, from_rates
@@ -173,7 +173,10 @@ class FlinkJobRun:
     def run(self) -> RunResult:
         engine = self.engine = self.make_engine(self.settings, self.schedule)
         try:
-            first = self._start(engine)
+            try:
+                first = self._start(engine)
+            except FlinkClusterError as exc:  # the job never ran: nothing to measure, drain or count
+                return self._not_started(engine, exc)
             self._loop(engine, first)
             accounting = self._drain() if self.fault is None else self._account(engine.read(), False)
             record = engine.record()
@@ -186,6 +189,15 @@ class FlinkJobRun:
         self._say(f"{len(series)} s, {len(led.rescales['t_s'])} rescale(s), {len(led.recoveries)} TaskManager(s) "
                   f"replaced, accounting {accounting.as_dict()}")
         return RunResult(tables, float(len(series)), details, incomplete=self._verdict(accounting))
+
+    def _not_started(self, engine: Engine, exc: FlinkClusterError) -> RunResult:
+        """A run whose job did not start (its application failed, a process exited, the start timed
+        out): incomplete at once, with the cause in one line."""
+        why = "the Flink job did not start: " + " ".join(str(exc).split())
+        self._say(why)
+        details = {"flink": engine.record(), "time_compression": self.flink.time_compression,
+                   "parallelism": dict(PARALLELISM_MODE) if not self.per_vertex else {"mode": PER_VERTEX}}
+        return RunResult({}, 0.0, details, incomplete=why)
 
     def _verdict(self, accounting: Accounting) -> Optional[str]:
         if self.fault is not None:

@@ -74,6 +74,9 @@ class FlinkJobEngine:
                 name, status = next(iter(exited.items()))
                 raise FlinkClusterError(f"{name} exited ({exit_status(status)}) before {what}: "
                                         f"{self.engine.log_tail(name)}")
+            why = self.engine.start_failure(reading.status)
+            if why is not None:
+                raise FlinkClusterError(f"{why} (before {what})")
             if self.clock.now() > deadline:
                 raise FlinkClusterError(f"timed out after {timeout_s:.0f} s before {what} (last: status "
                                         f"{reading.status}, parallelism {reading.parallelism}, "

@@ -29,6 +29,9 @@
   as an engine's busy-time metric gives it, the mean over the last `job.cpu_window_s` seconds as of
   its last update (every `job.cpu_update_s` s) `job.cpu_lag_s` seconds before (Flink: a 60 s
   window updated every 5 s); then `job.cpu_bias` and the white noise `job.cpu_noise`, in [0, 1].
+  With `job.cpu_reading=cgroup` what is read is the TaskManager's CPU over its limit instead:
+  `job.cgroup_overhead` + (1 − overhead)·utilisation (Flink's own work besides the counted records,
+  measured on the cpu mode's load ramp), windowed, biased and noised as above.
 * **Controllers** see a `JobSnapshot` (testbed/policies/job_inputs.py) every `policy.interval_s`
   seconds (Daedalus 60 s, HPA 15 s; a static deployment is never asked). The model is an engine of
   the job loop (testbed/job/loop.py) on a virtual clock: `SimJobEngine` below.
@@ -281,10 +284,13 @@ class SimJobEngine:
         return np.maximum(0.0, 1.0 + np.repeat(draws, period)[:duration] * self.job.service_cv)
 
     def _cpu_reading(self, t: int, util: np.ndarray) -> np.ndarray:
-        """What the controllers read as CPU in second t: the mean utilisation over `cpu_window_s`
-        seconds up to its last update (every `cpu_update_s`) `cpu_lag_s` before (the current one
-        while there is no such update yet), plus the bias and the noise, in [0, 1]."""
+        """What the controllers read as CPU in second t: the utilisation (or, read from the cgroup, the
+        TaskManager's share of its limit), its mean over `cpu_window_s` seconds up to its last update
+        (every `cpu_update_s`) `cpu_lag_s` before (the current one while there is no such update
+        yet), plus the bias and the noise, in [0, 1]."""
         n, j = len(util), self.job
+        if j.cpu_reading == "cgroup":  # the whole TaskManager: its overhead, then the work in proportion
+            util = j.cgroup_overhead + (1.0 - j.cgroup_overhead) * util
         if self.util is not None:
             self.util[t, :n] = util
             lo, hi = reading_span(t, self.cpu_lag, j.cpu_window_s, j.cpu_update_s)

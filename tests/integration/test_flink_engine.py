@@ -8,6 +8,7 @@ PyPI). `make flink-test` runs this file alone under `flock /tmp/testbed-flink.lo
 Flink cluster runs at a time on the machine (a measurement takes the same lock)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ from typing import List
 
 import pytest
 
-from testbed.flink.cluster import FlinkCluster
+from testbed.flink.cluster import FlinkCluster, FlinkClusterError
 from testbed.flink.metrics import JobReading
 from testbed.flink.schedule import RateSchedule
 from testbed.flink.settings import FlinkSettings
@@ -137,6 +138,27 @@ def test_wordcount_rescales_1_2_1_and_counts_every_record_once(flink_installed, 
     print(f"\n{total} sentences, {final.counted():.0f} words counted, {processed:.0f} processed as read "
           f"({final.source.replayed:.0f} sentences replayed by the source); "
           f"parallelism {rec.parallelisms()}; {wall:.0f} s")
+
+
+def test_an_application_flink_rejects_fails_at_once_naming_the_cause_and_leaves_no_process(flink_installed, tmp_path):
+    """The job's main method throws (a vocabulary past Java's int): the JobManager keeps running with the
+    application FAILED, and the wait for the job says so at once instead of waiting out the start
+    timeout. No TaskManager is needed to find it."""
+    s = dataclasses.replace(flink_installed, vocabulary=3_000_000_000)
+    t0 = time.monotonic()
+    with FlinkCluster(s, RateSchedule.of([(0, RATE), (10, 0)]), tmp_path / "flink") as cluster:
+        cluster.start()
+        up = time.monotonic() - t0
+        with pytest.raises(FlinkClusterError) as err:
+            cluster.wait_until(lambda r: r.parallelism == 1, "parallelism 1")
+        pids = cluster.pids()
+    found = time.monotonic() - t0 - up
+    message = str(err.value)
+    assert "the application is FAILED" in message and "3000000000" in message, message
+    assert "\n" not in message.split("; see ")[0]  # the cause in one line
+    assert found < s.start_timeout_s / 3, f"found after {found:.0f} s"
+    assert not wait_gone(pids, 5.0), "Flink processes left after the cluster closed"
+    print(f"\nREST up after {up:.1f} s, the failure found {found:.1f} s later: {message}")
 
 
 def controller(tmp_path: Path, *extra: str) -> subprocess.Popen:

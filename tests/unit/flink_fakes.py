@@ -17,6 +17,11 @@ over the last 5-60 s, updated every 5 s); with `capacity` it takes at most 1 / C
 second, the job as many as its slowest vertex (a backlog builds up). Reads started within a
 `slow_reads` interval take its seconds (a loaded machine); those within a `tasks_missing` interval
 lack every subtask's metrics.
+An application whose main method throws (`main_error`: from a clock time, with a stack trace) runs no
+job and its REST API lists it FAILED with that trace; a job whose every attempt fails before it runs
+(`task_error`) restarts every `restart_s` while TaskManagers are registered, each failure in its
+exception history. Both are answered as the REST API's JSON (`rest`), which the engine reads as it
+reads the real one's (testbed/flink/faults.py `why_not_started`).
 With `windows` (the windowed jobs) half of what is counted is let go by the filter and the rest
 admitted to windows, whose results stand for it at once, or never once `windows_stop_at` has passed
 (windows that do not fire)."""
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Set, Tuple
 
 from testbed.flink.engine import JOBMANAGER
+from testbed.flink.faults import NO_JOB, why_not_started
 from testbed.flink.metrics import (
     JobReading,
     SourceReading,
@@ -103,6 +109,9 @@ class FakeFlink:
         self.epoch_at = 0.0  # clock time the current attempts started
         self.capacity = False  # adaptive: each subtask takes at most 1 / COST_S records a second
         self.history: List[Tuple[float, float]] = []  # (clock time, sentences counted) at every read
+        self.main_error: Optional[Tuple[float, str]] = None  # (clock time, stack trace) the application fails with
+        self.task_error: Optional[str] = None  # the stack trace every attempt of the job fails with
+        self.failures: List[Tuple[float, str]] = []  # the job's exception history: (clock time, stack trace)
 
     # -- the Engine interface ------------------------------------------------------------------------
     def start(self, n: int) -> None:
@@ -139,6 +148,24 @@ class FakeFlink:
     def log_tail(self, name: str) -> str:
         return f"{name}: no log (fake)"
 
+    def start_failure(self, status: str) -> Optional[str]:
+        return why_not_started(self.rest, "fake-job", status, self.job_start is not None)
+
+    def rest(self, path: str) -> Dict:
+        """The REST API's answers about the application and the job's failures, shaped as Flink 2.3's."""
+        failed = self.main_error is not None and self.clock.now() >= self.main_error[0]
+        if path == "/applications/overview":
+            return {"applications": [{"id": "app-1", "name": "testbed", "status": "FAILED" if failed else "RUNNING"}]}
+        if path == "/applications/app-1/exceptions":
+            entries = [{"exceptionName": "ProgramInvocationException", "stacktrace": self.main_error[1],
+                        "timestamp": 1}] if failed and self.main_error else []
+            return {"exceptionHistory": {"entries": entries, "truncated": False}}
+        if path == "/jobs/fake-job/exceptions":
+            entries = [{"exceptionName": "RuntimeException", "stacktrace": trace, "timestamp": int(at)}
+                       for at, trace in reversed(self.failures)]
+            return {"exceptionHistory": {"entries": entries, "truncated": False}}
+        raise OSError(f"404: {path}")
+
     def record(self) -> dict:
         return {"engine": "fake", "processes": sorted(self.tms)}
 
@@ -159,6 +186,11 @@ class FakeFlink:
         if shape != self.members:
             self.members, self.changed_at = shape, now
         running = bool(registered) and now >= self.changed_at + self.restart_s
+        if self.main_error is not None and now >= self.main_error[0]:
+            return JobReading(now, NO_JOB, 0, registered, (), None, {}, ())  # no job was ever submitted
+        if running and self.task_error is not None:  # the attempt fails: restart_s until the next one
+            self.failures.append((now, self.task_error))
+            self.changed_at, running = now, False
         if running and self.job_start is None:
             self.job_start, self.epoch, self.epoch_members, self.epoch_at = now, 1, shape, now
         scheduled = float(self.schedule.due_at(now - self.job_start)) if self.job_start is not None else 0.0

@@ -15,9 +15,11 @@ import yaml
 from reporting.evaluations.daedalus import engine_gap
 from testbed.cli import main as cli_main
 from testbed.eventlog import EventLog, Manifest, run_dir_for, write_manifest
+from testbed.experiment import plan_runs
 from testbed.fidelity import engine_profile as ep
 from testbed.fidelity.profile_file import PROFILE_DIR
 from testbed.job.tables import RESCALE_COLUMNS, job_tables
+from tests.conftest import compose_config
 
 F = 72.0  # time compression of the synthetic Flink runs
 MU = 25.0  # sentences/s of one TaskManager at busy 1
@@ -192,7 +194,7 @@ def test_the_comparison_pairs_a_simulated_configuration_with_its_flink_run(tmp_p
     assert r.downtime_out_s_sim == 30 and r.downtime_in_s_sim == 15
     assert r.downtime_out_s_gap == pytest.approx(30 / (4 * F))
     assert r.latency_ms_flink == pytest.approx(_mean_latency(flink) * F)
-    sim_latency = np.mean([_mean_latency(d) for d in sims])  # the mean of the two repetitions
+    sim_latency = np.median([_mean_latency(d) for d in sims])  # the median of the two repetitions
     assert r.latency_ms_sim == pytest.approx(sim_latency)
     assert r.latency_ms_gap == pytest.approx(sim_latency / (_mean_latency(flink) * F))
     assert r.mean_workers_gap == pytest.approx(r.mean_workers_sim - r.mean_workers_flink)
@@ -217,6 +219,45 @@ def test_the_flink_side_is_the_median_of_its_runs_with_their_range(tmp_path):
     cell = table.rows[0][table.headers.index("latency ms Flink")]
     assert cell == f"{latencies[1]:,.0f} ({latencies[0]:,.0f}–{latencies[2]:,.0f})"
     assert table.rows[0][table.headers.index("workers Flink")].count("(") == 0  # the same in every run: no range
+
+
+def test_three_repetitions_a_side_give_each_side_its_median_and_range_and_the_text_names_the_spread(tmp_path):
+    """reps=3 of daedalus_flink plans three Flink runs of every configuration; with three simulated
+    repetitions beside them, both columns are medians with their ranges, and the section's text names
+    each side's widest spread and the gaps that lie within it."""
+    cfg = compose_config("evaluation=daedalus_flink", "reps=3", f"out={tmp_path}", "evaluation.only=[daedalus]")
+    assert sorted(s.rep for s in plan_runs(cfg)) == [1, 2, 3]
+    flinks = [_flink_run(tmp_path, rep=k, floor_ms=f) for k, f in ((1, 100.0), (2, 150.0), (3, 900.0))]
+    sims = [_sim_run(tmp_path, rep=k, floor_ms=f) for k, f in ((1, 9000.0), (2, 30000.0), (3, 12000.0))]
+    runs = [(d.parts[-3], d.parts[-2], d) for d in sorted(tmp_path.glob("*/*/*"))]
+    table = engine_gap.side_by_side(engine_gap.pairs(runs))
+    [r] = table.itertuples()
+    sim = sorted(_mean_latency(d) for d in sims)
+    flink = sorted(_mean_latency(d) * F for d in flinks)
+    assert (r.n_sim, r.n_flink) == (3, 3)
+    assert (r.latency_ms_sim, r.latency_ms_sim_min, r.latency_ms_sim_max) == pytest.approx((sim[1], sim[0], sim[2]))
+    assert r.latency_ms_gap == pytest.approx(sim[1] / flink[1])  # between the medians
+    [row] = table.to_dict("records")
+    assert engine_gap.overlaps(row, "latency_ms") is (sim[0] <= flink[2])
+    assert engine_gap.overlaps(row, "mean_workers") is False  # 2.33 simulated, 1.44 on Flink in every run
+    text = engine_gap.spread_text(table, "wc_sine")
+    assert "daedalus 3 / 3" in text and "reps=3" not in text
+    assert f"{flink[0]:,.0f}–{flink[2]:,.0f}" in text and f"{sim[0]:,.0f}–{sim[2]:,.0f}" in text
+    rows = [{"pattern": d.parts[-3], "config": d.parts[-2], "rep": 1, "run_dir": str(d)}
+            for d in sorted(tmp_path.glob("*/*/*"))]
+    [section] = engine_gap.sections(pd.DataFrame(rows))
+    [table_block] = [b for b in section.blocks if not isinstance(b, str)]
+    assert table_block.rows[0][table_block.headers.index("latency ms sim")] == \
+        f"{sim[1]:,.0f} ({sim[0]:,.0f}–{sim[2]:,.0f})"
+    assert text in section.blocks
+
+
+def test_one_run_a_side_is_said_to_have_no_spread(tmp_path):
+    _flink_run(tmp_path)
+    _sim_run(tmp_path)
+    runs = [(d.parts[-3], d.parts[-2], d) for d in sorted(tmp_path.glob("*/*/*"))]
+    text = engine_gap.spread_text(engine_gap.side_by_side(engine_gap.pairs(runs)), "wc_sine")
+    assert "daedalus 1 / 1" in text and "no spread" in text and "reps=3" in text and "widest" not in text
 
 
 def test_the_report_section_has_one_table_per_workload_and_none_without_pairs(tmp_path):

@@ -22,7 +22,17 @@ from testbed.experiment import (
     plan_runs,
     policy_for,
 )
-from testbed.flink.faults import Loss, change_bound_s, exit_status, find_losses, unregistered
+from testbed.flink.faults import (
+    START_FAILURES,
+    Loss,
+    change_bound_s,
+    exit_status,
+    find_losses,
+    root_cause,
+    start_failure,
+    unregistered,
+    why_not_started,
+)
 from testbed.flink.settings import FlinkSettings
 from testbed.live.flink_job import FlinkJobRun
 from testbed.model import ScaleTo
@@ -207,7 +217,71 @@ def test_a_jobmanager_that_exits_ends_the_run_incomplete(tmp_path):
     assert len(result.tables["instances"]["t_s"]) <= 15
 
 
+# as a real Flink 2.3 gave it for the application of a job whose main method threw (shortened)
+MAIN_TRACE = ("org.apache.flink.client.deployment.application.ApplicationExecutionException: Could not execute "
+              "application.\n\tat org.apache.flink.client.deployment.application.PackagedProgramApplication."
+              "runApplicationEntryPoint(PackagedProgramApplication.java:732)\nCaused by: org.apache.flink.client."
+              "program.ProgramInvocationException: The main method caused an error: For input string: \"3000000000\"\n"
+              "\tat org.apache.flink.client.program.PackagedProgram.callMainMethod(PackagedProgram.java:373)\n"
+              "Caused by: java.lang.NumberFormatException: For input string: \"3000000000\"\n\tat java.base/java.lang."
+              "NumberFormatException.forInputString(NumberFormatException.java:67)")
+
+
+def test_an_application_whose_main_method_fails_ends_the_run_at_once_and_incomplete(tmp_path):
+    run, result, fake = make_run(tmp_path, setup=lambda f: setattr(f, "main_error", (1003.0, MAIN_TRACE)))
+    assert result.incomplete == ("the Flink job did not start: the application is FAILED: "
+                                 'java.lang.NumberFormatException: For input string: "3000000000" (before the job '
+                                 "runs at parallelism 2)"), result.incomplete
+    assert fake.clock.t - 1000.0 < 5.0  # at the first reading that says so, not after the start timeout
+    assert fake.closed and result.tables == {} and "flink" in result.details
+
+
+def test_a_job_that_fails_every_attempt_before_it_runs_ends_the_run_incomplete(tmp_path):
+    trace = "java.lang.UncheckedIOException: emission-ledger.bin: Is a directory\n\tat testbed.EmissionLedger"
+    run, result, fake = make_run(tmp_path, setup=lambda f: setattr(f, "task_error", trace))
+    assert result.incomplete == ("the Flink job did not start: the job failed 3 times before it ever ran: "
+                                 "java.lang.UncheckedIOException: emission-ledger.bin: Is a directory (before the "
+                                 "job runs at parallelism 2)"), result.incomplete
+    assert len(fake.failures) == START_FAILURES and fake.clock.t - 1000.0 < 20.0 and fake.closed
+
+
+def test_a_start_that_never_comes_is_incomplete_after_the_start_timeout(tmp_path):
+    run, result, fake = make_run(tmp_path, "+backend.flink.settings.start_timeout_s=30",
+                                 setup=lambda f: f.hangs.update({1, 2}))
+    assert result.incomplete is not None and result.incomplete.startswith(
+        "the Flink job did not start: timed out after 30 s before the job runs at parallelism 2"), result.incomplete
+    assert 30.0 <= fake.clock.t - 1000.0 < 31.0 and fake.closed
+
+
 # -- the pure parts ----------------------------------------------------------------------------------
+def test_what_the_rest_api_says_of_a_start_that_fails():
+    ok = {"exceptionHistory": {"entries": [], "truncated": False}}
+    one = {"exceptionHistory": {"entries": [{"exceptionName": "x", "stacktrace": "java.lang.Error: e\n\tat a"}]}}
+    answers = {"/applications/overview": {"applications": [{"id": "a1", "status": "RUNNING"}]},
+               "/jobs/j/exceptions": one}
+    assert why_not_started(answers.__getitem__, "j", "CREATED", ran=False) is None  # one failure: a fault, retried
+    assert why_not_started(answers.__getitem__, "j", "FAILED", ran=True) == "the job is FAILED: java.lang.Error: e"
+    assert start_failure("RESTARTING", ["e: 3", "e: 2", "e: 1"], ran=False) == \
+        "the job failed 3 times before it ever ran: e: 3"
+    assert start_failure("RESTARTING", ["e"] * 5, ran=True) is None  # once it has run, faults are the loop's
+    failed = {"/applications/overview": {"applications": [{"id": "a1", "status": "FAILED"}]},
+              "/applications/a1/exceptions": ok}
+    assert why_not_started(failed.__getitem__, "j", "NONE", ran=False) == \
+        "the application is FAILED: no exception recorded"
+    del answers["/applications/overview"]  # an API without applications: the job's own state still counts
+
+    def rest(path: str):
+        if path not in answers:
+            raise OSError(f"HTTP 404: {path}")
+        return answers[path]
+
+    assert why_not_started(rest, "j", "FAILED", ran=False) == "the job is FAILED: java.lang.Error: e"
+    assert why_not_started(rest, "j", "NONE", ran=False) is None  # no job yet: not asked after
+    assert root_cause("\n  a: b  \n\tat c") == "a: b" and root_cause("") == "no message"
+    assert root_cause(MAIN_TRACE) == "java.lang.NumberFormatException: For input string: \"3000000000\""
+
+
+
 def test_losses_are_exited_processes_and_taskmanagers_flink_dropped():
     losses = find_losses(["tm-1", "tm-2", "tm-3"], {"tm-1": -9}, registered={"tm-3"},
                          seen_registered={"tm-1", "tm-2", "tm-3"})

@@ -12,6 +12,7 @@ from testbed.fidelity.ramp import (
     RampSpec,
     band_latency,
     band_of,
+    cgroup_fit,
     compare,
     overload_capacity,
     per_second_rates,
@@ -124,6 +125,35 @@ def test_cpu_reading_as_a_windowed_metric_updated_in_steps():
     assert read[38] == pytest.approx(read[34]) and read[44] == pytest.approx(1.0)
 
 
+def test_the_cgroup_reading_adds_the_taskmanagers_overhead_and_reads_one_at_capacity():
+    read = _reading_run(cpu_reading="cgroup", cgroup_overhead=0.3)
+    assert read[10] == pytest.approx(0.3 + 0.7 * 0.25) and read[40] == pytest.approx(1.0)
+    windowed = _reading_run(cpu_reading="cgroup", cgroup_overhead=0.3, cpu_window_s=10, cpu_update_s=5)
+    assert windowed[34] == pytest.approx(0.3 + 0.7 * (5 * 0.25 + 5 * 1.0) / 10)  # windowed as the busy reading
+    assert _reading_run(cpu_reading="cgroup")[10] == pytest.approx(0.25)  # no overhead: the utilisation
+
+
+def test_the_cgroup_overhead_is_fitted_from_a_ramps_intervals():
+    spec = RampSpec(capacity=20.0, fractions=(0.2, 0.5, 0.8, 1.2), band_s=30.0, warmup_s=10.0)
+    rng = np.random.default_rng(3)
+    u = np.minimum(per_second_rates(spec) / spec.capacity, 1.0)  # the overloaded band carries its capacity
+    share = 0.3 + 0.7 * u + rng.normal(0, 0.05, len(u))
+    rows = [Interval(float(t), 8 * u[t] * spec.capacity, 0.0, cpu_share=share[t]) for t in range(len(u))]
+    fit = cgroup_fit(spec, rows, spec.capacity, 8)
+    assert fit.overhead == pytest.approx(0.3, abs=0.02) and fit.sd == pytest.approx(0.05, abs=0.01)
+    assert fit.n == len(range(11, 100))  # after the warm-up, below capacity: the 0.2, 0.5 and 0.8 bands
+    with pytest.raises(ValueError, match="fewer than 10"):
+        cgroup_fit(spec, rows[:15], spec.capacity, 8)
+
+
+def test_the_cgroup_profile_is_the_cpu_modes_queueing_read_from_the_cgroup(tmp_path):
+    c = compose_config("evaluation=daedalus_flink", "backend=sim", "profile=flink_cpu_cgroup", f"out={tmp_path}")
+    q = compose_config("evaluation=daedalus_flink", "backend=sim", "profile=flink_cpu_queue", f"out={tmp_path}")
+    assert (c.job.cpu_reading, q.job.cpu_reading) == ("cgroup", "busy") and 0.2 < c.job.cgroup_overhead < 0.4
+    assert (c.job.service_cv, c.job.downtime_out_s) == (q.job.service_cv, q.job.downtime_out_s)
+    assert (c.job.cpu_window_s, c.job.cpu_bias) == (72, 0.0)  # the cgroup read each real second (x 72)
+
+
 def test_compare_and_verdict():
     spec = RampSpec(fractions=(0.5, 1.2))
     sim = band_latency(spec, [])
@@ -145,4 +175,8 @@ def test_new_job_settings_are_validated():
     assert JobConfig(batch_wait_ms=-1).validate()[0] == "job.batch_wait_ms"
     assert JobConfig(cpu_bias=1.5).validate()[0] == "job.cpu_bias"
     assert JobConfig(cpu_lag_s=-1).validate()[0] == "job.cpu_lag_s"
+    assert JobConfig(cpu_reading="pod").validate()[0] == "job.cpu_reading"
+    assert JobConfig(cpu_reading="cgroup", cgroup_overhead=1.0).validate()[0] == "job.cgroup_overhead"
+    assert JobConfig(cgroup_overhead=0.3).validate()[0] == "job.cgroup_overhead"  # the busy reading has none
+    assert JobConfig(cpu_reading="cgroup", cgroup_overhead=0.3).validate() is None
     assert JobConfig().validate() is None

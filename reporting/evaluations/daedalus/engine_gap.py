@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -61,28 +61,73 @@ def pairs(runs: Iterable[Tuple[str, str, Path]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+SIDES = ("sim", "flink")
+
+
 def side_by_side(per_run: pd.DataFrame) -> pd.DataFrame:
-    """Per pattern and configuration: n runs per side, then <measure>_sim (the simulated runs' mean),
-    <measure>_flink (the Flink runs' median: one Flink run differs from the next by what else the
-    machine ran, and the median is not pulled by one odd run), <measure>_flink_min and _flink_max
-    (their range) and <measure>_gap (sim - Flink for workers and rescales, sim / Flink for latencies
-    and downtimes, against the median)."""
-    cols = ["pattern", "config", "n_sim", "n_flink"] + [f"{m}_{side}" for m, *_ in MEASURES
-                                                        for side in ("sim", "flink", "flink_min", "flink_max", "gap")]
+    """Per pattern and configuration: n runs per side, then per measure and side <measure>_<side> (the
+    median of its runs: one run differs from the next, a Flink run by what else the machine ran, and
+    the median is not pulled by one odd run), <measure>_<side>_min and _max (their range), and
+    <measure>_gap (sim - Flink for workers and rescales, sim / Flink for latencies and downtimes,
+    between the medians)."""
+    cols = ["pattern", "config", "n_sim", "n_flink"] + [f"{m}_{side}{part}" for m, *_ in MEASURES
+                                                        for side in SIDES for part in ("", "_min", "_max")] \
+        + [f"{m}_gap" for m, *_ in MEASURES]
     if per_run.empty:
         return pd.DataFrame(columns=cols)
     rows = []
     for (p, c), g in per_run.groupby(["pattern", "config"], sort=False):
-        sim, fl = g[g.side == "sim"], g[g.side == "flink"]
-        row: Dict[str, Any] = {"pattern": p, "config": c, "n_sim": len(sim), "n_flink": len(fl)}
+        row: Dict[str, Any] = {"pattern": p, "config": c,
+                               **{f"n_{side}": int((g.side == side).sum()) for side in SIDES}}
         for m, _, _, gap in MEASURES:
-            a = float(sim[m].mean())  # NaN of an empty side or no value
-            spread = LiveValues.of(fl[m])  # median and range of the runs that have the value
-            b, low, high = spread.median, spread.low, spread.high
-            row.update({f"{m}_sim": a, f"{m}_flink": b, f"{m}_flink_min": low, f"{m}_flink_max": high})
+            for side in SIDES:
+                spread = LiveValues.of(g[g.side == side][m])  # median and range of the runs that have the value
+                row.update({f"{m}_{side}": spread.median, f"{m}_{side}_min": spread.low,
+                            f"{m}_{side}_max": spread.high})
+            a, b = row[f"{m}_sim"], row[f"{m}_flink"]
             row[f"{m}_gap"] = a - b if gap == "diff" else (a / b if b else math.nan)
         rows.append(row)
     return pd.DataFrame(rows, columns=cols)
+
+
+def overlaps(r: Any, m: str) -> Optional[bool]:
+    """Whether the two sides' ranges of measure m overlap (a gap within the spread is not one the runs
+    measured); None where a side has no value."""
+    lows = [r[f"{m}_{side}_min"] for side in SIDES]
+    highs = [r[f"{m}_{side}_max"] for side in SIDES]
+    if not all(math.isfinite(v) for v in (*lows, *highs)):
+        return None
+    return bool(max(lows) <= min(highs))
+
+
+def _relative_spread(r: Any, m: str, side: str) -> float:
+    """(max - min) / median of one side's runs; NaN without a positive median."""
+    mid, low, high = r[f"{m}_{side}"], r[f"{m}_{side}_min"], r[f"{m}_{side}_max"]
+    return (high - low) / mid if math.isfinite(mid) and mid > 0 and math.isfinite(low) else math.nan
+
+
+def spread_text(table: pd.DataFrame, pattern: str) -> str:
+    """What the repetitions say about one workload's comparison: the runs per side, each side's widest
+    spread, and which gaps lie within it."""
+    t = table[table.pattern == pattern]
+    runs = ", ".join(f"{r.config} {r.n_sim} / {r.n_flink}" for r in t.itertuples())
+    parts = [f"{pattern}: runs simulated / on Flink per configuration: {runs}."]
+    if (t[[f"n_{side}" for side in SIDES]].min(axis=1) < 2).any():
+        parts.append("A side with one run has no spread, so a gap against it cannot be told from the "
+                     "variation between runs: give the experiment reps=3.")
+    for side, name in (("flink", "Flink"), ("sim", "simulated")):
+        widest = max(((_relative_spread(r, m, side), r, m, dec, head) for _, r in t.iterrows()
+                      for m, head, dec, _ in MEASURES), key=lambda x: -math.inf if math.isnan(x[0]) else x[0],
+                     default=None)
+        if widest is not None and math.isfinite(widest[0]) and widest[0] > 0:
+            s, r, m, dec, head = widest
+            parts.append(f"The {name} runs differ most in {head} of {r.config}: {_fmt(r[f'{m}_{side}_min'], dec)}–"
+                         f"{_fmt(r[f'{m}_{side}_max'], dec)}, a range of {s:.0%} of their median.")
+    within = [f"{r.config} {head}" for _, r in t.iterrows() for m, head, *_ in MEASURES if overlaps(r, m)]
+    if within:
+        parts.append("The two sides' ranges overlap, so the runs do not tell them apart, for: "
+                     + ", ".join(within) + ".")
+    return " ".join(parts)
 
 
 def _fmt(v: float, decimals: int) -> str:
@@ -95,11 +140,11 @@ def _gap(v: float, kind: str, decimals: int) -> str:
     return f"{v:+.{decimals}f}" if kind == "diff" else f"×{v:.2f}"
 
 
-def _flink_cell(r: Any, m: str, decimals: int) -> str:
-    """The Flink runs' median, with their range where there are several."""
-    cell = _fmt(r[f"{m}_flink"], decimals)
-    low, high = r[f"{m}_flink_min"], r[f"{m}_flink_max"]
-    if r.n_flink > 1 and math.isfinite(low) and high > low:
+def _cell(r: Any, m: str, side: str, decimals: int) -> str:
+    """One side's median, with its range where its runs differ."""
+    cell = _fmt(r[f"{m}_{side}"], decimals)
+    low, high = r[f"{m}_{side}_min"], r[f"{m}_{side}_max"]
+    if r[f"n_{side}"] > 1 and math.isfinite(low) and high > low:
         cell += f" ({_fmt(low, decimals)}–{_fmt(high, decimals)})"
     return cell
 
@@ -112,7 +157,7 @@ def table_rows(table: pd.DataFrame, pattern: str) -> Tuple[List[str], List[List[
     for _, r in table[table.pattern == pattern].iterrows():
         cells = [r.config, f"{r.n_sim} / {r.n_flink}"]
         for m, _, dec, kind in MEASURES:
-            cells += [_fmt(r[f"{m}_sim"], dec), _flink_cell(r, m, dec), _gap(r[f"{m}_gap"], kind, dec)]
+            cells += [_cell(r, m, "sim", dec), _cell(r, m, "flink", dec), _gap(r[f"{m}_gap"], kind, dec)]
         rows.append(cells)
     return heads, rows
 
@@ -128,14 +173,16 @@ def sections(runs: pd.DataFrame) -> List[Any]:
     if table.empty:
         return []
     blocks: List[Block] = [
-        "Each configuration simulated (mean over repetitions) and run on a real Flink in reactive mode "
-        "(median over the Flink runs, their range in brackets where there are several: one run on the "
-        "engine is no measurement, it differs from the next by what else the machine ran). "
+        "Each configuration simulated and run on a real Flink in reactive mode, each side the median of "
+        "its repetitions with their range (min–max) in brackets where they differ: one run on the engine "
+        "is no measurement, it differs from the next by what else the machine ran, and a gap smaller than "
+        "the spread is not one the runs measured. "
         "Times are the paper's: a Flink run's latencies and downtimes, measured in real time at a time "
         "compression f, are multiplied by f. Downtime = from the controller's action until the job runs "
         "at the new parallelism (the rescales table); the gap is sim − Flink for workers and rescales, "
-        "sim / Flink for times."]
+        "sim / Flink for times, between the medians."]
     for pattern in dict.fromkeys(table.pattern):
+        blocks.append(spread_text(table, pattern))
         heads, rows = table_rows(table, pattern)
         blocks.append(Table(f"{pattern}: simulator vs Flink (latency in paper-time ms, downtime in paper-time s)",
                             heads, rows))

@@ -18,6 +18,9 @@ simulator's unknowns values measured from their event log, not assumed:
   (a chi-square(1)'s median) unmoved by the few pairs across a load step. Not from `samples`: their
   durations hold the hop and, under `seconds_truncated`, up to a second of truncation, far more than
   most operators' work;
+* **wait for a CPU** per operator (`service.wait_ms`): the run-queue delay per item over the
+  intervals whose busy slots stay within the shared cores, the wait a woken worker pays even on a
+  machine with cores to spare (busy less delay only, not with the CPU or busy wall clocks);
 * **emission** of the incident filters (O2, O6: `emission.items_per_incident`): items into the
   operator / items out of it (`edges`); the other operators' output ratios in the header;
 * **hop latency** (`backend.hop_latency_ms`): sampled durations (upstream send -> end of processing)
@@ -31,7 +34,9 @@ simulator's unknowns values measured from their event log, not assumed:
 * **lease delay** (`infrastructure.lease_delay_s`): lease (`leases`) -> ready (`hosts`), the n-th
   lease matched to the n-th host ready, at the monitoring interval's midpoint (+- half of it);
 * **shared cores** (`backend.shared_cores`): the cores the run's logical hosts shared (argument, the
-  engine's recorded CPU count, or this machine's), and the busy cores measured per interval;
+  engine's recorded CPU count, or this machine's), and the busy cores measured per interval; per
+  run in the header, the cores its other load left and the other processes' runnable threads
+  (`competing_threads`), the values that simulate a run under that load;
 * the runtime settings the simulator must share (`runtime.*`, parallel slots): copied.
 
 A value with too few observations is left out (the base profile's stays) and the header says so."""

@@ -119,3 +119,13 @@ def test_bad_values_fail_at_load_naming_the_key(overrides, key, message):
     with pytest.raises(ConfigError, match=message) as err:
         compose_config(*overrides)
     assert err.value.key == key
+
+
+def test_the_shipped_quiet_profile_carries_the_waits_and_no_competing_threads(tmp_path):
+    """live_quiet: measured on a quiet machine, so it describes none of another load's threads; a
+    loaded machine's are given beside it (backend.competing_threads)."""
+    cfg = compose_config("profile=live_quiet", f"out={tmp_path}")
+    assert cfg.backend.shared_cores == 2.0 and cfg.backend.competing_threads == 0.0
+    waits = {o: op.service.wait_ms for o, op in cfg.topology.operators.items()}
+    assert all(w > 0 for w in waits.values()) and waits["O1"] > 10 * cfg.topology.operators["O3"].service.wait_ms
+    assert compose_config("profile=live_quiet", "backend.competing_threads=3.45").backend.competing_threads == 3.45

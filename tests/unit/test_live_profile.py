@@ -382,7 +382,8 @@ def test_the_wait_for_a_cpu_is_read_within_the_shared_cores(tmp_path):
     m = lp.measure(tmp_path, cores=4)
     assert m.service["O1"].wait_ms == pytest.approx(12.0)
     values = lp.profile_values(m)
-    assert values["topology.operators.O1.service.wait_ms"] == 12 and values["topology.operators.O3.service.wait_ms"] == 6
+    assert values["topology.operators.O1.service.wait_ms"] == 12
+    assert values["topology.operators.O3.service.wait_ms"] == 6
     assert "topology.operators.O1.service.wait_ms" not in lp.profile_values(lp.measure(tmp_path, cores=0.5))
 
 

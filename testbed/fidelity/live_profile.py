@@ -454,9 +454,7 @@ def _run_names(runs: Sequence[Path], manifests: Sequence[Manifest]) -> List[str]
 def _measure_runs(root: str, runs: Sequence[Path], manifests: Sequence[Manifest], names: Sequence[str],
                   step: float, measurement: str, cores: float, cores_source: str) -> Measured:
     infos, per_service, edges, starts, reports, leases_, busy = [], [], [], [], [], [], []
-    tables_by_run, latencies, processed, without_cpu, without_delay = [], [], [], [], []
-    loads: Dict[str, Any] = {}
-    competing: Dict[str, float] = {}
+    tables_by_run, latencies, processed, without_cpu, without_delay, loads = [], [], [], [], [], {}
     for d, m, name in zip(runs, manifests, names, strict=True):
         log = EventLog(d)
         try:
@@ -472,7 +470,6 @@ def _measure_runs(root: str, runs: Sequence[Path], manifests: Sequence[Manifest]
             without_delay.append(name)
         per_service.append(rows)
         loads[name] = (m.details if isinstance(m.details, dict) else {}).get("machine_load") or {}
-        competing[name] = competing_threads(rows, loads[name])
         edges.append(tables["edges"])
         processed.append(tables["instance_stats"].groupby("operator").processed.sum())
         starts.append(_starts(m))
@@ -502,7 +499,8 @@ def _measure_runs(root: str, runs: Sequence[Path], manifests: Sequence[Manifest]
                     request_to_report_s=np.concatenate(reports),
                     lease_delay_s=np.concatenate(leases_), monitoring_s=step, busy_cores=np.concatenate(busy),
                     copied=copied, cores=float(cores), cores_source=cores_source, configured=configured,
-                    without_cpu=without_cpu, machine_load=loads, without_delay=without_delay, competing=competing)
+                    without_cpu=without_cpu, machine_load=loads, without_delay=without_delay,
+                    competing={n: competing_threads(r, loads[n]) for n, r in zip(names, per_service, strict=True)})
 
 
 def _live_manifests(roots: Sequence[Path]) -> Tuple[List[Path], List[Any], str, float]:

@@ -121,8 +121,9 @@ class ServiceConfig:
 
     @property
     def slot_cv(self) -> float:
-        """The slot time's cv: the wait is taken as constant, so only the work varies."""
-        return self.cv * self.mean_ms / self.slot_ms
+        """The slot time's cv: the wait is taken as constant, so only the work varies (without a
+        wait exactly `cv`, so the seeded draws stay those of a profile without one)."""
+        return self.cv / (1.0 + self.wait_ms / self.mean_ms)
 
 
 @dataclass

@@ -109,6 +109,21 @@ class ServiceConfig:
     parallel: int = 1  # items in service at once per instance
     cpu_cores: float = 0.1  # cores a busy slot uses (host CPU contention model)
     step_cv: float = 0.0  # > 0: each simulation step's capacity x a seeded gamma factor (mean 1, this CV)
+    # per item, the wait of a woken worker for a CPU on a machine with cores to spare (the run-queue
+    # delay a live item pays even then): it holds the slot but uses no core, and the shared cores'
+    # slowdown stretches it like the work, since a crowded run queue delays every wake-up
+    wait_ms: float = 0.0
+
+    @property
+    def slot_ms(self) -> float:
+        """The time an item holds a worker slot on a machine with cores to spare: work and wait."""
+        return self.mean_ms + self.wait_ms
+
+    @property
+    def slot_cv(self) -> float:
+        """The slot time's cv: the wait is taken as constant, so only the work varies (without a
+        wait exactly `cv`, so the seeded draws stay those of a profile without one)."""
+        return self.cv / (1.0 + self.wait_ms / self.mean_ms)
 
 
 @dataclass
@@ -729,6 +744,8 @@ def _validate_topology(topo: TopologyConfig, infra: InfrastructureConfig) -> Non
         _positive(f"{key}.service.parallel", op.service.parallel)
         if op.service.cv < 0:
             raise ConfigError(f"{key}.service.cv", "must be >= 0")
+        if not 0 <= op.service.wait_ms < math.inf:
+            raise ConfigError(f"{key}.service.wait_ms", f"must be finite and >= 0, got {op.service.wait_ms:g}")
         if not 0 <= op.service.step_cv < 1:
             raise ConfigError(f"{key}.service.step_cv", f"must be in [0, 1), got {op.service.step_cv:g}")
         _validate_emission(f"{key}.emission", op)

@@ -18,5 +18,9 @@ class SimSettings(BackendSettings):
     # every instance need more, each runs slower by demand / shared_cores. Cohort model only; with
     # cpu_contention both apply, per host first (docs/architecture.md#shared-cores)
     shared_cores: float = 0.0
+    # other processes' runnable threads competing for the shared cores (0: none): each wants a core,
+    # and the scheduler shares the cores among them and the run's busy slots alike
+    # (docs/architecture.md#shared-cores). Needs shared_cores > 0
+    competing_threads: float = 0.0
     # inter-host delay and availability (ODP experiments); enabled: the per-item model with per-instance queues
     emulation: EmulationConfig = field(default_factory=EmulationConfig)

@@ -5,6 +5,7 @@ they are checked on every run, as every run's node has them and the live backend
 network's."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from testbed.arguments import ConfigError
@@ -28,6 +29,7 @@ class Simulator(Backend):
             raise ConfigError("backend.hop_latency_ms", "must be >= 0")
         cores = validate_cores("backend.shared_cores", backend.shared_cores)
         _check_shared_cores(cores, backend, cfg.job.enabled and backend.name == self.name)
+        _check_competing(backend.competing_threads, cores)
         problem = validate_emulation(backend.emulation)
         if problem is not None:
             raise ConfigError(*problem)
@@ -40,6 +42,14 @@ class Simulator(Backend):
         from testbed.sim.simulator import Simulation
 
         return Simulation(run.cfg, run.policy, run.pattern, run.seed, run.btu_minutes).run()
+
+
+def _check_competing(threads: float, cores: float) -> None:
+    """backend.competing_threads compete for the shared cores, so they need some."""
+    if not 0 <= threads < math.inf:
+        raise ConfigError("backend.competing_threads", f"must be finite and >= 0, got {threads:g}")
+    if threads > 0 and cores == 0:
+        raise ConfigError("backend.competing_threads", "competes for the shared cores: set backend.shared_cores > 0")
 
 
 def _check_shared_cores(cores: float, backend: Any, job_model: bool) -> None:

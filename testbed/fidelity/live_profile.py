@@ -18,6 +18,9 @@ simulator's unknowns values measured from their event log, not assumed:
   (a chi-square(1)'s median) unmoved by the few pairs across a load step. Not from `samples`: their
   durations hold the hop and, under `seconds_truncated`, up to a second of truncation, far more than
   most operators' work;
+* **wait for a CPU** per operator (`service.wait_ms`): the run-queue delay per item over the
+  intervals whose busy slots stay within the shared cores, the wait a woken worker pays even on a
+  machine with cores to spare (busy less delay only, not with the CPU or busy wall clocks);
 * **emission** of the incident filters (O2, O6: `emission.items_per_incident`): items into the
   operator / items out of it (`edges`); the other operators' output ratios in the header;
 * **hop latency** (`backend.hop_latency_ms`): sampled durations (upstream send -> end of processing)
@@ -31,7 +34,9 @@ simulator's unknowns values measured from their event log, not assumed:
 * **lease delay** (`infrastructure.lease_delay_s`): lease (`leases`) -> ready (`hosts`), the n-th
   lease matched to the n-th host ready, at the monitoring interval's midpoint (+- half of it);
 * **shared cores** (`backend.shared_cores`): the cores the run's logical hosts shared (argument, the
-  engine's recorded CPU count, or this machine's), and the busy cores measured per interval;
+  engine's recorded CPU count, or this machine's), and the busy cores measured per interval; per
+  run in the header, the cores its other load left and the other processes' runnable threads
+  (`competing_threads`), the values that simulate a run under that load;
 * the runtime settings the simulator must share (`runtime.*`, parallel slots): copied.
 
 A value with too few observations is left out (the base profile's stays) and the header says so."""
@@ -108,6 +113,7 @@ class Service:
     clock: str = BUSY  # what mean_ms and cv are read from: SERVICE, CPU or BUSY
     cpu_mean_ms: float = math.nan  # CPU time per item over every interval with work (NaN: not recorded)
     delay_mean_ms: float = math.nan  # run-queue delay per item over the same (NaN: not recorded)
+    wait_ms: float = math.nan  # run-queue delay per item within the shared cores (service.wait_ms)
 
 
 @dataclass
@@ -153,6 +159,7 @@ class Measured:
     machine_load: Dict[str, Any] = field(default_factory=dict)  # per run: the manifest's machine_load
     without_delay: List[str] = field(default_factory=list)  # runs without run-queue delay
     per_run: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # per run alone: profile_values
+    competing: Dict[str, float] = field(default_factory=dict)  # per run: competing_threads
 
     @property
     def clock(self) -> str:
@@ -271,8 +278,9 @@ def _service(op: str, rows: pd.DataFrame, step_s: float, cores: float, clock: st
         spread_cv = math.sqrt(float(np.mean(n * (per - mean) ** 2))) / mean
     cpu_mean = _per_item(every, CPU) if len(every) and every.cpu_known.all() else math.nan
     delay_mean = _per_item(every, "run_delay_ms") if len(every) and every.delay_known.all() else math.nan
+    wait = _per_item(calm, "run_delay_ms") if clock == SERVICE and uncontended else math.nan
     return Service(op, mean, cv, int(n.size), int(n.sum()), int(rows.capped.sum()), per, spread_cv, int(z2.size),
-                   all_mean, len(every), uncontended, wall, len(wall_rows), clock, cpu_mean, delay_mean)
+                   all_mean, len(every), uncontended, wall, len(wall_rows), clock, cpu_mean, delay_mean, wait)
 
 
 def _emissions(edges: pd.DataFrame, processed: pd.Series, operators: Dict[str, Any]) -> Dict[str, Emission]:
@@ -342,6 +350,21 @@ def lease_delays(leases: pd.DataFrame, hosts: pd.DataFrame, step_s: float) -> np
         if hit.size and t[hit[0]] > start:
             delays.append(max(0.0, t[hit[0]] - step_s / 2 - start))
     return np.array(delays)
+
+
+def competing_threads(rows: pd.DataFrame, load: Dict[str, Any]) -> float:
+    """Other processes' runnable threads during a run (backend.competing_threads): the scheduler
+    shares the cores among all runnable threads, so each of them got the share of a core that the
+    run's CPU-bound operator got while runnable (CPU time over CPU time and run-queue delay, of the
+    operator with the most CPU time; a short worker's share is its wake-up wait instead), and the
+    other load's cores over that share counts them. NaN without the other load or the delay."""
+    other = (load.get("other_cores") or {}).get("mean") if isinstance(load, dict) else None
+    if not isinstance(other, (int, float)) or rows.empty or not rows.delay_known.all():
+        return math.nan
+    per_op = rows.groupby("operator")[["cpu_ms", "run_delay_ms"]].sum()
+    top = per_op.loc[per_op.cpu_ms.idxmax()]
+    runnable = float(top.cpu_ms + top.run_delay_ms)
+    return float(other) * runnable / float(top.cpu_ms) if top.cpu_ms > 0 else math.nan
 
 
 def _busy_cores(stats: pd.DataFrame, parallel: int) -> np.ndarray:
@@ -476,7 +499,8 @@ def _measure_runs(root: str, runs: Sequence[Path], manifests: Sequence[Manifest]
                     request_to_report_s=np.concatenate(reports),
                     lease_delay_s=np.concatenate(leases_), monitoring_s=step, busy_cores=np.concatenate(busy),
                     copied=copied, cores=float(cores), cores_source=cores_source, configured=configured,
-                    without_cpu=without_cpu, machine_load=loads, without_delay=without_delay)
+                    without_cpu=without_cpu, machine_load=loads, without_delay=without_delay,
+                    competing={n: competing_threads(r, loads[n]) for n, r in zip(names, per_service, strict=True)})
 
 
 def _live_manifests(roots: Sequence[Path]) -> Tuple[List[Path], List[Any], str, float]:
@@ -544,6 +568,8 @@ def profile_values(m: Measured) -> Dict[str, Any]:
             v[f"{base}.service.parallel"] = m.copied["backend.live.parallel"]
         if math.isfinite(s.cv):
             v[f"{base}.service.cv"] = _sig(s.cv)
+        if math.isfinite(s.wait_ms):
+            v[f"{base}.service.wait_ms"] = _sig(s.wait_ms)
     for op in INCIDENT_OPERATORS:
         e = m.emission.get(op)
         if e is not None and math.isfinite(e.in_per_out):
@@ -635,17 +661,24 @@ def _load_lines(m: Measured) -> List[str]:
     """The machine's load from other processes during each run (the manifest's machine_load)."""
     lines = ["machine load from other processes (manifest machine_load: cores busy outside the run's containers, "
              "the testbed process and its services); cores left = cpus - mean, the backend.shared_cores that "
-             "simulates a run under that load:"]
+             "simulates a run under that load as fewer cores; competing threads = mean / the share of a core the "
+             "run's CPU-heaviest operator got while runnable (CPU / (CPU + run-queue delay)), the "
+             "backend.competing_threads that simulates it with the machine's cores (docs/fidelity.md):"]
     for run, load in m.machine_load.items():
         other = load.get("other_cores")
         if isinstance(other, dict):
             lines.append(f"  {run}: mean {other.get('mean')}, p95 {other.get('p95')}, max {other.get('max')} of "
-                         f"{load.get('cpus')} cores{_cores_left(load.get('cpus'), other.get('mean'))}; "
+                         f"{load.get('cpus')} cores{_cores_left(load.get('cpus'), other.get('mean'))}"
+                         f"{_competing(m.competing.get(run, math.nan))}; "
                          f"the run's containers mean {(load.get('containers_cores') or {}).get('mean')}"
                          + ("" if load.get("local_engines", True) else " (a remote engine: not the hosts' machine)"))
         else:
             lines.append(f"  {run}: not recorded ({load.get('unreadable') or 'a run from before it was recorded'})")
     return lines
+
+
+def _competing(threads: float) -> str:
+    return f", competing threads {threads:.2f}" if math.isfinite(threads) else ""
 
 
 def _cores_left(cpus: object, other_mean: object) -> str:

@@ -50,7 +50,8 @@ Queues = namedtuple("Queues", "count send0 delta origin0 origin_delta head size 
 Slots = namedtuple("Slots", "free slots target service instances n_instances rounds rotated")
 # The graph: per operator its selectivity, whether it is a sink, whether it emits per incident
 # (else by its selectivity), its output edges (`out_start[k]:out_start[k+1]` into `out_op`,
-# `out_edge`), the cores a busy slot uses and its uncontended mean service time (`_shared_factor`);
+# `out_edge`), the cores a busy slot uses and its mean work per item (`_shared_factor`: a slot whose
+# mean time is longer, by host contention or a wait for a CPU, uses that share of its cores);
 # per source edge the operator, items per machine and edge index; the ticks (time, machines) of the run.
 Graph = namedtuple("Graph", "selectivity sink incident out_start out_op out_edge cpu_cores base_service "
                             "src_op src_per_machine src_edge tick_t tick_machines")
@@ -108,6 +109,7 @@ class CohortNetwork:
             base_service=np.array([topology.configs[o].service.mean_ms / 1000.0 for o in ops], dtype=np.float64),
         )
         self.shared_cores = 0.0  # backend.shared_cores: 0, none (set_shared_cores)
+        self.competing = 0.0  # backend.competing_threads (set_shared_cores)
         self.set_sources(StepClock(1.0, 0.0), SourceTicks([], [], (), ()))
         # Arrays start small and grow as `_room` asks (_make_room, _widen_*).
         self.q = Queues(count=_ints(n, 16), send0=_floats(n, 16), delta=_floats(n, 16), origin0=_floats(n, 16),
@@ -167,10 +169,15 @@ class CohortNetwork:
                 sl.n_instances[k] = len(ids)
         self._sync_flows()
 
-    def set_shared_cores(self, cores: float) -> None:
-        """The cores all instances share (backend.shared_cores; 0: none): when the busy slots need
-        more, every busy slot runs slower by demand / cores (`_shared_factor`)."""
+    def set_shared_cores(self, cores: float, competing: float = 0.0) -> None:
+        """The cores all instances share (backend.shared_cores; 0: none) and the other processes'
+        runnable threads that compete for them (backend.competing_threads): when the busy slots and
+        those threads need more, every busy slot runs slower by their sum / cores (`_shared_factor`)."""
         self.shared_cores = float(cores)
+        self.competing = float(competing)
+
+    def _machine(self) -> np.ndarray:
+        return np.array([self.shared_cores, self.competing], dtype=np.float64)
 
     def run(self, step: int, stop_after: float, next_event: float) -> int:
         """Emit and serve from `step` on; return the next step: after the first step ending at or
@@ -182,7 +189,7 @@ class CohortNetwork:
             step, status = _run(self.q, self.slots, self.graph, self.sampling, self.incidents, self._fl, self.needs,
                                 tick, self.hop_s, self._every, self._geometric, self._truncate, self._epoch,
                                 clock.dt, clock.duration, clock.steps, step, stop_after, next_event, self.timeout_s,
-                                self.hold_until, self.capacity_noise, self.shared_cores)
+                                self.hold_until, self.capacity_noise, self._machine())
             self.ticks_emitted = int(tick[0])
             self._collect()
             if status == STOPPED:
@@ -197,7 +204,7 @@ class CohortNetwork:
         while not _advance(self.q, self.slots, self.graph, self.sampling, self.incidents, self._fl, self.needs,
                            self.hop_s, self._every, self._geometric, self._truncate, self._epoch, t0, t1,
                            self.timeout_s, self.capacity_noise, int(round(t0 / self.clock.dt)),
-                           self.shared_cores):
+                           self._machine()):
             self._collect()
             self._make_room()
         self._collect()
@@ -520,9 +527,10 @@ def _step(q, sl, g, smp, inc, fl, hop, every, geometric, truncate, epoch, t0, t1
     """Serve every operator (upstream first) for the step [t0, t1); with a timeout, first drop the
     items an operator would take that are older than it at the step's start; with capacity noise
     (a column per step), the step's service time is the mean divided by the operator's factor;
-    with shared cores (> 0) whose busy slots outgrow them, multiplied by `_shared_factor`."""
+    with shared cores (`shared`: [cores, competing threads], cores > 0) whose busy slots outgrow
+    them, multiplied by `_shared_factor`."""
     noisy = step < noise.shape[1]
-    factor = _shared_factor(q, sl, g, t0, t1, shared) if shared > 0 else 1.0
+    factor = _shared_factor(q, sl, g, t0, t1, shared[0], shared[1]) if shared[0] > 0 else 1.0
     for k in range(len(q.waiting)):
         _set_slots(sl, k, t0)
         if sl.slots[k] > 0 and q.size[k] > 0:
@@ -539,16 +547,18 @@ def _step(q, sl, g, smp, inc, fl, hop, every, geometric, truncate, epoch, t0, t1
 
 
 @njit(cache=True)
-def _shared_factor(q, sl, g, t0, t1, shared):
+def _shared_factor(q, sl, g, t0, t1, shared, competing):
     """backend.shared_cores: processor sharing of the machine's cores by every instance of the run.
     An operator's busy slots in the step [t0, t1) are estimated from the state at its start, as a
     fluid: the time its slots are still busy with items started before t0 (each at most the step)
     plus the service time of what waits in its queue, over the step, at most its slots. A busy slot
     needs the operator's cpu_cores, scaled by the uncontended over the current mean service time
     (a slot already slowed by backend.cpu_contention's per-host factor gets only that share of a
-    core: the host's cores cap it first). Returns demand / shared when the demand exceeds the
-    cores, else 1: every busy slot runs that much slower, so the whole machine does at most
-    `shared` cores of work. Idle slots cost nothing."""
+    core: the host's cores cap it first). Other processes' runnable threads (`competing`, each
+    wanting a core) join the demand: the scheduler shares the cores among every runnable thread, so
+    a busy run is slowed by them even while its own slots need fewer cores than there are. Returns
+    demand / shared when the demand exceeds the cores, else 1: every busy slot runs that much
+    slower, so the whole machine does at most `shared` cores of work. Idle slots cost nothing."""
     dt = t1 - t0
     if not dt > 0:
         return 1.0
@@ -569,6 +579,8 @@ def _shared_factor(q, sl, g, t0, t1, shared):
             busy = float(c)
         share = g.base_service[k] / s if s > 0 else 1.0
         demand += busy * g.cpu_cores[k] * (share if share < 1.0 else 1.0)
+    if competing > 0:
+        demand += competing
     return demand / shared if demand > shared else 1.0
 
 

@@ -38,7 +38,7 @@ class Simulation:
         services = {o: self.topology.configs[o].service for o in ops}
         self.services = services
         self.recorder = SampleRecorder(
-            ops, [services[o].cv for o in ops], cfg.runtime.sample_every, cfg.runtime.sampling,
+            ops, [services[o].slot_cv for o in ops], cfg.runtime.sample_every, cfg.runtime.sampling,
             cfg.runtime.measurement, seed,
         )
         network_cls = ExactNetwork if cfg.backend.exact else CohortNetwork
@@ -61,12 +61,12 @@ class Simulation:
         )
         self.observer = Observer(self.topology, SnapshotSettings.from_config(cfg, self.btu_s), cfg.runtime.history,
                                  cfg.runtime.monitoring_s)
-        self.service_s = {o: services[o].mean_ms / 1000.0 for o in ops}
+        self.service_s = {o: services[o].slot_ms / 1000.0 for o in ops}
         self.clock = StepClock(cfg.backend.step_ms / 1000.0, self.duration_s)
         self.ticks = SourceTicks.of_run(self.topology, pattern, self.duration_s)
         self.network.set_sources(self.clock, self.ticks)
         if cfg.backend.shared_cores > 0 and isinstance(self.network, CohortNetwork):  # the config check: cohort only
-            self.network.set_shared_cores(cfg.backend.shared_cores)
+            self.network.set_shared_cores(cfg.backend.shared_cores, cfg.backend.competing_threads)
         noisy = {o: services[o].step_cv for o in ops if services[o].step_cv > 0}
         if noisy:  # per-step capacity factors, one seeded stream per operator (none: nothing drawn)
             self.network.set_capacity_noise({
@@ -132,7 +132,7 @@ class Simulation:
         cores = self.cfg.infrastructure.host_cpu_shares / 1024.0
         out = {}
         for o, members in serving.items():
-            base = self.services[o].mean_ms / 1000.0
+            base = self.services[o].slot_ms / 1000.0
             factors = [max(1.0, demand[i.host] / cores) for i in members]
             out[o] = base * (sum(factors) / len(factors) if factors else 1.0)
         return out

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from omegaconf import OmegaConf
@@ -372,3 +373,39 @@ def test_runs_folders_that_disagree_on_the_measurement_rule_are_refused(tmp_path
     assert cli_main(["live-profile", str(tmp_path / "a"), str(tmp_path / "b"), "name=x",
                      f"out={tmp_path / 'x.yaml'}"]) == 2
     assert "differ in runtime.measurement" in capsys.readouterr().err
+
+
+def test_the_wait_for_a_cpu_is_read_within_the_shared_cores(tmp_path):
+    """service.wait_ms: run-queue delay per item over the intervals whose busy slots stay within the
+    shared cores, the wait a woken worker pays on a machine with cores to spare."""
+    _live_run(tmp_path, cpu_share=0.2, delay_share=0.3)  # O1: 40 ms busy, 12 of them waiting for a CPU
+    m = lp.measure(tmp_path, cores=4)
+    assert m.service["O1"].wait_ms == pytest.approx(12.0)
+    values = lp.profile_values(m)
+    assert values["topology.operators.O1.service.wait_ms"] == 12
+    assert values["topology.operators.O3.service.wait_ms"] == 6
+    assert "topology.operators.O1.service.wait_ms" not in lp.profile_values(lp.measure(tmp_path, cores=0.5))
+
+
+def test_a_wait_is_not_read_without_the_run_queue_delay(tmp_path):
+    _live_run(tmp_path, cpu_share=0.5)
+    assert not any(k.endswith("wait_ms") for k in lp.profile_values(lp.measure(tmp_path, cores=4)))
+
+
+def test_the_competing_threads_of_each_run_are_in_the_header(tmp_path):
+    """Other load 1.2 cores; O1 (the most CPU) ran 8 of its 20 runnable ms per item: each runnable
+    thread got 0.4 of a core, so the other load was 3 threads."""
+    load = {"cpus": 2, "other_cores": {"mean": 1.2, "p95": 1.5, "max": 1.6}, "containers_cores": {"mean": 0.5}}
+    _live_run(tmp_path, details={"machine_load": load}, cpu_share=0.2, delay_share=0.3)
+    m = lp.measure(tmp_path, cores=2)
+    assert m.competing["stepwise/btu-10-live/1"] == pytest.approx(3.0)
+    assert "cores left 0.8, competing threads 3.00;" in "\n".join(lp.header(m, "x"))
+
+
+def test_competing_threads_need_the_other_load_and_the_delay():
+    rows = pd.DataFrame({"operator": ["O1", "O2"], "cpu_ms": [10.0, 1.0], "run_delay_ms": [10.0, 9.0],
+                         "delay_known": [True, True]})
+    load = {"other_cores": {"mean": 0.5}}
+    assert lp.competing_threads(rows, load) == pytest.approx(1.0)  # O1's share 0.5, not O2's wake-up wait
+    assert math.isnan(lp.competing_threads(rows, {}))
+    assert math.isnan(lp.competing_threads(rows.assign(delay_known=[True, False]), load))

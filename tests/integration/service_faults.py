@@ -2,6 +2,7 @@
 stops the broker or Redis never leaves it stopped for the tests after it."""
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from typing import Callable, Optional
@@ -44,8 +45,6 @@ def restart_broker(outage_s: float, on_stopped: Optional[Callable[[], None]] = N
 
 
 def _accepts(port: int) -> bool:
-    import socket
-
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0):
             return True

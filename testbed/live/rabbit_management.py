@@ -190,6 +190,17 @@ class ManagementClient:
     def run_depths(self, wiring: Wiring) -> RunDepths:
         return fold_depths(wiring, self.queue_stats(wiring.prefix))
 
+    def names(self, kind: str, prefix: str) -> list:
+        """Names of the vhost's queues or exchanges (`kind`) that start with `prefix` (e.g. what a run
+        left behind); unlike the statistics, the listing itself is current."""
+        if kind not in ("queues", "exchanges"):
+            raise ValueError(f"kind must be 'queues' or 'exchanges', not {kind!r}")
+        query = {"columns": "name", "name": f"^{re.escape(prefix)}", "use_regex": "true", "pagination": "true",
+                 "page": "1", "page_size": str(PAGE_SIZE)}
+        payload = self._get(f"/api/{kind}/{urllib.parse.quote(self.vhost, safe='')}", query)
+        items = payload.get("items", []) if isinstance(payload, dict) else payload
+        return sorted(str(item["name"]) for item in items)
+
 
 class PassiveDepthReader:
     """Exact ready counts by AMQP passive declares (one round trip per queue, one connection kept).

@@ -27,7 +27,7 @@ from testbed.live.engines import EngineError
 
 from .conftest import ROOT, name_of, wait_for_rabbit
 from .runner_helpers import interrupt_experiment
-from .service_faults import rabbitmqctl
+from .service_faults import BrokerOutage
 from .test_live_run import config
 
 # TESTBED_CPU_HOG=1: one core busy
@@ -54,9 +54,9 @@ def run_containers(name_prefix: str, operator: Optional[str] = None) -> List:
 class Faults(threading.Thread):
     """Kills an O3 container once the run has been going for a while, then restarts RabbitMQ."""
 
-    def __init__(self, name_prefix: str):
+    def __init__(self, name_prefix: str, outage: BrokerOutage):
         super().__init__(daemon=True)
-        self.name_prefix = name_prefix
+        self.name_prefix, self.outage = name_prefix, outage
         self.killed: Optional[str] = None
         self.restarted = False
         self.error: Optional[BaseException] = None
@@ -73,10 +73,8 @@ class Faults(threading.Thread):
             victim.kill()  # SIGKILL
             self.killed = name_of(victim)
             time.sleep(30)
-            rabbitmqctl("stop_app")
-            time.sleep(3)
-            rabbitmqctl("start_app")
-            rabbitmqctl("await_startup")
+            with self.outage:  # armed before the run: the broker goes away at once
+                time.sleep(3)
             self.restarted = True
         except BaseException as exc:  # reported by the test
             self.error = exc
@@ -85,15 +83,14 @@ class Faults(threading.Thread):
 @pytest.fixture(scope="module")
 def faulty_run(tmp_path_factory, rabbitmq_url, redis_url, docker_url, operator_images) -> Path:
     out = tmp_path_factory.mktemp("faults")
-    faults = Faults("constant-threshold-live-1-")
+    faults = Faults("constant-threshold-live-1-", BrokerOutage(rabbitmq_url).arm())  # the CLI boots meanwhile
     faults.start()
     try:
         [run_dir] = run_experiment(config(*SHORT, f"out={out}"))
     finally:
         faults.join(timeout=240)
-        if not faults.restarted:  # never leave the shared broker stopped
-            rabbitmqctl("start_app", check=False)
-            wait_for_rabbit(rabbitmq_url)
+        faults.outage.end()  # never leave the shared broker stopped
+        wait_for_rabbit(rabbitmq_url)
     assert faults.error is None, faults.error
     assert faults.killed and faults.restarted
     return run_dir

@@ -10,7 +10,7 @@ per fault, the fault injected from a thread while the run goes on.
   hold (what the killed workers processed since their checkpoints is counted as replayed, not
   twice). A recovery's restart is a controller's rescale without the rebinding (the same restart
   of testbed/live/docker_job_engine.py); the rescale cases are tests/unit/test_docker_job_engine.py.
-* **A RabbitMQ restart** (`rabbitmqctl stop_app; start_app`): the job's queues are transient, so the
+* **A RabbitMQ restart** (its application stopped for 3 s): the job's queues are transient, so the
   items in them are gone with the broker's restart; the run ends at once, incomplete, with one line
   naming RabbitMQ and the time.
 * **A Redis restart** (as infra/services.sh runs it: `--save '' --appendonly no`, nothing on disk):
@@ -34,9 +34,11 @@ from operators.keyed_job import redis_key
 from testbed.eventlog import read_manifest
 from testbed.experiment import run_experiment
 from testbed.live.job import LiveJobError
+from testbed.live.rabbit_management import ManagementClient
+from testbed.live_config import LiveConfig
 
 from .conftest import name_of, wait_for_rabbit
-from .service_faults import rabbitmqctl, restart_broker, restart_redis, restore_broker, restore_redis
+from .service_faults import BrokerOutage, restart_redis, restore_redis
 from .test_live_job import SCENARIO, check_run, table
 from .test_live_run import config
 
@@ -110,9 +112,9 @@ def assert_cleaned_up(rabbitmq_url: str, redis_url: str) -> None:
         client.close()
     assert left == [], left
     wait_for_rabbit(rabbitmq_url)
-    for what in ("list_queues", "list_exchanges"):
-        listed = rabbitmqctl(what, "name").split()
-        assert [n for n in listed if n.startswith(NAME)] == [], what
+    broker = ManagementClient(LiveConfig().management_url, rabbitmq_url)
+    for kind in ("queues", "exchanges"):
+        assert broker.names(kind, NAME) == [], kind
 
 
 def test_killed_workers_are_replaced_also_during_a_restart_and_the_job_restarts_from_its_checkpoints(
@@ -153,15 +155,15 @@ def test_killed_workers_are_replaced_also_during_a_restart_and_the_job_restarts_
 
 def test_a_rabbitmq_restart_ends_the_run_incomplete_with_its_reason(tmp_path, rabbitmq_url, redis_url, docker_url,
                                                                    operator_images):
-    stopped: List[float] = []  # when the broker went away (the CLI that stops it may take long to boot)
+    outage = BrokerOutage(rabbitmq_url).arm()  # its CLI boots while the run deploys
+    stopped: List[float] = []  # when the broker went away
 
     def restart():
-        restart_broker(3.0, lambda: stopped.append(time.monotonic()))
+        with outage:
+            stopped.append(time.monotonic())
+            time.sleep(3.0)
 
-    def restore():
-        restore_broker(rabbitmq_url, bool(stopped))  # never leave the shared broker stopped
-
-    fault = Fault(restart, restore)
+    fault = Fault(restart, outage.end)  # never leave the shared broker stopped
     run, raised = run_with(fault, tmp_path)
     m = read_manifest(run)
     assert m.status == "incomplete" and raised is not None

@@ -28,9 +28,8 @@ from operators.transports import declare_wiring
 from operators.wiring import delete, make_wiring
 from testbed.live.metrics_reader import MetricsReader, edge_counts, utilisation
 
-from .conftest import wait_for_rabbit
 from .runner_helpers import RunnerProcess, drain, items, publish, queue_state, runner_env, wait_for
-from .service_faults import rabbitmqctl
+from .service_faults import BrokerOutage, rabbitmqctl
 
 pytestmark = pytest.mark.integration
 
@@ -221,9 +220,17 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_nothing_downstream(run,
 
 @pytest.mark.slow
 def test_runners_reconnect_after_a_broker_restart_and_lose_nothing(run, rabbitmq_url, redis):
+    n = 400
+    outage = BrokerOutage(rabbitmq_url).wait_armed()  # the CLI booted: the broker goes away mid-stream
+    try:
+        reconnect_after_an_outage(run, rabbitmq_url, outage, n)
+    finally:
+        outage.end()
+
+
+def reconnect_after_an_outage(run, rabbitmq_url: str, outage: BrokerOutage, n: int) -> None:
     w = run.wiring(TWO_STAGES)
     inp, mid, out = w.edge("S", "A").queue, w.edge("A", "B").queue, w.edge("B", "sink").queue
-    n = 400
     conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
     ch = conn.channel()
     ch.confirm_delivery()
@@ -234,17 +241,8 @@ def test_runners_reconnect_after_a_broker_restart_and_lose_nothing(run, rabbitmq
     publish(ch, w.exchange("S"), items(n))
     wait_for("output under way", lambda: queue_state(ch, out)[0] >= 50, proc=a)
     conn.close()
-    restarted = False
-    try:
-        rabbitmqctl("stop_app")
+    with outage:
         time.sleep(1.0)
-        rabbitmqctl("start_app")
-        rabbitmqctl("await_startup")
-        restarted = True
-    finally:
-        if not restarted:
-            rabbitmqctl("start_app", check=False)
-    wait_for_rabbit(rabbitmq_url)
     conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
     ch = conn.channel()
     want = {f"{e.item_id}/A/B" for e in items(n)}

@@ -422,3 +422,18 @@ def test_a_redis_away_for_longer_than_the_limit_ends_the_live_run_naming_when_it
     now[0] = 100.0 + LiveRun.REDIS_OUTAGE_S + 1
     with pytest.raises(LiveRunError, match=r"^Redis unreachable since t=42 s, more than 30 s"):
         run._check_redis()
+
+
+def test_only_items_lost_make_a_live_run_incomplete_an_excess_is_recorded():
+    """Delivery is at least once across faults: an operator whose processed items exceed its inflow
+    (a copy counted twice) is recorded as excess; one with fewer (an item lost) is the run's verdict."""
+    from testbed.live.run import Accounting
+    from testbed.run_result import verdict
+
+    acc = Accounting(emitted={"S": 10}, inflow={"O1": 10, "O2": 10, "O3": 10}, processed={"O1": 12, "O2": 9, "O3": 10},
+                     queued={}, dead={}, missing={"O1": -2, "O2": 1})
+    assert acc.lost() == {"O2": 1} and acc.excess() == {"O1": 2}
+    reason = verdict(imbalances={f"missing items of {o}": m for o, m in acc.lost().items()})
+    assert reason == "accounting does not balance: missing items of O2 = +1"
+    only_excess = Accounting(emitted={}, inflow={}, processed={}, queued={}, dead={}, missing={"O6": -4})
+    assert only_excess.lost() == {} and verdict(imbalances=only_excess.lost()) is None

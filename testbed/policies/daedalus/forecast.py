@@ -111,6 +111,14 @@ def auto_arima(history: Sequence[float]) -> Any:
                              random_state=20, n_fits=50, suppress_warnings=True, error_action="ignore")
 
 
+def applied(model: Any, history: np.ndarray) -> Any:
+    """The fitted model's parameters applied to `history`: its Kalman filter over it, which is all a
+    forecast reads. statsmodels' own `apply` also runs the smoother backwards over the whole
+    history when the fit was smoothed (as pmdarima's are); its forecasts are the same to the bit."""
+    fitted = model.arima_res_
+    return fitted.model.clone(history).filter(fitted.params, cov_type="none")
+
+
 @dataclass
 class Forecaster:
     """The forecasting state of one controller (its history, model, counters and last forecast)."""
@@ -173,7 +181,7 @@ class Forecaster:
                     warnings.simplefilter("ignore")
                     self.model.update(np.asarray(seen + new, dtype=float))
             else:
-                self.applied = self.model.arima_res_.apply(np.asarray(self.history[-self.history_s:], dtype=float))
+                self.applied = applied(self.model, np.asarray(self.history[-self.history_s:], dtype=float))
         except (ValueError, np.linalg.LinAlgError):
             self.failures += 1
             self.applied = None

@@ -114,9 +114,15 @@ def auto_arima(history: Sequence[float]) -> Any:
 def applied(model: Any, history: np.ndarray) -> Any:
     """The fitted model's parameters applied to `history`: its Kalman filter over it, which is all a
     forecast reads. statsmodels' own `apply` also runs the smoother backwards over the whole
-    history when the fit was smoothed (as pmdarima's are); its forecasts are the same to the bit."""
+    history when the fit was smoothed (as pmdarima's are), and both keep per step what no forecast
+    reads (the Kalman gain, standardised errors), which the forecast's filter inherits and copies
+    over its whole horizon. The forecasts are the same to the bit."""
+    from statsmodels.tsa.statespace.kalman_filter import MEMORY_NO_GAIN, MEMORY_NO_SMOOTHING, MEMORY_NO_STD_FORECAST
+
     fitted = model.arima_res_
-    return fitted.model.clone(history).filter(fitted.params, cov_type="none")
+    return fitted.model.clone(history).filter(fitted.params, cov_type="none",
+                                              conserve_memory=MEMORY_NO_GAIN | MEMORY_NO_SMOOTHING
+                                              | MEMORY_NO_STD_FORECAST)
 
 
 @dataclass

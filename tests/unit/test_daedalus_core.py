@@ -11,8 +11,16 @@ import pytest
 from testbed.policies.daedalus.anomaly import bridged, group_lengths, observed_recovery, recovery_end
 from testbed.policies.daedalus.capacity import CapacityModel, Regression, SkewRule, WelfordMode, skew_inputs
 from testbed.policies.daedalus.decision import DecisionInputs, DecisionSettings, LagCheck, plan
-from testbed.policies.daedalus.forecast import (Forecaster, ForecastMode, RetrainCounter, applied, auto_arima, choose,
-                                                linear_fallback, wape)
+from testbed.policies.daedalus.forecast import (
+    Forecaster,
+    ForecastMode,
+    RetrainCounter,
+    applied,
+    auto_arima,
+    choose,
+    linear_fallback,
+    wape,
+)
 from testbed.policies.daedalus.recovery import RtSemantics, predict_recovery_time
 
 # -- regression ------------------------------------------------------------------------------

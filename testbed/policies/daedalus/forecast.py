@@ -120,9 +120,11 @@ def applied(model: Any, history: np.ndarray) -> Any:
     from statsmodels.tsa.statespace.kalman_filter import MEMORY_NO_GAIN, MEMORY_NO_SMOOTHING, MEMORY_NO_STD_FORECAST
 
     fitted = model.arima_res_
-    return fitted.model.clone(history).filter(fitted.params, cov_type="none",
-                                              conserve_memory=MEMORY_NO_GAIN | MEMORY_NO_SMOOTHING
-                                              | MEMORY_NO_STD_FORECAST)
+    unread = MEMORY_NO_GAIN | MEMORY_NO_SMOOTHING | MEMORY_NO_STD_FORECAST
+    # statsmodels' results still derive the standardised errors in numpy, which warns where a
+    # perfectly predicted step has no error variance (its filter did so silently)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return fitted.model.clone(history).filter(fitted.params, cov_type="none", conserve_memory=unread)
 
 
 @dataclass

@@ -54,31 +54,38 @@ def _samples(policy: Any, snapshot: Snapshot) -> Dict[str, Deque[Sample]]:
 
 def _window(buf: Deque[Sample], t: float,
             since_rescale: float) -> Tuple[np.ndarray, np.ndarray, dict, dict, np.ndarray]:
-    """The last WINDOW_S seconds as 1 s series (each sample held over its span)."""
+    """The last WINDOW_S seconds as 1 s series (each sample held over its span). Every instance of
+    the buffer has a series, in order of first appearance (one that served only before the window
+    has no throughput and no CPU in it: a worker the capacity model keeps); only the samples that
+    reach into the window are expanded."""
+    samples = list(buf)
+    spans = [int(round(span)) for (_ts, span, _w, _per, _lag) in samples]
+    first, covered = len(samples), 0
+    while first > 0 and covered < WINDOW_S:
+        first -= 1
+        covered += spans[first]
+    n = min(covered, WINDOW_S)
+    names: Dict[str, None] = {}
+    for (_ts, _span, _w, per, _lag), k in zip(samples, spans, strict=True):
+        for inst in per if k > 0 else ():  # a sample shorter than half a second holds no second
+            names.setdefault(inst, None)
+    thr_d = {inst: np.zeros(n) for inst in names}
+    cpu_d = {inst: np.full(n, np.nan) for inst in names}
     seconds: List[float] = []
     workload: List[float] = []
     uptime: List[float] = []
-    workers: Dict[str, List[Tuple[int, float, float]]] = {}
-    for (ts, span, w, per, _lag) in buf:
-        k = int(round(span))
-        for j in range(k):
+    idx = n - covered  # the first kept sample's seconds before the window are skipped
+    for (ts, _span, w, per, _lag), k in zip(samples[first:], spans[first:], strict=True):
+        for j in range(max(0, -idx), k):
             s = ts - (k - 1 - j)
-            idx = len(seconds)
             seconds.append(s)
             workload.append(w)
             uptime.append(max(0.0, s - since_rescale))
+            at = idx + j
             for inst, (inst_thr, inst_cpu) in per.items():
-                workers.setdefault(inst, []).append((idx, inst_thr, inst_cpu))
-    n = len(seconds)
-    lo = max(0, n - WINDOW_S)
-    thr_d, cpu_d = {}, {}
-    for inst, rows in workers.items():
-        thr = np.zeros(n)
-        cpu = np.full(n, np.nan)
-        for idx, a, c in rows:
-            thr[idx], cpu[idx] = a, c
-        thr_d[inst], cpu_d[inst] = thr[lo:], cpu[lo:]
-    return (np.asarray(seconds[lo:]), np.asarray(workload[lo:]), thr_d, cpu_d, np.asarray(uptime[lo:]))
+                thr_d[inst][at], cpu_d[inst][at] = inst_thr, inst_cpu
+        idx += k
+    return (np.asarray(seconds), np.asarray(workload), thr_d, cpu_d, np.asarray(uptime))
 
 
 def _release_empty(plan: Plan) -> List[Action]:

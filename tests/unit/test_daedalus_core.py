@@ -11,7 +11,16 @@ import pytest
 from testbed.policies.daedalus.anomaly import bridged, group_lengths, observed_recovery, recovery_end
 from testbed.policies.daedalus.capacity import CapacityModel, Regression, SkewRule, WelfordMode, skew_inputs
 from testbed.policies.daedalus.decision import DecisionInputs, DecisionSettings, LagCheck, plan
-from testbed.policies.daedalus.forecast import Forecaster, ForecastMode, RetrainCounter, choose, linear_fallback, wape
+from testbed.policies.daedalus.forecast import (
+    Forecaster,
+    ForecastMode,
+    RetrainCounter,
+    applied,
+    auto_arima,
+    choose,
+    linear_fallback,
+    wape,
+)
 from testbed.policies.daedalus.recovery import RtSemantics, predict_recovery_time
 
 # -- regression ------------------------------------------------------------------------------
@@ -143,6 +152,18 @@ def test_forecaster_first_loop_falls_back_then_uses_arima():
     out, kind = f.loop(ramp[61:121], ramp[60:121])
     assert f.error < 0.01 and kind == "arima" and len(out) == 30
     assert f.counter.count == 0  # the first loop's inf counted once, the good one reset it
+
+
+@pytest.mark.slow
+def test_the_filtered_application_forecasts_as_statsmodels_apply_to_the_bit():
+    rng = np.random.default_rng(3)
+    steps = np.repeat([100.0, 250.0, 400.0, 180.0], 150) + rng.poisson(20, 600)
+    model = auto_arima(steps[:400])
+    for start in (0, 90, 200):
+        history = steps[start:start + 400]
+        ours = np.asarray(applied(model, history).forecast(120))
+        theirs = np.asarray(model.arima_res_.apply(history).forecast(120))
+        assert ours.tobytes() == theirs.tobytes()
 
 
 # -- recovery time -----------------------------------------------------------------------------

@@ -111,6 +111,22 @@ def auto_arima(history: Sequence[float]) -> Any:
                              random_state=20, n_fits=50, suppress_warnings=True, error_action="ignore")
 
 
+def applied(model: Any, history: np.ndarray) -> Any:
+    """The fitted model's parameters applied to `history`: its Kalman filter over it, which is all a
+    forecast reads. statsmodels' own `apply` also runs the smoother backwards over the whole
+    history when the fit was smoothed (as pmdarima's are), and both keep per step what no forecast
+    reads (the Kalman gain, standardised errors), which the forecast's filter inherits and copies
+    over its whole horizon. The forecasts are the same to the bit."""
+    from statsmodels.tsa.statespace.kalman_filter import MEMORY_NO_GAIN, MEMORY_NO_SMOOTHING, MEMORY_NO_STD_FORECAST
+
+    fitted = model.arima_res_
+    unread = MEMORY_NO_GAIN | MEMORY_NO_SMOOTHING | MEMORY_NO_STD_FORECAST
+    # statsmodels' results still derive the standardised errors in numpy, which warns where a
+    # perfectly predicted step has no error variance (its filter did so silently)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return fitted.model.clone(history).filter(fitted.params, cov_type="none", conserve_memory=unread)
+
+
 @dataclass
 class Forecaster:
     """The forecasting state of one controller (its history, model, counters and last forecast)."""
@@ -173,7 +189,7 @@ class Forecaster:
                     warnings.simplefilter("ignore")
                     self.model.update(np.asarray(seen + new, dtype=float))
             else:
-                self.applied = self.model.arima_res_.apply(np.asarray(self.history[-self.history_s:], dtype=float))
+                self.applied = applied(self.model, np.asarray(self.history[-self.history_s:], dtype=float))
         except (ValueError, np.linalg.LinAlgError):
             self.failures += 1
             self.applied = None

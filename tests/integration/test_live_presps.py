@@ -2,9 +2,11 @@
 the chain A -> B -> C -> D as real containers (images testbed-a ... testbed-d, timed waits of 100,
 200, 150 and 100 ms), RabbitMQ, Redis and the data provider; the evaluation presps_live (its presps
 and dabs configurations) with a pool of 4 replicas per operator (16 containers), td = 15 s, 5 s
-monitoring, a load step from 3 to 12 items/s after 60 s (B needs 3 replicas after it) and an item
-timeout of 6 s (so that the DABS restart's 10 s downtime makes items expire in the entry queue: the
-timeout path is exercised).
+monitoring, a load step from 3 to 12 items/s after 30 s (B needs 3 replicas after it), 105 s per
+run, as long as the checks need (the first call switches replicas off at about 5 s; in earlier
+runs PRESPS switched B's replicas on 5-35 s after the step, and DABS's restarts found a backlog kept
+in the entry queue up to 60 s after it) and an item timeout of 6 s (so that the DABS restart's 10 s
+downtime makes items expire in the entry queue: the timeout path is exercised).
 DABS's restarts purge the queues of B, C and D but keep the entry queue, and hold the provider's
 items during the downtime (the evaluation's `purge_entry: false` and the default `source: hold`).
 
@@ -35,10 +37,10 @@ from tests.unit.runner_fakes import TOPOLOGY, FlagStore, HandPublisher, HandSour
 
 pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]
 
-STEP_S, POOL, TIMEOUT_S = 60.0, 4, 6.0
+STEP_S, POOL, TIMEOUT_S = 30.0, 4, 6.0
 SCENARIO = [
     "evaluation=presps_live", "pattern=stepwise", "pattern.levels=[3,12]", f"pattern.step_minutes={STEP_S / 60}",
-    "duration_min=2.5", "reps=1", "summary=false", f"topology.item_timeout_s={TIMEOUT_S}",
+    "duration_min=1.75", "reps=1", "summary=false", f"topology.item_timeout_s={TIMEOUT_S}",
     f"runtime.initial_instances={POOL}", f"policies.presps.pool={POOL}", f"policies.dabs.pool={POOL}",
     "policies.presps.td_s=15", "policies.dabs.td_s=15", "policies.presps.benchmark_s=15",
     "policies.dabs.benchmark_s=15", "policies.dabs.min_restart_interval_s=15", "policies.dabs.downtime_s=10",

@@ -2,7 +2,7 @@
 docs/papers/presps.md#the-authors-harness-the-trace-paused): the compressed presps_live scenario of
 test_live_presps.py, DABS-like only. During each downtime the provider's gate skips the due ticks;
 afterwards each tick reads the pattern at its time minus the time skipped, so the load step from 3
-to 12 machines (pattern time 60 s) comes later by the downtimes before it, and the run's last ticks
+to 12 machines (pattern time 30 s) comes later by the downtimes before it, and the run's last ticks
 of the trace are never emitted.
 
 Checked: every item emitted is accounted for per operator; nothing is held or dropped at the

@@ -2,7 +2,7 @@
 the chain A -> B -> C -> D as real containers (images testbed-a ... testbed-d, timed waits of 100,
 200, 150 and 100 ms), RabbitMQ, Redis and the data provider; the evaluation presps_live (its presps
 and dabs configurations) with a pool of 4 replicas per operator (16 containers), td = 15 s, 5 s
-monitoring, a load step from 3 to 12 items/s after 30 s (B needs 3 replicas after it), 105 s per
+monitoring, the load 3 items/s, 12 from 30 s to 60 s (B needs 3 replicas), then 3 again, 105 s per
 run, as long as the checks need (the first call switches replicas off at about 5 s; in earlier
 runs PRESPS switched B's replicas on 5-35 s after the step, and DABS's restarts found a backlog kept
 in the entry queue up to 60 s after it) and an item timeout of 6 s (so that the DABS restart's 10 s

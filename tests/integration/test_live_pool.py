@@ -25,7 +25,9 @@ from tests.integration.test_live_run import config
 # TESTBED_CPU_HOG=1: one core busy
 pytestmark = [pytest.mark.integration, pytest.mark.live, pytest.mark.usefixtures("cpu_hog")]
 
-OFF_AT, ON_AT, RESTART_AT, DOWNTIME_S = 10.0, 60.0, 90.0, 10.0
+# 30 s with one replica (a backlog builds), 20 s with three, then a 10 s restart and 20 s after it
+# for the accounting: 1.5 min in all, as long as the checks need
+OFF_AT, ON_AT, RESTART_AT, DOWNTIME_S = 10.0, 40.0, 60.0, 10.0
 
 
 @dataclass
@@ -57,10 +59,10 @@ def run_dir(tmp_path_factory, rabbitmq_url, redis_url, docker_url, operator_imag
     try:
         out = tmp_path_factory.mktemp("live-pool")
         [run] = run_experiment(config(
-            "pattern=constant", "pattern.levels=[1]", "duration_min=2.5", "load_scale=0.5", "reps=1",
+            "pattern=constant", "pattern.levels=[1]", "duration_min=1.5", "load_scale=0.5", "reps=1",
             "summary=false", "runtime.reasoning_s=10", "runtime.monitoring_s=3", "runtime.initial_instances=1",
             "backend=docker", "+backend.live.work_ms={O3: 3000}",  # one O3 replica cannot keep up: a queue
-            # the sinks see few items in 2.5 min: sample each one, or a probabilistic rule may sample none
+            # the sinks see few items in 1.5 min: sample each one, or a probabilistic rule may sample none
             "runtime.sample_every=1",
             "backend.live.stop_timeout_s=20", f"out={out}", "evaluation.configurations.0.name=pool",
             "evaluation.configurations.0.policy=live_pool_script", "evaluation.only=[pool]"))

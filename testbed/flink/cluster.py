@@ -314,7 +314,7 @@ class FlinkCluster:
         errors: Dict[str, str] = {}
         status, parallelism, registered, vertices = self._job_state(tms_call, job_call, errors)
         tms = []
-        for proc, scrape in zip(procs, scrapes):
+        for proc, scrape in zip(procs, scrapes, strict=True):
             reading, error = scrape.result()
             if reading is not None:
                 tms.append(self._with_cgroup(reading))

@@ -58,9 +58,7 @@ class ClusterEngine:
         self.cluster = cluster
 
     def start(self, n: int) -> None:
-        self.cluster.start(n)
-        for _ in range(n):
-            self.cluster.add_taskmanager()
+        self.cluster.start(n, taskmanagers=n)  # the JVMs boot side by side
 
     def read(self) -> JobReading:
         return self.cluster.read()

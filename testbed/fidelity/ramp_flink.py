@@ -49,7 +49,8 @@ def run_ramp(spec: RampSpec, settings: FlinkSettings, work: Path) -> Dict[str, o
     p95: List[Tuple[float, float]] = []
     load = [os.getloadavg()[0]]
     with FlinkCluster(settings, RateSchedule.of(points(spec)), work) as cluster:
-        cluster.start(taskmanagers=1)
+        cluster.start()
+        cluster.add_taskmanager()
         cluster.wait_until(lambda r: r.parallelism == 1 and r.source is not None and r.source.start_ms > 0,
                            "the job running at parallelism 1")
         prev = (time.time(), cluster.read())

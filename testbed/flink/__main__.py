@@ -50,7 +50,9 @@ def run(args) -> int:
         if args.no_wait:
             cluster.start_processes(args.taskmanagers)
         else:
-            cluster.start(taskmanagers=args.taskmanagers)
+            cluster.start()
+            for _ in range(args.taskmanagers):
+                cluster.add_taskmanager()
         _emit("started", pids=cluster.pids(), work_dir=str(work_dir))
         if not args.no_wait:
             cluster.wait_until(lambda r: r.parallelism == args.taskmanagers, f"parallelism {args.taskmanagers}")

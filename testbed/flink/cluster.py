@@ -5,9 +5,9 @@ in every slot there is; under the adaptive scheduler (`settings.scheduler`) each
 requirement (`require`).
 
     with FlinkCluster(settings, schedule, work_dir) as cluster:
-        cluster.start(taskmanagers=1)          # the JobManager and a TaskManager, their JVMs side by side
+        cluster.start()                        # the JobManager; the job waits for a TaskManager
+        cluster.add_taskmanager()              # parallelism 1 ...
         cluster.wait_until(lambda r: r.parallelism == 1, "the job runs at parallelism 1")
-        cluster.add_taskmanager()              # parallelism 2 ...
         reading = cluster.read()               # status, parallelism, per-TaskManager metrics, source lag
 
 Leaving the block (an exception, Ctrl-C) stops every process it started; so does the interpreter's
@@ -23,7 +23,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -48,7 +47,6 @@ from testbed.flink.work import WordCost, word_cost
 
 log = logging.getLogger(__name__)
 _LOG_FILES = ("log4j-console.properties", "logback-console.xml")
-READERS = 8  # threads reading a cluster at once: the REST API's two calls and the TaskManagers' metrics
 
 
 def last_error(log: Path) -> str:
@@ -82,7 +80,6 @@ class FlinkCluster:
         self._t0 = time.monotonic()
         self.parallelism = 1  # the adaptive scheduler's initial parallelism (set by start)
         self.ran = False  # the job's counting vertex has run (a failure before that is a start that fails)
-        self._pool: Optional[ThreadPoolExecutor] = None  # the readers' threads (read)
 
     def __enter__(self) -> "FlinkCluster":
         return self
@@ -115,11 +112,11 @@ class FlinkCluster:
         conf.update({key: str(port) for key, port in ports.items()})  # every process reads these
         (conf_dir / "config.yaml").write_text(yaml.safe_dump(conf, default_flow_style=False, sort_keys=True))
 
-    def start(self, parallelism: int = 1, taskmanagers: int = 0) -> None:
-        """The JobManager with the job and `taskmanagers` TaskManagers launched with it (the job waits
-        for them); returns once the JobManager's REST API answers. `parallelism`: the adaptive
-        scheduler's initial parallelism (reactive mode takes every slot)."""
-        self.start_processes(taskmanagers, parallelism)
+    def start(self, parallelism: int = 1) -> None:
+        """The JobManager with the job (it waits for TaskManagers); returns once its REST API answers.
+        `parallelism`: the adaptive scheduler's initial parallelism (reactive mode takes every slot)."""
+        self.parallelism = parallelism
+        self._launch_jobmanager()
         self.wait_until(lambda r: "rest" not in r.errors, "the JobManager's REST API answers", read=self._rest_only)
 
     def _launch_jobmanager(self) -> None:
@@ -152,11 +149,8 @@ class FlinkCluster:
             raise FlinkSettingsError("tm_cpu_limit", f"mode cpu: {e}") from None
         self.cgroups = cgroups
 
-    def start_processes(self, taskmanagers: int, parallelism: int = 1) -> None:
-        """Launches the JobManager and TaskManagers without waiting for any of them: their JVMs boot
-        side by side (a TaskManager that is up before the JobManager retries its registration,
-        settings.flink_config)."""
-        self.parallelism = parallelism
+    def start_processes(self, taskmanagers: int) -> None:
+        """Launches the JobManager and TaskManagers without waiting for any of them."""
         self._launch_jobmanager()
         for _ in range(taskmanagers):
             self.add_taskmanager()
@@ -196,9 +190,6 @@ class FlinkCluster:
             processes.stop_all(procs, timeout_s=self.settings.stop_timeout_s)
         if self.cgroups is not None:
             self.cgroups.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
         shutil.rmtree(self.work_dir / "tmp", ignore_errors=True)  # scratch only: logs and checkpoints stay
 
     def record(self) -> dict:
@@ -262,15 +253,13 @@ class FlinkCluster:
         except (OSError, ValueError) as e:
             return JobReading(self.now(), NO_JOB, 0, (), errors={"rest": str(e)})
 
-    def _job_state(self, tms_call: Future, job_call: Future, errors: Dict[str, str]) -> tuple:
-        """The registered TaskManagers and the job's status, parallelism and vertices from the two REST
-        calls; nothing of the job while the TaskManagers could not be listed."""
+    def _job_state(self, errors: Dict[str, str]) -> tuple:
         status, parallelism = NO_JOB, 0
         registered: Tuple[str, ...] = ()
         vertices: Tuple[VertexState, ...] = ()
         try:
-            registered = tuple(sorted(tm["id"] for tm in tms_call.result().get("taskmanagers", [])))
-            job = job_call.result()
+            registered = tuple(sorted(tm["id"] for tm in self._rest("/taskmanagers").get("taskmanagers", [])))
+            job = self._rest(f"/jobs/{self.job_id}")
             status = job.get("state", NO_JOB)
             vertices = tuple(VertexState(str(v.get("id", "")), str(v.get("name", "")), int(v.get("parallelism", 0)),
                                          str(v.get("status", ""))) for v in job.get("vertices", []))
@@ -284,18 +273,13 @@ class FlinkCluster:
             errors["rest"] = str(e)
         return status, parallelism, registered, vertices
 
-    def _scrape(self, proc: FlinkProcess) -> Tuple[Optional[TaskManagerReading], Optional[str]]:
-        """A TaskManager's metrics, or why they could not be read."""
+    def _scrape(self, proc: FlinkProcess, errors: Dict[str, str]):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{proc.prom_port}/metrics", timeout=3.0) as resp:
-                return read_taskmanager(proc.name, parse_prometheus(resp.read().decode()), self.settings.spec), None
+                return read_taskmanager(proc.name, parse_prometheus(resp.read().decode()), self.settings.spec)
         except (OSError, MetricsFormatError) as e:
-            return None, str(e)
-
-    def _reader(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="flink-read")
-        return self._pool
+            errors[proc.name] = str(e)
+            return None
 
     def _with_cgroup(self, tm: TaskManagerReading) -> TaskManagerReading:
         usage = self.cgroups.usage(tm.name) if self.cgroups is not None else None
@@ -304,22 +288,11 @@ class FlinkCluster:
         return dataclasses.replace(tm, cgroup_cpu_s=usage.cpu_s, cgroup_throttled_s=usage.throttled_s)
 
     def read(self) -> JobReading:
-        """The job's status and parallelism (REST) and every live TaskManager's metrics. The requests
-        go out together: on a loaded machine each process answers late, and one after the other
-        their waits would add up to more than the second a job-mode run reads in."""
-        procs = list(self.taskmanagers.values())
-        pool = self._reader()
-        tms_call, job_call = pool.submit(self._rest, "/taskmanagers"), pool.submit(self._rest, f"/jobs/{self.job_id}")
-        scrapes = [pool.submit(self._scrape, p) for p in procs]
+        """The job's status and parallelism (REST) and every live TaskManager's metrics."""
         errors: Dict[str, str] = {}
-        status, parallelism, registered, vertices = self._job_state(tms_call, job_call, errors)
-        tms = []
-        for proc, scrape in zip(procs, scrapes, strict=True):
-            reading, error = scrape.result()
-            if reading is not None:
-                tms.append(self._with_cgroup(reading))
-            if error is not None:
-                errors[proc.name] = error
+        status, parallelism, registered, vertices = self._job_state(errors)
+        tms = [self._with_cgroup(r) for r in (self._scrape(p, errors) for p in list(self.taskmanagers.values()))
+               if r is not None]
         source = next((tm.source for tm in tms if tm.source is not None), None)
         self.ran = self.ran or parallelism > 0
         return JobReading(self.now(), status, parallelism, registered, tuple(tms), source, errors, vertices)

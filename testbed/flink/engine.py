@@ -58,7 +58,9 @@ class ClusterEngine:
         self.cluster = cluster
 
     def start(self, n: int) -> None:
-        self.cluster.start(n, taskmanagers=n)  # the JVMs boot side by side
+        self.cluster.start(n)
+        for _ in range(n):
+            self.cluster.add_taskmanager()
 
     def read(self) -> JobReading:
         return self.cluster.read()

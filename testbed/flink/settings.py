@@ -227,9 +227,6 @@ def flink_config(s: FlinkSettings, work_dir: Path, java_opts: str, parallelism: 
         "execution.checkpointing.storage": "filesystem",
         "execution.checkpointing.dir": (work_dir / "checkpoints").resolve().as_uri(),
         "execution.checkpointing.num-retained": "2",
-        # a TaskManager launched with its JobManager is often up first: it retries its registration after
-        # this delay (Flink's default, 10 s, would idle a new cluster that long)
-        "cluster.registration.error-delay": "1000 ms",
         "heartbeat.interval": str(int(s.heartbeat_interval_s * 1000)),
         "heartbeat.timeout": str(int(s.heartbeat_timeout_s * 1000)),
         "restart-strategy.type": "fixed-delay",

@@ -39,8 +39,8 @@ def cpu_settings(base: FlinkSettings) -> FlinkSettings:
 def test_a_cpu_mode_taskmanager_runs_at_its_limit_and_leaves_no_cgroup(flink_installed, tmp_path):  # noqa: F811
     s = cpu_settings(flink_installed)
     with FlinkCluster(s, RateSchedule.constant(FLOOD), tmp_path / "flink") as cluster:
-        cluster.start(taskmanagers=1)  # launched with the JobManager, in its cgroup from the first instruction
-        [name] = cluster.taskmanagers
+        cluster.start()
+        name = cluster.add_taskmanager()
         assert cluster.cgroups is not None
         tm_dirs = [d / name for d in cluster.cgroups.paths()]
         assert all(d.is_dir() for d in tm_dirs)

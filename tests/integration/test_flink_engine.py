@@ -105,7 +105,8 @@ def test_wordcount_rescales_1_2_1_and_counts_every_record_once(flink_installed, 
     t0 = time.monotonic()
     with FlinkCluster(s, schedule, tmp_path / "flink") as cluster:
         rec = Recorder(cluster)
-        cluster.start(taskmanagers=1)
+        cluster.start()
+        cluster.add_taskmanager()
         rec.until(lambda r: r.parallelism == 1 and r.subtask_count() == 1, "parallelism 1", s.start_timeout_s)
         rec.until(lambda r: r.source is not None and r.source.emitted >= 5 * RATE, "5 s of records", s.start_timeout_s)
         cluster.add_taskmanager()

@@ -1,15 +1,14 @@
 """Per-vertex parallelism on a real Apache Flink (`backend.flink.parallelism=per-vertex`,
 testbed/live/flink_vertex_engine.py, docs/flink.md#per-vertex-parallelism): the adaptive scheduler
 with each vertex's resource requirements set through the REST API. One short run of the
-daedalus_flink evaluation (WordCount: the first 24 min of wc_sine in 20 s) starting with both
-scalable vertices at 2 on two TaskManagers; at its first decision the policy asks for both at 1.
-Flink must run each vertex at what was asked (read back from the REST API), every subtask must
-report its accumulated busy time (DS2's useful time), the TaskManager left without a task must be
-stopped, every record the schedule made due must be counted exactly once, and no Flink process may
-outlive the run. No TaskManager starts after the first two, so that the run costs one cluster's start
-(about a minute on CI's loaded machine). The same requirements on Traffic Monitoring, whose chained
-vertices are named by a vertex map of their own, are set in tests/integration/test_flink_jobs.py on
-the cluster that runs it already."""
+daedalus_flink evaluation per job (WordCount: the first 24 min of wc_sine in 20 s; Traffic
+Monitoring, whose chained vertices are named by the vertex map of its own: the first 12 min of
+tm_two_spike in 10 s) starting with both scalable vertices at 2 on two TaskManagers; at its first
+decision the policy asks for both at 1. Flink must run each vertex at what was asked (read back from
+the REST API), every subtask must report its accumulated busy time (DS2's useful time), the
+TaskManager left without a task must be stopped, every record the schedule made due must be counted
+exactly once, and no Flink process may outlive the run. No TaskManager starts after the first two,
+so that each run costs one cluster's start (about a minute on CI's loaded machine)."""
 from __future__ import annotations
 
 from typing import Dict, List, Optional
@@ -57,9 +56,11 @@ class Narrow(Policy):
         return [ScaleTo(v.name, 1, f"narrow: {v.name}") for v in snapshot.vertices if v.scalable]
 
 
-def test_a_per_vertex_rescale_on_flink_counts_every_record_once(tmp_path, flink_installed):  # noqa: F811
-    scalable = ("splitter", "counter")
-    cfg = config(*RUN, "pattern=wc_sine", "duration_min=24", f"out={tmp_path}")
+@pytest.mark.parametrize("workload, minutes, scalable", [("wc_sine", 24, ("splitter", "counter")),
+                                                         ("tm_two_spike", 12, ("parse", "speed"))])
+def test_a_per_vertex_rescale_on_flink_counts_every_record_once(tmp_path, flink_installed,  # noqa: F811
+                                                                 workload, minutes, scalable):
+    cfg = config(*RUN, f"pattern={workload}", f"duration_min={minutes}", f"out={tmp_path}")
     [spec] = plan_runs(cfg)
     run_cfg = config_for(cfg, spec)
     policy = Narrow()

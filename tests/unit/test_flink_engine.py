@@ -117,8 +117,6 @@ def test_cluster_config_sets_reactive_mode_and_the_timings(tmp_path: Path):
     assert conf["jobmanager.adaptive-scheduler.rescale-trigger.max-delay"] == "3000 ms"
     assert (conf["heartbeat.interval"], conf["heartbeat.timeout"]) == ("1000", "4000")
     assert conf["restart-strategy.fixed-delay.delay"] == "500 ms"
-    # a TaskManager launched with its JobManager and up first tries again soon, not after Flink's 10 s
-    assert conf["cluster.registration.error-delay"] == "1000 ms"
     assert conf["execution.buffer-timeout.interval"] == "100 ms"
     # scratch files in the cluster's folder: a killed process cannot clean up after itself in /tmp
     assert conf["io.tmp.dirs"] == str(tmp_path / "tmp")
@@ -277,72 +275,3 @@ def test_a_cluster_records_its_settings_before_anything_runs(tmp_path: Path):
     cluster.close()  # nothing to stop
     with pytest.raises(FlinkSettingsError, match="stop_mode"):
         FlinkCluster(FlinkSettings(stop_mode="soft"), RateSchedule.constant(1), tmp_path)
-
-
-# -- reading a cluster ------------------------------------------------------------------------------
-class _Endpoints:
-    """HTTP servers standing in for a JobManager's REST API and two TaskManagers' metrics endpoints.
-    Every answer waits until all four requests of one read have arrived: a read that sent them one after
-    the other would see each time out."""
-
-    def __init__(self, job_id: str):
-        import json
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        arrived = threading.Barrier(4, timeout=2.5)  # under the client's 3 s timeout
-        bodies = {"/taskmanagers": json.dumps({"taskmanagers": [{"id": "tm-2"}, {"id": "tm-1"}]}),
-                  f"/jobs/{job_id}": json.dumps({"state": "RUNNING", "vertices": [
-                      {"id": "v", "name": "count -> discard: Writer", "parallelism": 2, "status": "RUNNING"}]}),
-                  "/metrics": TM_TEXT}
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                try:
-                    arrived.wait()
-                except threading.BrokenBarrierError:
-                    self.send_error(503, "the requests came one after the other")
-                    return
-                body = bodies[self.path].encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.servers = [ThreadingHTTPServer(("127.0.0.1", 0), Handler) for _ in range(3)]
-        self.threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in self.servers]
-        for t in self.threads:
-            t.start()
-
-    def ports(self):
-        return [s.server_address[1] for s in self.servers]
-
-    def close(self) -> None:
-        for s in self.servers:
-            s.shutdown()
-            s.server_close()
-
-
-def test_a_reading_asks_the_rest_api_and_every_taskmanager_at_once(tmp_path: Path):
-    from testbed.flink import processes
-    from testbed.flink.cluster import FlinkCluster
-
-    cluster = FlinkCluster(FlinkSettings(), RateSchedule.constant(5, 10), tmp_path)
-    endpoints = _Endpoints(cluster.job_id)
-    rest, *proms = endpoints.ports()
-    try:
-        cluster.rest_port = rest
-        for i, prom in enumerate(proms, 1):  # a process per TaskManager, its metrics on the server's port
-            cluster.taskmanagers[f"tm-{i}"] = processes.launch(f"tm-{i}", ["sleep", "60"], {"PATH": "/usr/bin:/bin"},
-                                                               tmp_path / f"tm-{i}.out", prom)
-        reading = cluster.read()
-    finally:
-        cluster.close()
-        endpoints.close()
-    assert reading.errors == {}
-    assert (reading.status, reading.parallelism, reading.registered) == ("RUNNING", 2, ("tm-1", "tm-2"))
-    assert [tm.name for tm in reading.taskmanagers] == ["tm-1", "tm-2"] and reading.counted() == 40000.0
-    assert reading.source is not None and reading.source.scheduled == 2550.0

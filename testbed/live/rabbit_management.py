@@ -28,7 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from operators.wiring import Wiring
 
@@ -190,7 +190,7 @@ class ManagementClient:
     def run_depths(self, wiring: Wiring) -> RunDepths:
         return fold_depths(wiring, self.queue_stats(wiring.prefix))
 
-    def names(self, kind: str, prefix: str) -> list:
+    def names(self, kind: str, prefix: str) -> List[str]:
         """Names of the vhost's queues or exchanges (`kind`) that start with `prefix` (e.g. what a run
         left behind); unlike the statistics, the listing itself is current."""
         if kind not in ("queues", "exchanges"):

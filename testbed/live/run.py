@@ -331,9 +331,10 @@ class LiveRun:
         tables["placements"] = placements_table(executor.records, self.policy.placement)
         tables["leases"] = pool.leases(end)
         missing = {f"missing items of {o}": m for o, m in accounting.lost().items()}
-        if accounting.excess():
+        excess = accounting.excess()
+        if excess:
             log.warning("%s: items counted more than once (at-least-once delivery across a fault): %s",
-                        self.prefix, accounting.excess())
+                        self.prefix, excess)
         return RunResult(tables, end, self._details(pool, executor, provider, flushed, accounting.as_dict()),
                          incomplete=verdict(undrained, missing))
 

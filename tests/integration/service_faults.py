@@ -47,7 +47,6 @@ class BrokerOutage:
         self.ready_file = files.with_suffix(".ready")  # written by the node once the call runs there
         self.expression = (
             f'ok = file:write_file("{self.ready_file}", <<>>), '
-
             "Wait = fun W(F, Until) -> case filelib:is_file(F) of true -> ok; false -> "
             "case erlang:monotonic_time(millisecond) > Until of true -> timeout; false -> "
             "timer:sleep(50), W(F, Until) end end end, "
@@ -56,7 +55,6 @@ class BrokerOutage:
             f'ok -> ok = rabbit:stop(), Wait("{self.release_file}", Now() + {int(limit_s * 1000)}), rabbit:start(); '
             "timeout -> not_stopped end.")
         self.cli: Optional[subprocess.Popen] = None
-        self.stopped_at: Optional[float] = None  # monotonic: when the broker began refusing connections
 
     def arm(self) -> "BrokerOutage":
         if self.cli is None:
@@ -90,7 +88,6 @@ class BrokerOutage:
         except BaseException:
             self.end()  # a broker the CLI stops later is released at once
             raise
-        self.stopped_at = time.monotonic()
         return self
 
     def _check_running(self) -> None:
